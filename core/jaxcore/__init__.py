@@ -1,0 +1,73 @@
+"""jaxcore: the backend layer of jax-js as a Python framework where every device is a plugin."""
+
+from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
+from jaxcore.backend import (
+    API_VERSION,
+    Backend,
+    BaseBackend,
+    Capabilities,
+    Executable,
+    Slot,
+    SlotError,
+    UnsupportedOpError,
+    UnsupportedRoutineError,
+)
+from jaxcore.dtype import DType, byte_width, from_numpy, is_float, promote_types, to_numpy
+from jaxcore.hookspecs import hookimpl
+from jaxcore.kernel import Kernel, Reduction
+from jaxcore.registry import (
+    DeviceInfo,
+    DeviceUnavailable,
+    PluginInfo,
+    default_device,
+    device_info,
+    devices,
+    get_backend,
+    init,
+    plugin_info,
+    register_plugin,
+)
+from jaxcore.tracing import start_trace, stop_trace
+from jaxcore.tuner import TuneResult, TuneSize, tune_nullopt
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "API_VERSION",
+    "AluExp",
+    "AluGroup",
+    "AluOp",
+    "AluVar",
+    "Backend",
+    "BaseBackend",
+    "Capabilities",
+    "DType",
+    "DeviceInfo",
+    "DeviceUnavailable",
+    "Executable",
+    "Kernel",
+    "PluginInfo",
+    "Reduction",
+    "Slot",
+    "SlotError",
+    "TuneResult",
+    "TuneSize",
+    "UnsupportedOpError",
+    "UnsupportedRoutineError",
+    "byte_width",
+    "default_device",
+    "device_info",
+    "devices",
+    "from_numpy",
+    "get_backend",
+    "hookimpl",
+    "init",
+    "is_float",
+    "plugin_info",
+    "promote_types",
+    "register_plugin",
+    "start_trace",
+    "stop_trace",
+    "to_numpy",
+    "tune_nullopt",
+]

@@ -1,0 +1,595 @@
+"""The scalar expression IR: ops, immutable expression nodes, printing, hashing, evaluation.
+
+An `AluExp` computes one value per lane (output element, or output × reduction item). Nodes
+are immutable and compared structurally through a content digest that is stable across
+processes, so the digest doubles as a compile-cache key on disk. Range analysis and the
+rewrite rules live in `simplify.py`.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from jaxcore.dtype import DType, byte_width, const_value, is_float
+
+
+class AluOp(enum.StrEnum):
+    Add = "Add"
+    Sub = "Sub"
+    Mul = "Mul"
+    Idiv = "Idiv"
+    Mod = "Mod"
+    Min = "Min"
+    Max = "Max"
+    BitCombine = "BitCombine"
+    BitShift = "BitShift"
+    Sin = "Sin"
+    Cos = "Cos"
+    Asin = "Asin"
+    Atan = "Atan"
+    Exp = "Exp"
+    Log = "Log"
+    Erf = "Erf"
+    Erfc = "Erfc"
+    Sqrt = "Sqrt"
+    Floor = "Floor"
+    Ceil = "Ceil"
+    Reciprocal = "Reciprocal"
+    Cast = "Cast"
+    Bitcast = "Bitcast"
+    Cmplt = "Cmplt"
+    Cmpne = "Cmpne"
+    Where = "Where"
+    Threefry2x32 = "Threefry2x32"
+    Const = "Const"
+    Special = "Special"
+    Variable = "Variable"
+    GlobalIndex = "GlobalIndex"
+    GlobalView = "GlobalView"
+
+
+class AluGroup:
+    """Op families that rules and backends treat alike."""
+
+    Binary = frozenset(
+        {AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv, AluOp.Mod, AluOp.Min, AluOp.Max}
+        | {AluOp.BitCombine, AluOp.BitShift}
+    )
+    Unary = frozenset(
+        {AluOp.Sin, AluOp.Cos, AluOp.Asin, AluOp.Atan, AluOp.Exp, AluOp.Log, AluOp.Erf, AluOp.Erfc}
+        | {AluOp.Sqrt, AluOp.Floor, AluOp.Ceil, AluOp.Reciprocal, AluOp.Cast, AluOp.Bitcast}
+    )
+    Compare = frozenset({AluOp.Cmplt, AluOp.Cmpne})
+    Variable = frozenset({AluOp.Special, AluOp.Variable, AluOp.GlobalIndex, AluOp.GlobalView})
+    Reduce = frozenset({AluOp.Add, AluOp.Mul, AluOp.Min, AluOp.Max})
+    RequiredFloat = frozenset(
+        {AluOp.Sin, AluOp.Cos, AluOp.Asin, AluOp.Atan, AluOp.Exp, AluOp.Log, AluOp.Erf, AluOp.Erfc}
+        | {AluOp.Sqrt, AluOp.Reciprocal, AluOp.Floor, AluOp.Ceil}
+    )
+    Commutative = frozenset({AluOp.Add, AluOp.Mul, AluOp.Min, AluOp.Max})
+
+
+_ARITY = {op: 2 for op in AluGroup.Binary | AluGroup.Compare} | {op: 1 for op in AluGroup.Unary}
+_ARITY |= {AluOp.Where: 3, AluOp.Threefry2x32: 4, AluOp.Const: 0, AluOp.Special: 0, AluOp.Variable: 0}
+_ARITY |= {AluOp.GlobalIndex: 1}
+
+_SYMBOLS = {
+    AluOp.Add: "+",
+    AluOp.Sub: "-",
+    AluOp.Mul: "*",
+    AluOp.Idiv: "/",
+    AluOp.Mod: "%",
+    AluOp.Cmplt: "<",
+    AluOp.Cmpne: "!=",
+}
+_BIT_SYMBOLS = {"and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>"}
+
+
+def js_number_str(value: float | int) -> str:
+    """Numbers printed the way JavaScript prints them (1, 0.5, NaN, -Infinity; -0 as 0)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == int(value) and abs(value) < 1e21:
+        return str(int(value))
+    r = repr(value)
+    if "e" in r:
+        mant, exp = r.split("e")
+        return f"{mant}e{'+' if not exp.startswith('-') else '-'}{exp.lstrip('+-').lstrip('0') or '0'}"
+    return r
+
+
+def _strip1(s: str) -> str:
+    return s[1:-1] if s.startswith("(") and s.endswith(")") else s
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class AluExp:
+    """One node: `op` applied to `src`, producing `dtype`; `arg` carries op-specific data.
+
+    `arg` by op: Const -> number; Special -> (name, n); Variable -> name; GlobalIndex ->
+    (gid, length); GlobalView -> (gid, ShapeTracker); BitCombine -> "and"|"or"|"xor";
+    BitShift -> "shl"|"shr"; Threefry2x32 -> "xor"|0|1.
+    """
+
+    op: AluOp
+    dtype: DType
+    src: tuple[AluExp, ...] = ()
+    arg: Any = None
+
+    def __post_init__(self) -> None:
+        op, dtype, src = AluOp(self.op), DType(self.dtype), tuple(self.src)
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "src", src)
+        n = _ARITY.get(op)
+        if n is not None and len(src) != n:
+            raise TypeError(f"{op} takes {n} operands, got {len(src)}")
+        if op in AluGroup.RequiredFloat and not is_float(dtype):
+            raise TypeError(f"Unsupported dtype for {op}: {dtype}")
+        if op == AluOp.BitCombine:
+            a, b = src[0].dtype, src[1].dtype
+            if a != b or is_float(a) or self.arg not in ("and", "or", "xor"):
+                raise TypeError(f"BitCombine[{self.arg}] requires matching integral dtype, got {a} and {b}")
+        elif op == AluOp.BitShift:
+            if any(s.dtype == DType.bool or is_float(s.dtype) for s in src) or self.arg not in ("shl", "shr"):
+                a, b = src[0].dtype, src[1].dtype
+                raise TypeError(f"BitShift[{self.arg}] requires two integral, non-bool dtypes, got {a} and {b}")
+        elif op == AluOp.Bitcast:
+            s = src[0].dtype
+            if s == DType.bool or dtype == DType.bool or byte_width(s) != byte_width(dtype):
+                raise TypeError(f"Bitcast from {s} -> {dtype}")
+        elif op == AluOp.Threefry2x32:
+            if dtype != DType.uint32 or any(s.dtype != DType.uint32 for s in src):
+                raise TypeError("Threefry2x32 requires uint32 types")
+            if self.arg not in ("xor", 0, 1):
+                raise ValueError(f"Invalid Threefry2x32 mode: {self.arg}")
+        elif op == AluOp.Const:
+            if not isinstance(self.arg, int | float | np.number):
+                raise TypeError(f"Expected a number for constant, got {type(self.arg).__name__}: {self.arg}")
+        elif op in (AluOp.Cmplt, AluOp.Cmpne) and dtype != DType.bool:
+            raise TypeError(f"{op} produces bool, not {dtype}")
+
+    # ---- identity -------------------------------------------------------------------------
+    def key(self) -> str:
+        """A structural digest, stable across processes: equal keys mean equal expressions."""
+        d = self.__dict__.get("_key")
+        if d is None:
+            h = hashlib.blake2b(digest_size=16)
+            h.update(f"{self.op}|{self.dtype}|{_arg_key(self)}|{len(self.src)}".encode())
+            for s in self.src:
+                h.update(s.key().encode())
+            d = h.hexdigest()
+            object.__setattr__(self, "_key", d)
+        return d
+
+    def __hash__(self) -> int:
+        return int(self.key()[:15], 16)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, AluExp) and self.key() == other.key())
+
+    # ---- constructors -------------------------------------------------------------------
+    @staticmethod
+    def const(dtype: DType, value: float | int | bool) -> AluExp:
+        dtype = DType(dtype)
+        v = const_value(dtype, value)
+        if dtype in (DType.float32, DType.float16):
+            v = float(np.asarray(v, dtype=np.float32 if dtype == DType.float32 else np.float16))
+        return AluExp(AluOp.Const, dtype, (), v)
+
+    @staticmethod
+    def i32(v: int) -> AluExp:
+        return AluExp.const(DType.int32, v)
+
+    @staticmethod
+    def u32(v: int) -> AluExp:
+        return AluExp.const(DType.uint32, v)
+
+    @staticmethod
+    def f32(v: float) -> AluExp:
+        return AluExp.const(DType.float32, v)
+
+    @staticmethod
+    def f16(v: float) -> AluExp:
+        return AluExp.const(DType.float16, v)
+
+    @staticmethod
+    def f64(v: float) -> AluExp:
+        return AluExp.const(DType.float64, v)
+
+    @staticmethod
+    def bool_(v: bool | int) -> AluExp:
+        return AluExp.const(DType.bool, v)
+
+    @staticmethod
+    def variable(dtype: DType, name: str) -> AluExp:
+        return AluExp(AluOp.Variable, dtype, (), name)
+
+    @staticmethod
+    def special(dtype: DType, name: str, n: int) -> AluExp:
+        return AluExp(AluOp.Special, dtype, (), (name, int(n)))
+
+    @staticmethod
+    def global_index(dtype: DType, gid: int, length: int, index: AluExp) -> AluExp:
+        return AluExp(AluOp.GlobalIndex, dtype, (index,), (int(gid), int(length)))
+
+    @staticmethod
+    def global_view(dtype: DType, gid: int, st: Any, indices: list[AluExp] | tuple[AluExp, ...]) -> AluExp:
+        if len(indices) != len(st.shape):
+            raise ValueError(
+                f"GlobalView over shape {list(st.shape)} takes {len(st.shape)} indices, got {len(indices)}"
+            )
+        return AluExp(AluOp.GlobalView, dtype, tuple(indices), (int(gid), st))
+
+    @staticmethod
+    def _bin(op: AluOp, a: AluExp | float, b: AluExp | float) -> AluExp:
+        a, b = _lift(a, b), _lift(b, a)
+        return AluExp(op, a.dtype, (a, b))
+
+    @staticmethod
+    def add(a: AluExp | float, b: AluExp | float) -> AluExp:
+        return AluExp._bin(AluOp.Add, a, b)
+
+    @staticmethod
+    def sub(a: AluExp | float, b: AluExp | float) -> AluExp:
+        return AluExp._bin(AluOp.Sub, a, b)
+
+    @staticmethod
+    def mul(a: AluExp | float, b: AluExp | float) -> AluExp:
+        return AluExp._bin(AluOp.Mul, a, b)
+
+    @staticmethod
+    def idiv(a: AluExp | float, b: AluExp | float) -> AluExp:
+        return AluExp._bin(AluOp.Idiv, a, b)
+
+    @staticmethod
+    def mod(a: AluExp | float, b: AluExp | float) -> AluExp:
+        return AluExp._bin(AluOp.Mod, a, b)
+
+    @staticmethod
+    def min(a: AluExp | float, b: AluExp | float) -> AluExp:
+        return AluExp._bin(AluOp.Min, a, b)
+
+    @staticmethod
+    def max(a: AluExp | float, b: AluExp | float) -> AluExp:
+        return AluExp._bin(AluOp.Max, a, b)
+
+    @staticmethod
+    def cmplt(a: AluExp | float, b: AluExp | float) -> AluExp:
+        a, b = _lift(a, b), _lift(b, a)
+        return AluExp(AluOp.Cmplt, DType.bool, (a, b))
+
+    @staticmethod
+    def cmpne(a: AluExp | float, b: AluExp | float) -> AluExp:
+        a, b = _lift(a, b), _lift(b, a)
+        return AluExp(AluOp.Cmpne, DType.bool, (a, b))
+
+    @staticmethod
+    def where(cond: AluExp, a: AluExp | float, b: AluExp | float) -> AluExp:
+        a, b = _lift(a, b), _lift(b, a)
+        return AluExp(AluOp.Where, a.dtype, (cond, a, b))
+
+    @staticmethod
+    def cast(dtype: DType, a: AluExp) -> AluExp:
+        return a if a.dtype == dtype else AluExp(AluOp.Cast, dtype, (a,))
+
+    @staticmethod
+    def bitcast(dtype: DType, a: AluExp) -> AluExp:
+        return a if a.dtype == dtype else AluExp(AluOp.Bitcast, dtype, (a,))
+
+    @staticmethod
+    def _unary(op: AluOp, a: AluExp) -> AluExp:
+        return AluExp(op, a.dtype, (a,))
+
+    @staticmethod
+    def sin(a: AluExp) -> AluExp:
+        return AluExp._unary(AluOp.Sin, a)
+
+    @staticmethod
+    def cos(a: AluExp) -> AluExp:
+        return AluExp._unary(AluOp.Cos, a)
+
+    @staticmethod
+    def asin(a: AluExp) -> AluExp:
+        return AluExp._unary(AluOp.Asin, a)
+
+    @staticmethod
+    def atan(a: AluExp) -> AluExp:
+        return AluExp._unary(AluOp.Atan, a)
+
+    @staticmethod
+    def exp(a: AluExp) -> AluExp:
+        return AluExp._unary(AluOp.Exp, a)
+
+    @staticmethod
+    def log(a: AluExp) -> AluExp:
+        return AluExp._unary(AluOp.Log, a)
+
+    @staticmethod
+    def erf(a: AluExp) -> AluExp:
+        return AluExp._unary(AluOp.Erf, a)
+
+    @staticmethod
+    def erfc(a: AluExp) -> AluExp:
+        return AluExp._unary(AluOp.Erfc, a)
+
+    @staticmethod
+    def sqrt(a: AluExp) -> AluExp:
+        return AluExp._unary(AluOp.Sqrt, a)
+
+    @staticmethod
+    def reciprocal(a: AluExp) -> AluExp:
+        return AluExp._unary(AluOp.Reciprocal, a)
+
+    @staticmethod
+    def floor(a: AluExp) -> AluExp:
+        """Floor of a float; integers are already whole, so they come back unchanged."""
+        return AluExp._unary(AluOp.Floor, a) if is_float(a.dtype) else a
+
+    @staticmethod
+    def ceil(a: AluExp) -> AluExp:
+        return AluExp._unary(AluOp.Ceil, a) if is_float(a.dtype) else a
+
+    @staticmethod
+    def bit_and(a: AluExp, b: AluExp | int) -> AluExp:
+        return AluExp(AluOp.BitCombine, a.dtype, (a, _lift(b, a)), "and")
+
+    @staticmethod
+    def bit_or(a: AluExp, b: AluExp | int) -> AluExp:
+        return AluExp(AluOp.BitCombine, a.dtype, (a, _lift(b, a)), "or")
+
+    @staticmethod
+    def bit_xor(a: AluExp, b: AluExp | int) -> AluExp:
+        return AluExp(AluOp.BitCombine, a.dtype, (a, _lift(b, a)), "xor")
+
+    @staticmethod
+    def shl(a: AluExp, b: AluExp | int) -> AluExp:
+        return AluExp(AluOp.BitShift, a.dtype, (a, _lift(b, a)), "shl")
+
+    @staticmethod
+    def shr(a: AluExp, b: AluExp | int) -> AluExp:
+        return AluExp(AluOp.BitShift, a.dtype, (a, _lift(b, a)), "shr")
+
+    @staticmethod
+    def threefry2x32(k0: AluExp, k1: AluExp, c0: AluExp, c1: AluExp, mode: str | int = "xor") -> AluExp:
+        return AluExp(AluOp.Threefry2x32, DType.uint32, (k0, k1, c0, c1), mode)
+
+    def not_(self) -> AluExp:
+        if self.dtype != DType.bool:
+            raise TypeError("not() can only be called on boolean expressions")
+        return AluExp.cmpne(self, AluExp.bool_(True))
+
+    def __add__(self, other: AluExp | float) -> AluExp:
+        return AluExp.add(self, other)
+
+    def __radd__(self, other: float) -> AluExp:
+        return AluExp.add(other, self)
+
+    def __sub__(self, other: AluExp | float) -> AluExp:
+        return AluExp.sub(self, other)
+
+    def __rsub__(self, other: float) -> AluExp:
+        return AluExp.sub(other, self)
+
+    def __mul__(self, other: AluExp | float) -> AluExp:
+        return AluExp.mul(self, other)
+
+    def __rmul__(self, other: float) -> AluExp:
+        return AluExp.mul(other, self)
+
+    def __neg__(self) -> AluExp:
+        return AluExp.mul(self, -1)
+
+    # ---- traversal ----------------------------------------------------------------------
+    def nodes(self) -> Iterator[AluExp]:
+        """Distinct nodes (by structure) in post-order."""
+        seen: set[str] = set()
+        stack: list[tuple[AluExp, bool]] = [(self, False)]
+        while stack:
+            node, expanded = stack.pop()
+            k = node.key()
+            if expanded:
+                if k not in seen:
+                    seen.add(k)
+                    yield node
+                continue
+            if k in seen:
+                continue
+            stack.append((node, True))
+            for s in reversed(node.src):
+                stack.append((s, False))
+
+    def collect(self, pred: Callable[[AluExp], bool]) -> list[AluExp]:
+        return [n for n in self.nodes() if pred(n)]
+
+    def some(self, pred: Callable[[AluExp], bool]) -> bool:
+        return any(pred(n) for n in self.nodes())
+
+    def rewrite(self, fn: Callable[[AluExp], AluExp | None]) -> AluExp:
+        """Post-order rebuild: `fn` may return a replacement for each node, or None to keep it."""
+        memo: dict[str, AluExp] = {}
+
+        def go(node: AluExp) -> AluExp:
+            k = node.key()
+            hit = memo.get(k)
+            if hit is not None:
+                return hit
+            new_src = tuple(go(s) for s in node.src)
+            if any(a is not b for a, b in zip(new_src, node.src)):
+                node = AluExp(node.op, node.dtype, new_src, node.arg)
+            out = fn(node)
+            memo[k] = node if out is None else out
+            return memo[k]
+
+        return go(self)
+
+    def substitute(self, mapping: Mapping[str, AluExp]) -> AluExp:
+        """Replace Variables by name (never Specials); dtypes must agree."""
+
+        def visit(node: AluExp) -> AluExp | None:
+            if node.op == AluOp.Variable and node.arg in mapping:
+                rep = mapping[node.arg]
+                if rep.dtype != node.dtype:
+                    raise TypeError(f"Type mismatch: {node.dtype} vs {rep.dtype}")
+                return rep
+            return None
+
+        return self.rewrite(visit)
+
+    def reindex_gids(self, new_gids: list[int]) -> AluExp:
+        def visit(node: AluExp) -> AluExp | None:
+            if node.op in (AluOp.GlobalIndex, AluOp.GlobalView):
+                return AluExp(node.op, node.dtype, node.src, (new_gids[node.arg[0]], *node.arg[1:]))
+            return None
+
+        return self.rewrite(visit)
+
+    def rewrite_global_views(self) -> AluExp:
+        """Lower every GlobalView to a (possibly masked) GlobalIndex."""
+
+        def visit(node: AluExp) -> AluExp | None:
+            if node.op == AluOp.GlobalView:
+                gid, st = node.arg
+                return accessor_global(node.dtype, gid, st, list(node.src))
+            return None
+
+        return self.rewrite(visit)
+
+    def distinct_ops(self) -> dict[AluOp, set[DType]]:
+        out: dict[AluOp, set[DType]] = {}
+        for n in self.nodes():
+            out.setdefault(n.op, set()).add(n.dtype)
+        return out
+
+    # ---- analysis & evaluation ----------------------------------------------------------
+    @property
+    def vmin(self) -> float:
+        from jaxcore.simplify import value_range
+
+        return value_range(self)[0]
+
+    @property
+    def vmax(self) -> float:
+        from jaxcore.simplify import value_range
+
+        return value_range(self)[1]
+
+    def simplify(self, cache: dict[str, AluExp] | None = None) -> AluExp:
+        from jaxcore.simplify import simplify
+
+        return simplify(self, cache)
+
+    def resolve(self) -> int | float | None:
+        s = self.simplify()
+        return s.arg if s.op == AluOp.Const else None
+
+    def evaluate(
+        self,
+        context: Mapping[str, float | int] | None = None,
+        globals: Callable[[int, int], float] | None = None,
+    ) -> int | float:
+        """The value of this expression per the contract, with Variables/Specials bound by `context`."""
+        from jaxcore.interpret import evaluate_scalar
+
+        return evaluate_scalar(self, context or {}, globals)
+
+    # ---- printing -----------------------------------------------------------------------
+    def __str__(self) -> str:
+        memo: dict[str, str] = {}
+
+        def go(e: AluExp) -> str:
+            k = e.key()
+            if k not in memo:
+                memo[k] = _format(e, [go(s) for s in e.src])
+            return memo[k]
+
+        return go(self)
+
+    def __repr__(self) -> str:
+        return f"AluExp({self})"
+
+
+def _lift(x: AluExp | float | int | bool, like: AluExp | float | int | bool) -> AluExp:
+    if isinstance(x, AluExp):
+        return x
+    if isinstance(like, AluExp):
+        return AluExp.const(like.dtype, x)
+    if isinstance(x, bool):
+        return AluExp.bool_(x)
+    return AluExp.i32(x) if isinstance(x, int) else AluExp.f32(x)
+
+
+def _arg_key(e: AluExp) -> str:
+    a = e.arg
+    if e.op == AluOp.Const:
+        return float(a).hex() if isinstance(a, float) else f"i{int(a)}"
+    if e.op == AluOp.GlobalView:
+        return f"{a[0]}:{a[1].key()!r}"
+    return repr(a)
+
+
+def _format(e: AluExp, s: list[str]) -> str:
+    op = e.op
+    if op == AluOp.Const:
+        if e.dtype == DType.bool:
+            return "true" if e.arg else "false"
+        return js_number_str(e.arg)
+    if op == AluOp.Variable:
+        return f"${e.arg}:{e.dtype}"
+    if op == AluOp.Special:
+        return f"#{e.arg[0]}{{{e.arg[1]}}}"
+    if op == AluOp.GlobalIndex:
+        return f"G_{e.arg[0]}<{e.dtype}>[{_strip1(s[0])}]"
+    if op == AluOp.GlobalView:
+        st = e.arg[1]
+        shape = ",".join(map(str, st.shape))
+        strides = ",".join(map(str, st.last_strides))
+        kind = "c" if st.contiguous else "nc"
+        return f"GV_{e.arg[0]}<{e.dtype}>{{{shape}:{strides}:{kind}}}[{', '.join(_strip1(x) for x in s)}]"
+    if op in _SYMBOLS:
+        return f"({s[0]} {_SYMBOLS[op]} {s[1]})"
+    if op in (AluOp.BitCombine, AluOp.BitShift):
+        return f"({s[0]} {_BIT_SYMBOLS[e.arg]} {s[1]})"
+    if op == AluOp.Reciprocal:
+        return f"1/{s[0]}"
+    if op in (AluOp.Cast, AluOp.Bitcast):
+        return f"{op}<{e.dtype}>({_strip1(s[0])})"
+    return f"{op}({', '.join(_strip1(x) for x in s)})"
+
+
+class AluVar:
+    """Shared Variable names that kernels, tuners and codegen agree on."""
+
+    gidx = AluExp.variable(DType.int32, "gidx")
+    ridx = AluExp.variable(DType.int32, "ridx")
+    idx = AluExp.variable(DType.int32, "idx")
+    unroll = AluExp.variable(DType.int32, "unroll")
+    upcast = AluExp.variable(DType.int32, "upcast")
+
+    @staticmethod
+    def acc(dtype: DType) -> AluExp:
+        return AluExp.variable(dtype, "acc")
+
+
+def accessor_global(dtype: DType, gid: int, st: Any, indices: list[AluExp]) -> AluExp:
+    """Read buffer `gid` through a ShapeTracker: a GlobalIndex, guarded by Where when masked."""
+    index, valid = st.to_alu_exp(indices)
+    length = st.views[0].data_range()[1]
+    read = AluExp.global_index(dtype, gid, length, index)
+    v = valid.resolve()
+    if v is not None and v:
+        return read
+    return AluExp.where(valid, read, AluExp.const(dtype, 0))

@@ -1,0 +1,175 @@
+"""The reference interpreter: evaluates an AluExp over numpy arrays, per the contract.
+
+One implementation of the semantics serves three callers: `AluExp.evaluate` on scalars,
+constant folding in the simplifier, and the cpu backend on whole arrays of lanes. Values are
+numpy arrays in their dtype's storage type, so every op rounds or wraps as a device would.
+
+`Where` is lazy by masking: each branch is evaluated under the lanes that choose it, and
+global reads ignore masked-out lanes, so a padded view never reads out of bounds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from jaxcore import dtype as dt
+from jaxcore.dtype import DType
+
+if TYPE_CHECKING:
+    from jaxcore.alu import AluExp
+
+# read(node, index_array, mask) -> array of node.dtype's storage type, shaped like the index.
+Reader = Callable[["AluExp", np.ndarray, "np.ndarray | None"], np.ndarray]
+
+_UNARY_NUMPY = {
+    "Sin": np.sin,
+    "Cos": np.cos,
+    "Asin": np.arcsin,
+    "Atan": np.arctan,
+    "Exp": np.exp,
+    "Log": np.log,
+    "Sqrt": np.sqrt,
+    "Floor": np.floor,
+    "Ceil": np.ceil,
+    "Reciprocal": np.reciprocal,
+    "Erf": dt.erf,
+    "Erfc": dt.erfc,
+}
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Idiv": "idiv", "Mod": "mod", "Min": "min", "Max": "max"}
+
+
+class Interpreter:
+    """Evaluates expressions against an environment of named lane arrays and a buffer reader."""
+
+    def __init__(
+        self, env: Mapping[str, Any], read: Reader | None = None, shared: frozenset[str] | None = None
+    ) -> None:
+        self.env = env
+        self.read = read
+        self.shared = shared
+        self._memo: dict[str, np.ndarray] = {}
+
+    def run(self, exp: AluExp, mask: np.ndarray | None = None) -> np.ndarray:
+        # Memoise only unmasked values of nodes used more than once (`shared`, when given):
+        # holding every temporary alive would defeat the allocator's reuse of hot memory.
+        memo = mask is None and (self.shared is None or exp.key() in self.shared)
+        if memo:
+            hit = self._memo.get(exp.key())
+            if hit is not None:
+                return hit
+        out = self._eval(exp, mask)
+        if memo:
+            self._memo[exp.key()] = out
+        return out
+
+    def _eval(self, e: AluExp, mask: np.ndarray | None) -> np.ndarray:
+        op = e.op.value
+        storage = dt.to_numpy(e.dtype)
+        if op == "Const":
+            return np.asarray(e.arg, dtype=storage)
+        if op in ("Special", "Variable"):
+            name = e.arg[0] if op == "Special" else e.arg
+            if name not in self.env:
+                raise KeyError(f"Missing {'special' if op == 'Special' else 'variable'}: {name}")
+            return np.asarray(self.env[name]).astype(storage, copy=False)
+        if op == "Where":
+            cond = self.run(e.src[0], mask) != 0
+            if cond.ndim == 0:
+                return self.run(e.src[1] if cond else e.src[2], mask)
+            m_true = cond if mask is None else (cond & mask)
+            m_false = ~cond if mask is None else (~cond & mask)
+            a = self.run(e.src[1], m_true) if m_true.any() else np.zeros((), storage)
+            b = self.run(e.src[2], m_false) if m_false.any() else np.zeros((), storage)
+            return np.where(cond, a, b).astype(storage, copy=False)
+        if op == "GlobalIndex":
+            if self.read is None:
+                raise RuntimeError("Missing globals function")
+            index = self.run(e.src[0], mask)
+            return self.read(e, index, mask)
+        if op == "GlobalView":
+            index, valid = e.arg[1].to_alu_exp(list(e.src))
+            from jaxcore.alu import AluExp
+
+            lowered = AluExp.where(
+                valid, AluExp.global_index(e.dtype, e.arg[0], 2**62, index), AluExp.const(e.dtype, 0)
+            )
+            return self.run(lowered, mask)
+        srcs = [self.run(s, mask) for s in e.src]
+        if op in _BINARY:
+            return dt.arith(_BINARY[op], srcs[0], self._as(srcs[1], e.src[1].dtype, e.dtype), e.dtype)
+        if op in _UNARY_NUMPY:
+            with np.errstate(all="ignore"):
+                return np.asarray(_UNARY_NUMPY[op](srcs[0])).astype(storage, copy=False)
+        if op == "Cast":
+            return dt.cast(srcs[0], e.src[0].dtype, e.dtype)
+        if op == "Bitcast":
+            return dt.bitcast(srcs[0], e.src[0].dtype, e.dtype)
+        if op == "Cmplt":
+            return dt.compare("lt", srcs[0], srcs[1])
+        if op == "Cmpne":
+            return dt.compare("ne", srcs[0], srcs[1])
+        if op == "BitCombine":
+            r = dt.bit_combine(e.arg, srcs[0], self._as(srcs[1], e.src[1].dtype, e.dtype))
+            return r.astype(storage, copy=False)
+        if op == "BitShift":
+            return dt.bit_shift(e.arg, srcs[0], srcs[1], e.dtype)
+        if op == "Threefry2x32":
+            return dt.threefry2x32(*srcs, mode=e.arg)
+        raise NotImplementedError(f"Missing implementation for {op}")
+
+    @staticmethod
+    def _as(value: np.ndarray, src: DType, dst: DType) -> np.ndarray:
+        return value if src == dst else dt.cast(value, src, dst)
+
+
+def shared_nodes(*exps: AluExp | None) -> frozenset[str]:
+    """Keys of the nodes that are operands more than once: the ones worth memoising."""
+    uses: dict[str, int] = {}
+    for exp in exps:
+        if exp is None:
+            continue
+        for node in exp.nodes():
+            for s in node.src:
+                uses[s.key()] = uses.get(s.key(), 0) + 1
+    return frozenset(k for k, n in uses.items() if n > 1)
+
+
+def to_python(value: np.ndarray, dtype: DType) -> int | float:
+    """A 0-d result as a Python number (ints as int, floats as float)."""
+    v = np.asarray(value).reshape(())
+    if dt.is_float(dtype):
+        return float(v)
+    return int(v)
+
+
+def evaluate_scalar(
+    exp: AluExp, context: Mapping[str, float | int], globals: Callable[[int, int], float | int] | None = None
+) -> int | float:
+    """Evaluate on scalars: `context` binds Variables/Specials, `globals(gid, index)` reads buffers."""
+
+    def read(node: AluExp, index: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        if globals is None:
+            raise RuntimeError("Missing globals function")
+        if mask is not None and not bool(mask):
+            return np.zeros((), dt.to_numpy(node.dtype))
+        value = globals(node.arg[0], int(index))
+        return _number_to(value, node.dtype)
+
+    env = {
+        k: _number_to(v, DType.float64 if isinstance(v, float) else DType.int32) for k, v in context.items()
+    }
+    return to_python(Interpreter(env, read).run(exp), exp.dtype)
+
+
+def _number_to(value: Any, dtype: DType) -> np.ndarray:
+    if isinstance(value, np.ndarray | np.generic):
+        return np.asarray(value)
+    if dt.is_float(dtype):
+        return np.asarray(value, dtype=dt.to_numpy(dtype))
+    if isinstance(value, float) and not math.isfinite(value):
+        return np.asarray(0, dtype=np.int64)
+    return np.asarray(int(value), dtype=np.int64).astype(dt.to_numpy(dtype))

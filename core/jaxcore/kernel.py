@@ -1,0 +1,157 @@
+"""Kernel and Reduction: one output buffer computed from `nargs` inputs, optionally reduced.
+
+A kernel's `exp` computes output element `gidx` (or, with a reduction, item `(gidx, ridx)`
+of a single reduced axis). The reduction folds items with Add/Mul/Min/Max from its identity
+and then applies a fused `epilogue` written in `acc`, which may also read `gidx` and globals.
+float16 sums accumulate in float32 and round once, in the epilogue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
+from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, byte_width, is_float
+
+_IDENTITY: dict[tuple[AluOp, str], float] = {
+    (AluOp.Add, "bool"): 0,
+    (AluOp.Mul, "bool"): 1,
+    (AluOp.Min, "bool"): 1,
+    (AluOp.Max, "bool"): 0,
+    (AluOp.Add, "int"): 0,
+    (AluOp.Mul, "int"): 1,
+    (AluOp.Add, "float"): 0.0,
+    (AluOp.Mul, "float"): 1.0,
+    (AluOp.Min, "float"): math.inf,
+    (AluOp.Max, "float"): -math.inf,
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Reduction:
+    """A fold over one axis of `size` items, then `epilogue` (an expression in `acc`)."""
+
+    dtype: DType
+    op: AluOp
+    size: int
+    epilogue: AluExp | None = None
+
+    def __post_init__(self) -> None:
+        dtype, op = DType(self.dtype), AluOp(self.op)
+        if op not in AluGroup.Reduce:
+            raise TypeError(f"Unsupported reduction: {op}")
+        if not isinstance(self.size, int) or self.size < 0:
+            raise ValueError(f"reduction size must be a non-negative int, got {self.size!r}")
+        epilogue = self.epilogue if self.epilogue is not None else AluVar.acc(dtype)
+        if dtype == DType.float16 and op == AluOp.Add:
+            # Sum half floats in float32; round to half once, in the epilogue.
+            acc32 = AluVar.acc(DType.float32)
+            epilogue = epilogue.substitute({"acc": AluExp.cast(DType.float16, acc32)})
+            dtype = DType.float32
+        for v in epilogue.collect(lambda n: n.op == AluOp.Variable):
+            if v.arg not in ("acc", "gidx"):
+                raise ValueError(f"epilogue may use only $acc and $gidx, found ${v.arg}")
+            if v.arg == "acc" and v.dtype != dtype:
+                raise TypeError(f"epilogue reads $acc as {v.dtype}, but the reduction accumulates {dtype}")
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "epilogue", epilogue.simplify())
+        _ = self.identity
+
+    @property
+    def identity(self) -> float | int:
+        d = self.dtype
+        if d == DType.int32 and self.op in (AluOp.Min, AluOp.Max):
+            return INT32_MAX if self.op == AluOp.Min else INT32_MIN
+        if d == DType.uint32 and self.op in (AluOp.Min, AluOp.Max):
+            return UINT32_MAX if self.op == AluOp.Min else 0
+        kind = "float" if is_float(d) else ("bool" if d == DType.bool else "int")
+        try:
+            return _IDENTITY[(self.op, kind)]
+        except KeyError:
+            raise TypeError(f"Unsupported reduction: {self.op} {d}") from None
+
+    def key(self) -> str:
+        return f"{self.dtype}|{self.op}|{self.size}|{self.epilogue.key()}"
+
+    def __str__(self) -> str:
+        return f"{self.op}{{{self.size}}} -> {self.epilogue}"
+
+
+@dataclass(frozen=True, eq=False)
+class Kernel:
+    """`size` output elements of one buffer, read from `nargs` input buffers (gids 0..nargs-1)."""
+
+    nargs: int
+    size: int
+    exp: AluExp
+    reduction: Reduction | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.nargs, int) or self.nargs < 0:
+            raise ValueError(f"nargs must be a non-negative int, got {self.nargs!r}")
+        if not isinstance(self.size, int) or self.size < 0:
+            raise ValueError(f"size must be a non-negative int, got {self.size!r}")
+        if not isinstance(self.exp, AluExp):
+            raise TypeError(f"exp must be an AluExp, got {type(self.exp).__name__}")
+        if self.reduction is not None and not isinstance(self.reduction, Reduction):
+            raise TypeError(f"reduction must be a Reduction, got {type(self.reduction).__name__}")
+        object.__setattr__(self, "exp", self.exp.simplify())
+        allowed = {"gidx", "ridx"} if self.reduction else {"gidx"}
+        for v in self.exp.collect(lambda n: n.op == AluOp.Variable):
+            if v.arg not in allowed:
+                raise ValueError(f"kernel exp may use only {sorted(allowed)} variables, found ${v.arg}")
+        for node in self.nodes():
+            if node.op in (AluOp.GlobalIndex, AluOp.GlobalView) and not 0 <= node.arg[0] < self.nargs:
+                raise ValueError(f"kernel reads input {node.arg[0]} but has nargs={self.nargs}")
+
+    @property
+    def dtype(self) -> DType:
+        return self.reduction.epilogue.dtype if self.reduction else self.exp.dtype
+
+    @property
+    def bytes(self) -> int:
+        return self.size * byte_width(self.dtype)
+
+    def nodes(self) -> Iterator[AluExp]:
+        yield from self.exp.nodes()
+        if self.reduction:
+            yield from self.reduction.epilogue.nodes()
+
+    def key(self) -> str:
+        """A structural digest, stable across processes (a compile-cache key)."""
+        k = self.__dict__.get("_key")
+        if k is None:
+            red = self.reduction.key() if self.reduction else "-"
+            text = f"{self.nargs}|{self.size}|{self.exp.key()}|{red}"
+            k = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+            object.__setattr__(self, "_key", k)
+        return k
+
+    def __hash__(self) -> int:
+        return int(self.key()[:15], 16)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Kernel) and self.key() == other.key()
+
+    def input_bytes(self) -> list[int]:
+        """The fewest bytes each input buffer must hold for every read to be in bounds."""
+        need = [0] * self.nargs
+        for node in self.nodes():
+            if node.op == AluOp.GlobalIndex:
+                gid, length = node.arg
+                need[gid] = max(need[gid], length * byte_width(node.dtype))
+            elif node.op == AluOp.GlobalView:
+                gid, st = node.arg
+                need[gid] = max(need[gid], st.views[0].data_range()[1] * byte_width(node.dtype))
+        return need
+
+    def __str__(self) -> str:
+        lines = [f"{{ exp = {self.exp}", f"  size = {self.size}"]
+        if self.reduction:
+            lines.append(f"  reduction = {self.reduction}")
+        lines[-1] += " }"
+        return "\n".join(lines)

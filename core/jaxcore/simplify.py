@@ -1,0 +1,451 @@
+"""Range analysis and rewrite rules for AluExp.
+
+The rules are tinygrad's index algebra as jax-js adopted it, kept only where sound under our
+contract: integer rules need the divisor/sign conditions stated in each rule, and floats are
+never reassociated or folded through `x*0` / `x+0`, since float32 rounds (and NaN and -0
+survive) per op.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import reduce
+
+from jaxcore.alu import AluExp, AluGroup, AluOp
+from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, is_float
+
+Range = tuple[float, float]
+_INF = math.inf
+
+
+def _trunc_div(a: float, b: float) -> float:
+    if b == 0:
+        if a == 0 or math.isnan(a):
+            return math.nan
+        return math.copysign(_INF, a) * math.copysign(1, b)
+    q = a / b
+    return math.trunc(q) if math.isfinite(q) else q
+
+
+def _erfc(x: float) -> float:
+    return math.erfc(x)
+
+
+def value_range(e: AluExp) -> Range:
+    """Conservative [min, max] of an expression, assuming ints do not overflow and floats are not NaN."""
+    cached = e.__dict__.get("_range")
+    if cached is not None:
+        return cached
+    lo, hi = _range_inner(e)
+    if math.isnan(lo) or math.isnan(hi):
+        lo, hi = -_INF, _INF
+    if e.dtype == DType.bool:
+        lo, hi = min(max(lo, 0), 1), min(max(hi, 0), 1)
+    elif e.dtype == DType.uint32:
+        lo = max(lo, 0)
+    r = (lo, hi)
+    object.__setattr__(e, "_range", r)
+    return r
+
+
+def _range_inner(e: AluExp) -> Range:
+    op = e.op
+    s = [value_range(x) for x in e.src]
+    try:
+        if op == AluOp.Const:
+            return (e.arg, e.arg)
+        if op == AluOp.Special:
+            return (0, e.arg[1] - 1)
+        if op == AluOp.Add:
+            return (s[0][0] + s[1][0], s[0][1] + s[1][1])
+        if op == AluOp.Sub:
+            return (s[0][0] - s[1][1], s[0][1] - s[1][0])
+        if op == AluOp.Mul:
+            c = [a * b for a in s[0] for b in s[1]]
+            return (min(c), max(c))
+        if op == AluOp.Idiv:
+            if s[1][0] <= 0 <= s[1][1]:
+                return (-_INF, _INF)
+            c = [_trunc_div(a, b) for a in s[0] for b in s[1]]
+            return (min(c), max(c))
+        if op == AluOp.Mod:
+            dlo, dhi = s[1]
+            if dlo <= 0 <= dhi:
+                dlo, dhi = 0, max(-dlo, dhi)
+            elif dhi < 0:
+                dlo, dhi = -dhi, -dlo
+            m = dhi if is_float(e.dtype) else dhi - 1
+            return (min(max(s[0][0], -m), 0), min(max(s[0][1], 0), m))
+        if op == AluOp.Min:
+            return (min(s[0][0], s[1][0]), min(s[0][1], s[1][1]))
+        if op == AluOp.Max:
+            return (max(s[0][0], s[1][0]), max(s[0][1], s[1][1]))
+        if op in (AluOp.Sin, AluOp.Cos):
+            return (-1, 1)
+        if op in (AluOp.Asin, AluOp.Atan):
+            return (-math.pi / 2, math.pi / 2)
+        if op in (AluOp.Exp, AluOp.Sqrt, AluOp.Floor, AluOp.Ceil, AluOp.Log, AluOp.Erf):
+            f = {
+                AluOp.Exp: lambda v: math.exp(v) if v < 710 else _INF,
+                AluOp.Sqrt: lambda v: math.sqrt(v) if v >= 0 else math.nan,
+                AluOp.Floor: lambda v: math.floor(v) if math.isfinite(v) else v,
+                AluOp.Ceil: lambda v: math.ceil(v) if math.isfinite(v) else v,
+                AluOp.Log: lambda v: math.log(v) if v > 0 else (-_INF if v == 0 else math.nan),
+                AluOp.Erf: math.erf,
+            }[op]
+            return (f(s[0][0]), f(s[0][1]))
+        if op == AluOp.Erfc:
+            return (_erfc(s[0][1]), _erfc(s[0][0]))
+        if op == AluOp.Reciprocal:
+            if s[0][0] <= 0 <= s[0][1]:
+                return (-_INF, _INF)
+            return (1 / s[0][1], 1 / s[0][0])
+        if op == AluOp.Cast:
+            return _cast_range(e.dtype, e.src[0].dtype, s[0])
+        if op in (AluOp.Cmplt, AluOp.Cmpne):
+            return (0, 1)
+        if op == AluOp.Where:
+            return (min(s[1][0], s[2][0]), max(s[1][1], s[2][1]))
+    except (OverflowError, ValueError):
+        return (-_INF, _INF)
+    return (-_INF, _INF)
+
+
+def _cast_range(dst: DType, src: DType, r: Range) -> Range:
+    lo, hi = r
+    if dst == DType.bool:
+        if lo == 0 and hi == 0:
+            return (0, 0)
+        return (0, 1) if lo <= 0 <= hi else (1, 1)
+    if dst in (DType.int32, DType.uint32):
+        bounds = (INT32_MIN, INT32_MAX) if dst == DType.int32 else (0, UINT32_MAX)
+        if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+            return (-_INF, _INF) if dst == DType.int32 else (0, _INF)
+        a, b = (max(bounds[0], min(bounds[1], math.trunc(v))) for v in (lo, hi))
+        if not is_float(src) and (lo < bounds[0] or hi > bounds[1]):
+            return (-_INF, _INF) if dst == DType.int32 else (0, _INF)  # wraps
+        return (a, b)
+    return r
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+
+def _is_const_int(e: AluExp) -> bool:
+    return e.op == AluOp.Const and e.dtype in (DType.int32, DType.uint32)
+
+
+def _const_factor(e: AluExp) -> int:
+    if e.op == AluOp.Const and not is_float(e.dtype):
+        return abs(int(e.arg))
+    if e.op == AluOp.Add:
+        return math.gcd(_const_factor(e.src[0]), _const_factor(e.src[1]))
+    if e.op == AluOp.Mul:
+        if _is_const_int(e.src[0]):
+            return abs(int(e.src[0].arg))
+        if _is_const_int(e.src[1]):
+            return abs(int(e.src[1].arg))
+    return 1
+
+
+def _divides(e: AluExp, v: int) -> AluExp | None:
+    """e / v as an exact expression, or None when v does not visibly divide e."""
+    if v == 1:
+        return e
+    if v == 0:
+        return None
+    if e.op == AluOp.Const and not is_float(e.dtype):
+        return AluExp.const(e.dtype, int(e.arg) // v) if int(e.arg) % v == 0 else None
+    if e.op == AluOp.Add:
+        a, b = _divides(e.src[0], v), _divides(e.src[1], v)
+        return AluExp.add(a, b) if a is not None and b is not None else None
+    if e.op == AluOp.Mul:
+        a = _divides(e.src[0], v)
+        if a is not None:
+            return AluExp.mul(a, e.src[1])
+        b = _divides(e.src[1], v)
+        if b is not None:
+            return AluExp.mul(e.src[0], b)
+    return None
+
+
+def _split(e: AluExp, op: AluOp) -> list[AluExp]:
+    if e.op == op:
+        return _split(e.src[0], op) + _split(e.src[1], op)
+    return [e]
+
+
+def _sum_right(terms: list[AluExp]) -> AluExp:
+    return reduce(lambda acc, t: AluExp.add(t, acc), reversed(terms[:-1]), terms[-1])
+
+
+def _sum_left(terms: list[AluExp]) -> AluExp:
+    return reduce(AluExp.add, terms[1:], terms[0])
+
+
+def _scaled(c: int, t: AluExp) -> AluExp:
+    return t if c == 1 else AluExp.mul(AluExp.const(t.dtype, c), t)
+
+
+# ---- the driver ------------------------------------------------------------------------------
+
+
+def simplify(e: AluExp, cache: dict[str, AluExp] | None = None) -> AluExp:
+    """Rewrite to a fixed point of the rules; equal results are shared through `cache`."""
+    memo = e.__dict__.get("_simplified")
+    if memo is not None:
+        return memo
+    if cache is None:
+        cache = {}
+    h = e.key()
+    hit = cache.get(h)
+    if hit is not None:
+        object.__setattr__(e, "_simplified", hit)
+        return hit
+    s = _simplify_inner(e, cache)
+    hs = s.key()
+    if hs in cache:
+        s = cache[hs]
+    else:
+        cache[hs] = s
+    cache[h] = s
+    object.__setattr__(e, "_simplified", s)
+    return s
+
+
+def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
+    op, dtype = e.op, e.dtype
+    src = [simplify(s, cache) for s in e.src]
+    again = lambda x: simplify(x, cache)  # noqa: E731
+
+    # R1: constant folding
+    if src and op not in AluGroup.Variable and all(s.op == AluOp.Const for s in src):
+        return AluExp.const(dtype, AluExp(op, dtype, tuple(src), e.arg).evaluate({}))
+    # R2: a single-valued range is a constant
+    if op != AluOp.Const:
+        lo, hi = value_range(e)
+        if lo == hi and math.isfinite(lo):
+            return AluExp.const(dtype, lo)
+    flt = is_float(dtype)
+    # R3: no-op constants (sound subset for floats: x*1, x-0, x+(-0))
+    if op in AluGroup.Binary:
+        for i in (0, 1):
+            c = src[i]
+            if c.op != AluOp.Const:
+                continue
+            other = src[1 - i]
+            v = c.arg
+            if op == AluOp.Add and v == 0 and (not flt or math.copysign(1, v) < 0):
+                return other
+            if op == AluOp.Sub and i == 1 and v == 0 and (not flt or math.copysign(1, v) > 0):
+                return other
+            if op == AluOp.Mul and v == 1:
+                return other
+            if op == AluOp.Mul and v == 0 and not flt:
+                return AluExp.const(dtype, 0)
+            if op == AluOp.Idiv and i == 1 and v == 1 and not flt:
+                return other
+    # R4: x + (-1*y) -> x - y ; x - (-1*y) -> x + y
+    if op in (AluOp.Add, AluOp.Sub) and src[1].op == AluOp.Mul and not flt:
+        m = src[1]
+        y = None
+        if m.src[0].op == AluOp.Const and m.src[0].arg == -1:
+            y = m.src[1]
+        elif m.src[1].op == AluOp.Const and m.src[1].arg == -1:
+            y = m.src[0]
+        if y is not None:
+            return AluExp(AluOp.Sub if op == AluOp.Add else AluOp.Add, dtype, (src[0], y))
+    # R5: where(c, 1, 0) -> cast(c)
+    if op == AluOp.Where and src[1].op == AluOp.Const and src[2].op == AluOp.Const:
+        if src[1].arg == 1 and src[2].arg == 0:
+            return AluExp.cast(dtype, src[0])
+    # R6, R7: comparisons decided by ranges
+    if op == AluOp.Cmplt:
+        (a0, a1), (b0, b1) = value_range(src[0]), value_range(src[1])
+        if a0 >= b1:
+            return AluExp.bool_(False)
+        if a1 < b0:
+            return AluExp.bool_(True)
+    if op == AluOp.Cmpne:
+        (a0, a1), (b0, b1) = value_range(src[0]), value_range(src[1])
+        if a1 < b0 or a0 > b1:
+            return AluExp.bool_(True)
+    # R8: where with a decided condition
+    if op == AluOp.Where:
+        c0, c1 = value_range(src[0])
+        if c1 == 0:
+            return src[2]
+        if c0 == 1:
+            return src[1]
+    # R9: x % C where 0 <= x < C
+    if op == AluOp.Mod and src[1].op == AluOp.Const:
+        x0, x1 = value_range(src[0])
+        if x0 >= 0 and x1 < src[1].arg:
+            return src[0]
+    # R10: (x % A) % B -> x % min(A, B) when one divides the other
+    if op == AluOp.Mod and _is_const_int(src[1]) and src[0].op == AluOp.Mod and _is_const_int(src[0].src[1]):
+        a, b = int(src[0].src[1].arg), int(src[1].arg)
+        if a > 0 and b > 0 and (a % b == 0 or b % a == 0):
+            return simplify(AluExp.mod(src[0].src[0], AluExp.const(dtype, min(a, b))), {})
+    # R11: (x / A) * A + x % A -> x ; ((x / A) % B) * A + x % A -> x % (A*B)
+    if op == AluOp.Add and src[0].op == AluOp.Mul and src[1].op == AluOp.Mod:
+        mul, md = src[0], src[1]
+        a_mul, a_mod = mul.src[1], md.src[1]
+        if _is_const_int(a_mul) and _is_const_int(a_mod) and a_mul.arg == a_mod.arg:
+            u, x, a = mul.src[0], md.src[0], int(a_mul.arg)
+            if u.op == AluOp.Idiv and _is_const_int(u.src[1]) and u.src[1].arg == a and u.src[0] == x:
+                return x
+            if (
+                u.op == AluOp.Mod
+                and _is_const_int(u.src[1])
+                and u.src[0].op == AluOp.Idiv
+                and _is_const_int(u.src[0].src[1])
+                and u.src[0].src[1].arg == a
+                and u.src[0].src[0] == x
+            ):
+                return again(AluExp.mod(x, AluExp.const(dtype, a * int(u.src[1].arg))))
+    # R12: (x*A + y) / B with B | A (sound for truncating division)
+    if op == AluOp.Idiv and _is_const_int(src[1]) and int(src[1].arg) != 0:
+        r = _rule_idiv_factor(src[0], int(src[1].arg), dtype)
+        if r is not None:
+            return again(r)
+    # R13: (x*A + y) % B with B | A, everything non-negative
+    if op == AluOp.Mod and _is_const_int(src[1]) and int(src[1].arg) > 0 and value_range(src[0])[0] >= 0:
+        r = _rule_mod_factor(src[0], int(src[1].arg), dtype)
+        if r is not None:
+            return again(r)
+    # R14: commutative canonicalisation (constants right; integers only are reassociated)
+    if op in AluGroup.Commutative:
+        p = lambda a, b: AluExp(op, dtype, (a, b))  # noqa: E731
+        if src[0].op == AluOp.Const and src[1].op != AluOp.Const:
+            return again(p(src[1], src[0]))
+        if not flt:
+            if src[0].op == op and src[0].src[1].op == AluOp.Const:
+                x, a = src[0].src
+                if src[1].op == AluOp.Const:
+                    return again(p(x, p(a, src[1])))
+                return again(p(p(x, src[1]), a))
+            if src[1].op == op and src[1].src[1].op == AluOp.Const:
+                y, a = src[1].src
+                return again(p(p(src[0], y), a))
+    # R15, R16: integer division/remainder by a constant
+    if op in (AluOp.Idiv, AluOp.Mod) and _is_const_int(src[1]) and not flt:
+        r = _divide_by_gcd(op, src[0], int(src[1].arg), dtype)
+        if r is not None:
+            return again(r)
+        r = _simplify_remainder(op, src[0], int(src[1].arg), dtype)
+        if r is not None:
+            return again(r)
+    if any(a is not b for a, b in zip(src, e.src)):
+        return AluExp(op, dtype, tuple(src), e.arg)
+    return e
+
+
+def _rule_idiv_factor(numer: AluExp, b: int, dtype: DType) -> AluExp | None:
+    def q_of(m: AluExp, i: int) -> AluExp | None:
+        c = m.src[i]
+        if _is_const_int(c) and int(c.arg) % b == 0:
+            k = int(c.arg) // b
+            x = m.src[1 - i]
+            return x if k == 1 else AluExp.mul(x, AluExp.const(dtype, k))
+        return None
+
+    for i in (0, 1):
+        if numer.op == AluOp.Mul:
+            q = q_of(numer, i)
+            if q is not None:
+                return q
+        if numer.op == AluOp.Add:
+            for j in (0, 1):
+                m = numer.src[j]
+                if m.op != AluOp.Mul:
+                    continue
+                q = q_of(m, i)
+                if q is None:
+                    continue
+                y = numer.src[1 - j]
+                exact = _divides(y, b)
+                if exact is not None:
+                    return AluExp.add(q, exact)
+                (q0, q1), (y0, y1) = value_range(q), value_range(y)
+                if b > 0 and ((q0 >= 0 and y0 >= 0) or (q1 <= 0 and y1 <= 0)):
+                    return AluExp.add(q, AluExp.idiv(y, AluExp.const(dtype, b)))
+    return None
+
+
+def _rule_mod_factor(numer: AluExp, b: int, dtype: DType) -> AluExp | None:
+    for i in (0, 1):
+        if numer.op == AluOp.Add:
+            t, x = numer.src[i], numer.src[1 - i]
+            if value_range(x)[0] < 0:
+                continue
+            if _is_const_int(t) and int(t.arg) % b == 0:
+                return AluExp.mod(x, AluExp.const(dtype, b))
+            if t.op == AluOp.Mul:
+                for j in (0, 1):
+                    c = t.src[j]
+                    if _is_const_int(c) and int(c.arg) % b == 0:
+                        return AluExp.mod(x, AluExp.const(dtype, b))
+        if numer.op == AluOp.Mul and _is_const_int(numer.src[i]):
+            a = int(numer.src[i].arg)
+            if a % b == 0:
+                return AluExp.const(dtype, 0)
+            if a % b == 1:
+                return AluExp.mod(numer.src[1 - i], AluExp.const(dtype, b))
+    return None
+
+
+def _divide_by_gcd(op: AluOp, x: AluExp, y: int, dtype: DType) -> AluExp | None:
+    terms = _split(x, AluOp.Add)
+    factors = [_const_factor(t) for t in terms]
+    g = reduce(math.gcd, factors, abs(y))
+    if g in (0, 1):
+        return None
+    parts = []
+    for t, f in zip(terms, factors):
+        d = _divides(t, f)
+        if d is None:
+            return None
+        parts.append(_scaled(f // g, d) if f // g != 1 else d)
+    inner = AluExp(op, dtype, (_sum_right(parts), AluExp.const(dtype, y // g)))
+    return AluExp.mul(inner, AluExp.const(dtype, g)) if op == AluOp.Mod else inner
+
+
+def _simplify_remainder(op: AluOp, x: AluExp, y: int, dtype: DType) -> AluExp | None:
+    if y <= 0 or value_range(x)[0] < 0:
+        return None
+    const_val = 0
+    rest = x
+    if x.op == AluOp.Add and x.src[1].op == AluOp.Const:
+        const_val, rest = int(x.src[1].arg), x.src[0]
+    terms, factors = [], []
+    for u in _split(rest, AluOp.Add):
+        f = _const_factor(u)
+        d = _divides(u, f)
+        terms.append(d if d is not None else u)
+        factors.append(f if d is not None else 1)
+    quots = [f // y for f in factors]
+    rems = [f % y for f in factors]
+    g = reduce(math.gcd, rems, y)
+    fire = const_val % y != const_val or g != 1 or any(r == 0 for r in rems)
+    fire = fire or (op == AluOp.Mod and any(r != f for r, f in zip(rems, factors)))
+    if not fire:
+        return None
+    quo_terms = [AluExp.const(dtype, const_val // y)]
+    rem_terms = [AluExp.const(dtype, (const_val % y) // g)]
+    for t, f, q, r in zip(terms, factors, quots, rems):
+        if op == AluOp.Idiv and r != 0:
+            rem_terms.append(_scaled(f // g, t))
+        else:
+            rem_terms.append(_scaled(r // g, t))
+            quo_terms.append(_scaled(q, t))
+    rem = _sum_left(rem_terms)
+    quo = _sum_left(quo_terms)
+    if value_range(rem)[0] < 0:
+        return None
+    if op == AluOp.Mod:
+        return AluExp.add(
+            AluExp.mul(AluExp.const(dtype, g), AluExp.mod(rem, AluExp.const(dtype, y // g))),
+            AluExp.const(dtype, const_val % g),
+        )
+    return AluExp.add(AluExp.idiv(rem, AluExp.const(dtype, y // g)), quo)
