@@ -146,7 +146,8 @@ class AluExp:
         elif op == AluOp.BitShift:
             if any(s.dtype == DType.bool or is_float(s.dtype) for s in src) or self.arg not in ("shl", "shr"):
                 a, b = src[0].dtype, src[1].dtype
-                raise TypeError(f"BitShift[{self.arg}] requires two integral, non-bool dtypes, got {a} and {b}")
+                msg = f"BitShift[{self.arg}] requires two integral, non-bool dtypes, got {a} and {b}"
+                raise TypeError(msg)
         elif op == AluOp.Bitcast:
             s = src[0].dtype
             if s == DType.bool or dtype == DType.bool or byte_width(s) != byte_width(dtype):

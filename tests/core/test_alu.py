@@ -1,4 +1,4 @@
-"""AluExp: construction guards, the simplifier's rules (sound and unsound cases), ranges, hashing, printing."""
+"""AluExp: construction guards, simplifier rules (sound and unsound cases), ranges, hashing, printing."""
 
 from __future__ import annotations
 
