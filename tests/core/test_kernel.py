@@ -1,0 +1,93 @@
+"""Kernel, Reduction and tune_nullopt: validation, identities, f16 accumulation, printing, cache keys."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from jaxcore.alu import AluExp, AluOp, AluVar
+from jaxcore.dtype import DType
+from jaxcore.kernel import Kernel, Reduction
+from jaxcore.shape import ShapeTracker, unravel_alu
+from jaxcore.tuner import tune_nullopt
+
+
+def _row_sum_kernel() -> Kernel:
+    st = ShapeTracker.from_shape((3, 4))
+    idx = [*unravel_alu([3], AluVar.gidx), AluVar.ridx]
+    exp = AluExp.global_view(DType.float32, 0, st, idx)
+    return Kernel(1, 3, exp, Reduction(DType.float32, AluOp.Add, 4, AluVar.acc(DType.float32) * AluExp.f32(2)))
+
+
+def test_kernel_prints_like_jax_js() -> None:
+    assert str(_row_sum_kernel()) == (
+        "{ exp = GV_0<float32>{3,4:4,1:c}[$gidx:int32 % 3, $ridx:int32]\n"
+        "  size = 3\n"
+        "  reduction = Add{4} -> ($acc:float32 * 2) }"
+    )
+
+
+def test_tune_nullopt_lowers_views() -> None:
+    tuned = tune_nullopt(_row_sum_kernel())
+    assert str(tuned.exp) == "G_0<float32>[(#gidx{3} * 4) + #ridx{4}]"
+    assert str(tuned.epilogue) == "($acc:float32 * 2)"
+    assert tuned.thread_count == 3 and tuned.size.reduce == 4
+    assert str(tuned.output_idx_exp) == "#gidx{3}"
+
+
+def test_float16_sum_accumulates_in_float32() -> None:
+    exp = AluExp.global_index(DType.float16, 0, 128, AluVar.gidx * AluExp.i32(8) + AluVar.ridx)
+    k = Kernel(1, 16, exp, Reduction(DType.float16, AluOp.Add, 8))
+    assert k.reduction is not None and k.reduction.dtype == DType.float32
+    assert k.dtype == DType.float16 and k.bytes == 32
+    assert str(k.reduction) == "Add{8} -> Cast<float16>($acc:float32)"
+    assert str(tune_nullopt(k).exp) == "Cast<float32>(G_0<float16>[(#gidx{16} * 8) + #ridx{8}])"
+    # Other float16 reductions stay in float16.
+    assert Reduction(DType.float16, AluOp.Max, 8).dtype == DType.float16
+
+
+@pytest.mark.parametrize(
+    "dtype,op,identity",
+    [
+        (DType.bool, AluOp.Add, 0),
+        (DType.bool, AluOp.Mul, 1),
+        (DType.bool, AluOp.Min, 1),
+        (DType.bool, AluOp.Max, 0),
+        (DType.int32, AluOp.Min, 2**31 - 1),
+        (DType.int32, AluOp.Max, -(2**31)),
+        (DType.uint32, AluOp.Min, 2**32 - 1),
+        (DType.uint32, AluOp.Max, 0),
+        (DType.float32, AluOp.Min, math.inf),
+        (DType.float64, AluOp.Max, -math.inf),
+        (DType.float32, AluOp.Mul, 1),
+    ],
+)
+def test_reduction_identities(dtype: DType, op: AluOp, identity: float) -> None:
+    assert Reduction(dtype, op, 4).identity == identity
+
+
+def test_malformed_kernels_are_rejected() -> None:
+    read = AluExp.global_index(DType.float32, 2, 4, AluVar.gidx)
+    with pytest.raises(ValueError, match="reads input 2 but has nargs=2"):
+        Kernel(2, 4, read)
+    with pytest.raises(TypeError, match="Unsupported reduction: Sub"):
+        Reduction(DType.float32, AluOp.Sub, 4)
+    with pytest.raises(ValueError, match="may use only"):
+        Kernel(0, 4, AluVar.ridx)
+    with pytest.raises(ValueError, match="epilogue may use only"):
+        Reduction(DType.float32, AluOp.Add, 4, AluExp.variable(DType.float32, "other"))
+    with pytest.raises(TypeError, match="accumulates"):
+        Reduction(DType.float32, AluOp.Add, 4, AluExp.cast(DType.float32, AluVar.acc(DType.int32)))
+    with pytest.raises(ValueError, match="size"):
+        Kernel(0, -1, AluExp.f32(1))
+    with pytest.raises(TypeError, match="exp must be an AluExp"):
+        Kernel(0, 1, 1.0)  # type: ignore[arg-type]
+
+
+def test_kernel_keys_and_input_sizes() -> None:
+    a, b = _row_sum_kernel(), _row_sum_kernel()
+    assert a == b and a.key() == b.key() and hash(a) == hash(b)
+    assert Kernel(1, 3, a.exp, Reduction(DType.float32, AluOp.Max, 4)).key() != a.key()
+    assert a.input_bytes() == [48]
+    assert a.exp.simplify() is a.exp  # the constructor simplified it already
