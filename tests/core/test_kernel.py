@@ -17,7 +17,8 @@ def _row_sum_kernel() -> Kernel:
     st = ShapeTracker.from_shape((3, 4))
     idx = [*unravel_alu([3], AluVar.gidx), AluVar.ridx]
     exp = AluExp.global_view(DType.float32, 0, st, idx)
-    return Kernel(1, 3, exp, Reduction(DType.float32, AluOp.Add, 4, AluVar.acc(DType.float32) * AluExp.f32(2)))
+    epilogue = AluVar.acc(DType.float32) * AluExp.f32(2)
+    return Kernel(1, 3, exp, Reduction(DType.float32, AluOp.Add, 4, epilogue))
 
 
 def test_kernel_prints_like_jax_js() -> None:
