@@ -1,0 +1,31 @@
+# The two README commands. Both set up .venv once (again only when a pyproject changes):
+#   make bench   list the devices, then run the standard workloads on the default device
+#   make test    ruff, then the test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.jaxcore-installed
+PACKAGES := -e "core[test]" -e plugins/cpu -e plugins/wasm
+BENCH_ARGS ?=
+
+.PHONY: bench test venv clean-venv
+
+venv: $(STAMP)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python core/pyproject.toml plugins/cpu/pyproject.toml plugins/wasm/pyproject.toml
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(PACKAGES)
+	touch $@
+
+bench: $(STAMP)
+	$(BIN)/jaxcore devices
+	$(BIN)/jaxcore bench $(BENCH_ARGS)
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,499 @@
+"""The standard workloads: real kernels and routines on a device, checked and timed against numpy.
+
+Each workload builds its kernels with the public API, runs once to warm up and is **verified
+against numpy** before any time counts. Then the device and numpy run round-robin, alternating
+which goes first, and the median of each is reported. `speed` is numpy time / device time, so
+above 1 means the device is faster than numpy on this machine.
+
+Device time is wall time around the dispatches plus a 4-byte read of the last output, which waits
+for the work to finish on asynchronous devices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+import numpy as np
+
+from jaxcore import registry, tracing
+from jaxcore.alu import AluExp, AluOp, AluVar
+from jaxcore.backend import Backend, Slot, UnsupportedOpError, UnsupportedRoutineError
+from jaxcore.dtype import DType
+from jaxcore.kernel import Kernel, Reduction
+from jaxcore.routine import Routine
+
+F32 = DType.float32
+
+
+@dataclass
+class Case:
+    """A prepared workload: what to run on each side, how to check it, and how much work it is."""
+
+    device: Callable[[], None]
+    numpy: Callable[[], None]
+    check: Callable[[], str | None]  # None when the device output matches numpy, else what differs
+    work: float  # bytes moved (GB/s) or flops (GFLOP/s) per run
+    unit: str
+    per_run: int = 1  # operations per run: times are reported per operation (the dispatch workload)
+
+
+@dataclass
+class Result:
+    workload: str
+    device: str
+    status: str  # ok | WRONG | unsupported | error
+    device_s: float | None = None
+    numpy_s: float | None = None
+    speed: float | None = None  # numpy_s / device_s: > 1 means the device is faster
+    throughput: float | None = None
+    unit: str = ""
+    reps: int = 0
+    detail: str = ""
+    device_times: list[float] = field(default_factory=list)
+    numpy_times: list[float] = field(default_factory=list)
+
+
+class Buffers:
+    """Device buffers of one workload, freed together."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.be = backend
+        self.slots: list[Slot] = []
+
+    def put(self, arr: np.ndarray) -> Slot:
+        arr = np.ascontiguousarray(arr)
+        slot = self.be.malloc(arr.nbytes, memoryview(arr.reshape(-1)).cast("B"))
+        self.slots.append(slot)
+        return slot
+
+    def empty(self, nbytes: int) -> Slot:
+        slot = self.be.malloc(nbytes)
+        self.slots.append(slot)
+        return slot
+
+    def get(self, slot: Slot, dtype: Any, shape: Sequence[int]) -> np.ndarray:
+        return np.frombuffer(self.be.read(slot), dtype=dtype).reshape(shape)
+
+    def wait(self, slot: Slot) -> None:
+        self.be.read(slot, 0, 4)
+
+    def free(self) -> None:
+        for slot in self.slots:
+            self.be.dec_ref(slot)
+        self.slots.clear()
+
+
+def _gi(gid: int, length: int, index: AluExp) -> AluExp:
+    return AluExp.global_index(F32, gid, length, index)
+
+
+def _i32(v: int) -> AluExp:
+    return AluExp.i32(v)
+
+
+def _close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str | None:
+    if got.shape != want.shape:
+        return f"shape {got.shape} != {want.shape}"
+    bad = ~np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    if not bad.any():
+        return None
+    i = int(np.flatnonzero(bad)[0])
+    err = float(np.nanmax(np.abs(got.astype(np.float64) - want)))
+    first = f"first at {i}: {got.flat[i]} vs {want.flat[i]}"
+    return f"{int(bad.sum())} of {got.size} differ ({first}); max err {err:.3g}"
+
+
+# ---- workloads --------------------------------------------------------------------------------
+
+
+def _fma(b: Buffers, rng: np.random.Generator, n: int = 1 << 24) -> Case:
+    a, bb, c = (rng.uniform(-1, 1, n).astype(np.float32) for _ in range(3))
+    ga, gb, gc, out = b.put(a), b.put(bb), b.put(c), b.empty(4 * n)
+    g = AluVar.gidx
+    exe = b.be.prepare_kernel(Kernel(3, n, _gi(0, n, g) * _gi(1, n, g) + _gi(2, n, g)))
+    o = np.empty_like(a)
+
+    def device() -> None:
+        b.be.dispatch(exe, [ga, gb, gc], [out])
+        b.wait(out)
+
+    def numpy() -> None:
+        np.multiply(a, bb, out=o)
+        np.add(o, c, out=o)
+
+    return Case(
+        device, numpy, lambda: _close(b.get(out, np.float32, (n,)), a * bb + c, 1e-5, 1e-6), 16.0 * n, "GB/s"
+    )
+
+
+def _sum(b: Buffers, rng: np.random.Generator, n: int = 1 << 24) -> Case:
+    # Small integers: every partial sum is exact in float32, so any summation order gives one answer.
+    a = rng.integers(-8, 8, n).astype(np.float32)
+    ga, out = b.put(a), b.empty(4)
+    exp = _gi(0, n, AluVar.gidx * _i32(n) + AluVar.ridx)
+    exe = b.be.prepare_kernel(Kernel(1, 1, exp, Reduction(F32, AluOp.Add, n)))
+    want = np.array([a.astype(np.int64).sum()], dtype=np.float64)
+
+    def device() -> None:
+        b.be.dispatch(exe, [ga], [out])
+        b.wait(out)
+
+    return Case(
+        device, lambda: a.sum(), lambda: _close(b.get(out, np.float32, (1,)), want, 0, 0), 4.0 * n, "GB/s"
+    )
+
+
+def _softmax(b: Buffers, rng: np.random.Generator, rows: int = 4096, cols: int = 4096) -> Case:
+    n = rows * cols
+    x = rng.normal(0, 2, (rows, cols)).astype(np.float32)
+    gx, gmax, ginv, out = b.put(x), b.empty(4 * rows), b.empty(4 * rows), b.empty(4 * n)
+    g, r = AluVar.gidx, AluVar.ridx
+    item = _gi(0, n, g * _i32(cols) + r)
+    row_max = b.be.prepare_kernel(Kernel(1, rows, item, Reduction(F32, AluOp.Max, cols)))
+    # exp-sum with the reciprocal fused into its epilogue, so the last pass multiplies.
+    inv = AluExp.reciprocal(AluVar.acc(F32))
+    exp_sum = b.be.prepare_kernel(
+        Kernel(2, rows, AluExp.exp(item - _gi(1, rows, g)), Reduction(F32, AluOp.Add, cols, inv))
+    )
+    row = AluExp.idiv(g, _i32(cols))
+    divide = b.be.prepare_kernel(
+        Kernel(3, n, AluExp.exp(_gi(0, n, g) - _gi(1, rows, row)) * _gi(2, rows, row))
+    )
+
+    def device() -> None:
+        b.be.dispatch(row_max, [gx], [gmax])
+        b.be.dispatch(exp_sum, [gx, gmax], [ginv])
+        b.be.dispatch(divide, [gx, gmax, ginv], [out])
+        b.wait(out)
+
+    def numpy() -> None:
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        e /= e.sum(axis=1, keepdims=True)
+
+    x64 = x.astype(np.float64)
+    e64 = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    want = e64 / e64.sum(axis=1, keepdims=True)
+    return Case(
+        device, numpy, lambda: _close(b.get(out, np.float32, (rows, cols)), want, 1e-4, 1e-7), 8.0 * n, "GB/s"
+    )
+
+
+def _matmul(n: int) -> Callable[[Buffers, np.random.Generator], Case]:
+    def build(b: Buffers, rng: np.random.Generator) -> Case:
+        x = rng.normal(0, 1, (n, n)).astype(np.float32)
+        y = rng.normal(0, 1, (n, n)).astype(np.float32)
+        gx, gy, out = b.put(x), b.put(y), b.empty(4 * n * n)
+        g, r = AluVar.gidx, AluVar.ridx
+        # out[i, j] = sum_k x[i, k] * y[k, j] with i = gidx / n, j = gidx % n, k = ridx.
+        exp = _gi(0, n * n, AluExp.idiv(g, _i32(n)) * _i32(n) + r) * _gi(
+            1, n * n, r * _i32(n) + AluExp.mod(g, _i32(n))
+        )
+        exe = b.be.prepare_kernel(Kernel(2, n * n, exp, Reduction(F32, AluOp.Add, n)))
+
+        def device() -> None:
+            b.be.dispatch(exe, [gx, gy], [out])
+            b.wait(out)
+
+        want = x.astype(np.float64) @ y.astype(np.float64)
+        tol = 1e-5 * np.sqrt(n) * 4
+        return Case(
+            device,
+            lambda: x @ y,
+            lambda: _close(b.get(out, np.float32, (n, n)), want, tol, tol),
+            2.0 * n**3,
+            "GFLOP/s",
+        )
+
+    return build
+
+
+def _sort(argsort: bool) -> Callable[[Buffers, np.random.Generator], Case]:
+    def build(b: Buffers, rng: np.random.Generator, n: int = 1 << 20) -> Case:
+        x = rng.normal(0, 1, n).astype(np.float32)
+        gx = b.put(x)
+        routine = Routine.build("Argsort" if argsort else "Sort", [(n,)], [F32])
+        exe = b.be.prepare_routine(routine)
+        outs = [b.empty(4 * n) for _ in routine.type.output_shapes]
+
+        def device() -> None:
+            b.be.dispatch(exe, [gx], outs)
+            b.wait(outs[-1])
+
+        def check() -> str | None:
+            if not argsort:
+                return _close(b.get(outs[0], np.float32, (n,)), np.sort(x), 0, 0)
+            order = np.argsort(x, kind="stable")
+            return _close(b.get(outs[0], np.float32, (n,)), x[order], 0, 0) or _close(
+                b.get(outs[1], np.int32, (n,)), order, 0, 0
+            )
+
+        numpy = (lambda: np.argsort(x, kind="stable")) if argsort else (lambda: np.sort(x))
+        return Case(device, numpy, check, 4.0 * n * (1 + len(outs)), "GB/s")
+
+    return build
+
+
+def _cholesky(b: Buffers, rng: np.random.Generator, batch: int = 64, n: int = 128) -> Case:
+    m = rng.normal(0, 1, (batch, n, n))
+    a = (m @ m.transpose(0, 2, 1) / n + np.eye(n)).astype(np.float32)
+    ga, out = b.put(a), b.empty(a.nbytes)
+    exe = b.be.prepare_routine(Routine.build("Cholesky", [a.shape], [F32]))
+
+    def device() -> None:
+        b.be.dispatch(exe, [ga], [out])
+        b.wait(out)
+
+    want = np.linalg.cholesky(a.astype(np.float64))
+    check = lambda: _close(b.get(out, np.float32, a.shape), want, 1e-3, 1e-4)  # noqa: E731
+    return Case(device, lambda: np.linalg.cholesky(a), check, batch * n**3 / 3.0, "GFLOP/s")
+
+
+DISPATCHES = 1000
+
+
+def _dispatch(b: Buffers, rng: np.random.Generator) -> Case:
+    x = np.ones(1, dtype=np.float32)
+    gx, out = b.put(x), b.empty(4)
+    exe = b.be.prepare_kernel(Kernel(1, 1, _gi(0, 1, AluVar.gidx) + AluExp.f32(1)))
+    o = np.empty_like(x)
+
+    def device() -> None:
+        for _ in range(DISPATCHES):
+            b.be.dispatch(exe, [gx], [out])
+        b.wait(out)
+
+    def numpy() -> None:
+        for _ in range(DISPATCHES):
+            np.add(x, 1, out=o)
+
+    check = lambda: _close(b.get(out, np.float32, (1,)), x + 1, 0, 0)  # noqa: E731
+    return Case(device, numpy, check, 0.0, "", per_run=DISPATCHES)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    family: str
+    description: str
+    build: Callable[[Buffers, np.random.Generator], Case]
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in [
+        Workload("fma", "elementwise", "out = a*b + c, 16M float32, one fused kernel", _fma),
+        Workload("sum", "reduction", "sum of 16M float32, one reduction kernel", _sum),
+        Workload("softmax", "reduction", "row softmax 4096x4096: max, exp-sum, divide kernels", _softmax),
+        Workload("matmul512", "matmul", "512x512 @ 512x512 float32, one reduction kernel", _matmul(512)),
+        Workload("matmul1024", "matmul", "1024x1024 matmul, one reduction kernel", _matmul(1024)),
+        Workload("matmul2048", "matmul", "2048x2048 matmul, one reduction kernel", _matmul(2048)),
+        Workload("sort", "routine", "Sort routine, 1M float32", _sort(False)),
+        Workload("argsort", "routine", "Argsort routine (stable), 1M float32", _sort(True)),
+        Workload("cholesky", "routine", "Cholesky routine, batch 64x128x128 float32", _cholesky),
+        Workload("dispatch", "overhead", "per-dispatch overhead of a 1-element kernel", _dispatch),
+    ]
+}
+FAMILIES = sorted({w.family for w in WORKLOADS.values()})
+
+
+# ---- running ----------------------------------------------------------------------------------
+
+
+class Progress:
+    """A one-line progress bar on stderr (plain lines when stderr is not a terminal)."""
+
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        self.total, self.done = max(total, 1), 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def step(self, label: str, advance: int = 1) -> None:
+        self.done = min(self.total, self.done + advance)
+        if self.tty:
+            width = 30
+            fill = round(width * self.done / self.total)
+            bar = "#" * fill + "." * (width - fill)
+            self.stream.write(f"\r[{bar}] {self.done}/{self.total} {label:<32.32}")
+            if self.done == self.total:
+                self.stream.write("\n")
+            self.stream.flush()
+        elif advance:
+            self.stream.write(f"[{self.done}/{self.total}] {label}\n")
+            self.stream.flush()
+
+    def note(self, text: str) -> None:
+        if self.tty:
+            self.stream.write("\r" + " " * 80 + "\r")
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def run_workload(
+    w: Workload, backend: Backend, reps: int, progress: Progress, budget_s: float = 30.0, seed: int = 0
+) -> Result:
+    """Warm up, verify, then time device and numpy round-robin; `budget_s` caps the timed reps."""
+    res = Result(w.name, backend.name, "ok")
+    bufs = Buffers(backend)
+    try:
+        progress.step(f"{w.name}: setup", 0)
+        try:
+            case = w.build(bufs, np.random.default_rng(seed))
+        except (UnsupportedOpError, UnsupportedRoutineError) as exc:
+            res.status, res.detail = "unsupported", str(exc)
+            return res
+        warm = _timed(case.device)
+        case.numpy()
+        problem = case.check()
+        if problem is not None:
+            res.status, res.detail = "WRONG", problem
+            return res
+        n = min(reps, int(budget_s / max(warm, 1e-9)))
+        if n < reps:
+            res.detail = f"{n} of {reps} reps (time budget {budget_s:g}s)"
+        if n == 0:  # one run already exceeds the budget: report the warm-up run itself
+            res.detail = f"timed from the warm-up run, which exceeds the {budget_s:g}s budget"
+            res.device_times.append(warm)
+            res.numpy_times.append(_timed(case.numpy))
+        for i in range(n):
+            first, second = (case.device, case.numpy) if i % 2 == 0 else (case.numpy, case.device)
+            t1, t2 = _timed(first), _timed(second)
+            res.device_times.append(t1 if i % 2 == 0 else t2)
+            res.numpy_times.append(t2 if i % 2 == 0 else t1)
+            progress.step(f"{w.name}: rep {i + 1}/{n}", 0)
+        res.reps = max(n, 1)
+        res.device_s = statistics.median(res.device_times) / case.per_run
+        res.numpy_s = statistics.median(res.numpy_times) / case.per_run
+        res.speed = res.numpy_s / res.device_s if res.device_s > 0 else None
+        res.unit = case.unit
+        if res.device_s > 0 and case.work:
+            res.throughput = case.work / res.device_s / 1e9
+    except Exception as exc:  # noqa: BLE001 - a crash in one workload is a result, not the end of the run
+        res.status, res.detail = "error", f"{type(exc).__name__}: {exc}"
+    finally:
+        bufs.free()
+        progress.step(w.name)
+    return res
+
+
+def _fmt_time(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.1f} us"
+
+
+def format_table(results: list[Result]) -> str:
+    head = ("workload", "device", "time", "numpy", "speed", "throughput", "check")
+    rows = [head]
+    for r in results:
+        thr = "-" if r.throughput is None else f"{r.throughput:.2f} {r.unit}"
+        check = r.status if not r.detail or r.status == "ok" else f"{r.status}: {r.detail}"
+        if r.status == "ok" and r.detail:
+            check = f"ok ({r.detail})"
+        speed = "-" if r.speed is None else f"{r.speed:.2f}x"
+        rows.append((r.workload, r.device, _fmt_time(r.device_s), _fmt_time(r.numpy_s), speed, thr, check))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1] for row in rows]
+    lines.append(
+        "speed = numpy time / device time: above 1x the device is faster than numpy (median of reps)"
+    )
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device", action="append", default=None, help="device to run on (repeatable; default device)"
+    )
+    p.add_argument(
+        "--workload",
+        action="append",
+        default=None,
+        help=f"workload or family (repeatable): {', '.join(WORKLOADS)}; families {', '.join(FAMILIES)}",
+    )
+    p.add_argument("--reps", type=int, default=5, help="timed repetitions after one warm-up (default 5)")
+    p.add_argument(
+        "--budget", type=float, default=30.0, help="seconds of timed reps per workload (default 30)"
+    )
+    p.add_argument("--json", action="store_true", help="print machine-readable results on stdout")
+    p.add_argument("--trace", metavar="FILE", help="record a Chrome trace of the device dispatches to FILE")
+    p.add_argument("--list", action="store_true", help="list the workloads and exit")
+
+
+def select(names: Sequence[str] | None) -> list[Workload]:
+    if not names:
+        return list(WORKLOADS.values())
+    out: list[Workload] = []
+    for name in names:
+        group = [w for w in WORKLOADS.values() if w.family == name]
+        if name in WORKLOADS:
+            group = [WORKLOADS[name]]
+        if not group:
+            raise SystemExit(
+                f"unknown workload '{name}'; choose from {', '.join(WORKLOADS)} or {', '.join(FAMILIES)}"
+            )
+        out += [w for w in group if w not in out]
+    return out
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run the selected workloads; 0 when every result is ok or unsupported, 1 otherwise."""
+    out = out if out is not None else sys.stdout
+    if args.list:
+        for w in WORKLOADS.values():
+            out.write(f"{w.name:<12} {w.family:<12} {w.description}\n")
+        return 0
+    if args.reps < 1:
+        raise SystemExit("--reps must be at least 1")
+    workloads = select(args.workload)
+    devices = args.device or [registry.default_device()]
+    backends = [registry.get_backend(d) for d in devices]
+    progress = Progress(len(workloads) * len(backends))
+    if args.trace:
+        tracing.start_trace()
+    results: list[Result] = []
+    try:
+        for be in backends:
+            info = registry.device_info(be.name)
+            progress.note(
+                f"jaxcore bench on {be.name} ({info.plugin} {info.version}), {args.reps} reps + warm-up"
+            )
+            for w in workloads:
+                results.append(run_workload(w, be, args.reps, progress, args.budget))
+    finally:
+        if args.trace:
+            events = tracing.stop_trace(args.trace)
+            progress.note(f"trace: {sum(e['ph'] == 'X' for e in events)} dispatches written to {args.trace}")
+    if args.json:
+        infos = [registry.device_info(be.name) for be in backends]
+        doc = {
+            "devices": {d.name: {"plugin": d.plugin, "version": d.version} for d in infos},
+            "reps": args.reps,
+            "speed": "numpy_s / device_s (above 1: the device is faster)",
+            "results": [asdict(r) for r in results],
+        }
+        out.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        out.write(format_table(results) + "\n")
+    return 0 if all(r.status in ("ok", "unsupported") for r in results) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="jaxcore bench", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))

@@ -1,0 +1,97 @@
+"""Every environment setting jaxcore reads, read in one place.
+
+- `JAXCORE_DEFAULT_DEVICE`: the default device; if it is not ready, `get_backend()` fails and says why.
+- `JAXCORE_DEVICES`: comma list; only these devices may initialise (the others report "unavailable").
+- `JAXCORE_DISABLE_PLUGIN_AUTOLOAD=1`: do not load every installed plugin, only those named in
+  `JAXCORE_PLUGINS` and those passed to `register_plugin()` (like PYTEST_DISABLE_PLUGIN_AUTOLOAD).
+- `JAXCORE_PLUGINS`: comma list of plugins to load: entry-point names (`cpu`) or module paths
+  (`pkg.plugin`, for plugins that are importable but not installed).
+- `JAXCORE_STRICT_PLUGINS=1`: re-raise a plugin's import or hook failure instead of recording it (plugin CI).
+- `JAXCORE_CACHE_DIR`: where plugins keep on-disk caches (compiled kernels); default
+  `$XDG_CACHE_HOME/jaxcore` or `~/.cache/jaxcore`. A plugin uses its own subfolder.
+- `JAXCORE_<PLUGIN>_<KEY>`: plugin-specific settings, read with `current().plugin("<plugin>")`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+PREFIX = "JAXCORE_"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+
+def _flag(env: Mapping[str, str], key: str) -> bool:
+    raw = env.get(key, "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ValueError(f"{key}={env[key]!r} is not a boolean; use 1 or 0")
+
+
+def _names(raw: str | None) -> tuple[str, ...] | None:
+    """A comma list; unset or empty is None ("no restriction"), as JAX_PLATFORMS='' is."""
+    names = tuple(dict.fromkeys(p.strip() for p in (raw or "").split(",") if p.strip()))
+    return names or None
+
+
+def _default_cache_dir(environ: Mapping[str, str]) -> Path:
+    if environ.get("JAXCORE_CACHE_DIR", "").strip():
+        return Path(environ["JAXCORE_CACHE_DIR"].strip()).expanduser()
+    base = environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(base).expanduser() if base else Path.home() / ".cache") / "jaxcore"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The JAXCORE_* environment at the time it was read (immutable, so it can be shared)."""
+
+    default_device: str | None = None
+    devices: tuple[str, ...] | None = None
+    disable_plugin_autoload: bool = False
+    plugins: tuple[str, ...] = ()
+    strict_plugins: bool = False
+    cache_dir: Path = field(default_factory=lambda: _default_cache_dir({}))
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        environ = os.environ if environ is None else environ
+        env = {k: v for k, v in environ.items() if k.startswith(PREFIX)}
+        return cls(
+            default_device=env.get("JAXCORE_DEFAULT_DEVICE", "").strip() or None,
+            devices=_names(env.get("JAXCORE_DEVICES")),
+            disable_plugin_autoload=_flag(env, "JAXCORE_DISABLE_PLUGIN_AUTOLOAD"),
+            plugins=_names(env.get("JAXCORE_PLUGINS")) or (),
+            strict_plugins=_flag(env, "JAXCORE_STRICT_PLUGINS"),
+            cache_dir=_default_cache_dir(environ),
+            env=MappingProxyType(env),
+        )
+
+    def plugin(self, name: str) -> dict[str, str]:
+        """Plugin-specific settings: `JAXCORE_WASM_THREADS=4` gives `plugin("wasm") == {"threads": "4"}`."""
+        pre = f"{PREFIX}{name.upper().replace('-', '_')}_"
+        return {k[len(pre) :].lower(): v for k, v in self.env.items() if k.startswith(pre)}
+
+
+_current: Settings | None = None
+
+
+def current() -> Settings:
+    """The settings read from the environment on first use (call `reload()` after changing os.environ)."""
+    global _current
+    if _current is None:
+        _current = Settings.from_env()
+    return _current
+
+
+def reload() -> Settings:
+    """Read the environment again (tests, or a host that sets variables after import)."""
+    global _current
+    _current = Settings.from_env()
+    return _current

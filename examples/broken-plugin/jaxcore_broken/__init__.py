@@ -1,0 +1,1 @@
+"""A deliberately broken jaxcore plugin (for the registry's isolation tests)."""

@@ -1,0 +1,83 @@
+"""A tiny numpy backend: bytearray buffers, kernels run by the core's reference interpreter.
+
+It declares a deliberately small capability set (float32, int32, bool; the Sort routine only),
+so the conformance suite shows everything else raising UnsupportedOpError/UnsupportedRoutineError
+at prepare time instead of computing a wrong answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jaxcore import BaseBackend, Capabilities, DType, Executable, Kernel, tune_nullopt
+from jaxcore.dtype import arith, to_numpy
+from jaxcore.host_routines import run_routine
+from jaxcore.interpret import Interpreter
+from jaxcore.routine import Routine, Routines
+
+_FOLD = {"Add": "add", "Mul": "mul", "Min": "min", "Max": "max"}
+
+
+class ExampleBackend(BaseBackend):
+    name = "example"
+    capabilities = Capabilities(
+        dtypes=frozenset({DType.float32, DType.int32, DType.bool}),
+        routines=frozenset({Routines.Sort}),
+        max_args=4,
+        description="example plugin: numpy interpreter, float32/int32/bool, Sort only",
+    )
+
+    # ---- storage: a buffer is a bytearray ----
+    def _alloc(self, size: int) -> bytearray:
+        return bytearray(size)
+
+    def _free(self, handle: bytearray) -> None:
+        pass
+
+    def _copyin(self, handle: bytearray, data: memoryview) -> None:
+        handle[:] = data
+
+    def _copyout(self, handle: bytearray, start: int, count: int) -> bytes:
+        return bytes(handle[start : start + count])
+
+    # ---- compile: the core's untuned plan is enough for an interpreter ----
+    def _compile_kernel(self, kernel: Kernel) -> Any:
+        return tune_nullopt(kernel)
+
+    def _compile_routine(self, routine: Routine) -> Any:
+        return None
+
+    # ---- run ----
+    def _run(self, exe: Executable, inputs: list[bytearray], outputs: list[bytearray]) -> None:
+        src = exe.source
+        if isinstance(src, Routine):
+            t = src.type
+            ins = [_view(b, d, s) for b, d, s in zip(inputs, t.input_dtypes, t.input_shapes, strict=True)]
+            outs = [_view(b, d, s) for b, d, s in zip(outputs, t.output_dtypes, t.output_shapes, strict=True)]
+            run_routine(src, ins, outs)
+            return
+        out = np.frombuffer(outputs[0], dtype=to_numpy(src.dtype))
+
+        def read(node: Any, index: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+            data = np.frombuffer(inputs[node.arg[0]], dtype=to_numpy(node.dtype))
+            idx = np.asarray(index, dtype=np.int64)
+            return data[np.where(mask, idx, 0) if mask is not None else idx]
+
+        tuned = exe.data
+        gidx = np.arange(src.size, dtype=np.int32)
+        red = src.reduction
+        if red is None:
+            value = Interpreter({"gidx": gidx}, read).run(tuned.exp)
+        else:
+            acc = np.full(src.size, red.identity, dtype=to_numpy(red.dtype))
+            for j in range(red.size):  # fold in order, one op at a time, as the contract says
+                item = Interpreter({"gidx": gidx, "ridx": np.int32(j)}, read).run(tuned.exp)
+                acc = arith(_FOLD[red.op.value], acc, np.broadcast_to(item, acc.shape), red.dtype)
+            value = Interpreter({"gidx": gidx, "acc": acc}, read).run(tuned.epilogue)
+        out[:] = np.broadcast_to(value, out.shape)
+
+
+def _view(buf: bytearray, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
+    return np.frombuffer(buf, dtype=to_numpy(dtype)).reshape(shape)
