@@ -13,6 +13,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -72,7 +73,8 @@ class Capabilities:
     """What a backend declares it can do; tests, the suite and the CLI read this, never a device name.
 
     `unsupported_ops` lists (op, dtype) pairs that raise `UnsupportedOpError` although the dtype
-    is otherwise supported. `tolerances` may loosen the suite's default float tolerances per
+    is otherwise supported (a comparison by its operands' dtype; a routine name by any of its
+    input or output dtypes). `tolerances` may loosen the suite's default float tolerances per
     (op name, dtype) as (rtol, atol); an honest backend keeps it small and documented.
     `reference` marks a backend whose results define the contract (the differential tests
     compare other devices against it).
@@ -81,7 +83,7 @@ class Capabilities:
     dtypes: frozenset[DType]
     routines: frozenset[Routines]
     max_args: int
-    unsupported_ops: frozenset[tuple[AluOp, DType]] = frozenset()
+    unsupported_ops: frozenset[tuple[AluOp | Routines, DType]] = frozenset()
     max_buffer_bytes: int = 2**31
     device_timestamps: bool = False
     tolerances: tuple[tuple[str, DType, float, float], ...] = ()
@@ -146,6 +148,7 @@ class BaseBackend:
         self._lock = threading.RLock()
         self._kernel_cache: dict[Any, Executable] = {}
         self._routine_cache: dict[Any, Executable] = {}
+        self._compile_locks: dict[Any, threading.Lock] = {}
         self.stats = BackendStats()
 
     # ---- device-specific hooks -------------------------------------------------------------
@@ -243,50 +246,74 @@ class BaseBackend:
         return bytes(self._copyout(buf.handle, start, count)) if count else b""
 
     # ---- prepare -------------------------------------------------------------------------
+    def _cached(self, cache: dict[Any, Executable], key: Any, build: Callable[[], Executable]) -> Executable:
+        """One executable per key, even when several threads prepare the same thing at once."""
+        exe = cache.get(key)
+        if exe is not None:
+            return exe
+        with self._lock:
+            key_lock = self._compile_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            exe = cache.get(key)
+            if exe is None:
+                exe = build()
+                cache[key] = exe
+        with self._lock:
+            self._compile_locks.pop(key, None)
+        return exe
+
     def prepare_kernel(self, kernel: Kernel) -> Executable:
         from jaxcore.kernel import Kernel
 
         if not isinstance(kernel, Kernel):
             raise TypeError(f"prepare_kernel takes a Kernel, got {type(kernel).__name__}")
         key = kernel.key()
-        exe = self._kernel_cache.get(key)
-        if exe is not None:
+        if key in self._kernel_cache:
             self.stats.kernel_cache_hits += 1
-            return exe
-        if kernel.nargs > self.max_args:
-            raise ValueError(f"kernel has {kernel.nargs} inputs; {self.name} takes at most {self.max_args}")
-        self._check_dtypes(kernel)
-        exe = Executable(kernel, self._compile_kernel(kernel))
-        self.stats.kernel_compiles += 1
-        self._kernel_cache[key] = exe
-        return exe
 
-    def _check_dtypes(self, kernel: Kernel) -> None:
-        """Raise UnsupportedOpError for any (op, dtype) the capabilities exclude."""
+        def build() -> Executable:
+            if kernel.nargs > self.max_args:
+                raise ValueError(
+                    f"kernel has {kernel.nargs} inputs; {self.name} takes at most {self.max_args}"
+                )
+            self._check_ops(kernel)
+            exe = Executable(kernel, self._compile_kernel(kernel))
+            self.stats.kernel_compiles += 1
+            return exe
+
+        return self._cached(self._kernel_cache, key, build)
+
+    def _check_ops(self, kernel: Kernel) -> None:
+        """Raise UnsupportedOpError for any dtype or (op, dtype) the capabilities exclude.
+
+        A comparison is declared by its operands' dtype, since its own dtype is always bool.
+        """
+        from jaxcore.alu import AluGroup
+
         caps = self.capabilities
         for node in kernel.nodes():
-            if not caps.supports_op(node.op, node.dtype):
-                raise UnsupportedOpError(
-                    node.op if node.dtype in caps.dtypes else None, node.dtype, self.name
-                )
+            dtype = node.src[0].dtype if node.op in AluGroup.Compare else node.dtype
+            if dtype not in caps.dtypes:
+                raise UnsupportedOpError(None, dtype, self.name)
+            if not caps.supports_op(node.op, dtype):
+                raise UnsupportedOpError(node.op, dtype, self.name)
 
     def prepare_routine(self, routine: Routine) -> Executable:
         from jaxcore.routine import Routine
 
         if not isinstance(routine, Routine):
             raise TypeError(f"prepare_routine takes a Routine, got {type(routine).__name__}")
-        key = routine.key()
-        exe = self._routine_cache.get(key)
-        if exe is not None:
-            return exe
-        if routine.name not in self.capabilities.routines:
-            raise UnsupportedRoutineError(routine.name, self.name)
-        for dt in (*routine.type.input_dtypes, *routine.type.output_dtypes):
-            if dt not in self.capabilities.dtypes:
-                raise UnsupportedOpError(None, dt, self.name)
-        exe = Executable(routine, self._compile_routine(routine))
-        self._routine_cache[key] = exe
-        return exe
+
+        def build() -> Executable:
+            caps = self.capabilities
+            if routine.name not in caps.routines:
+                raise UnsupportedRoutineError(routine.name, self.name)
+            for dt in (*routine.type.input_dtypes, *routine.type.output_dtypes):
+                if dt not in caps.dtypes or (routine.name, dt) in caps.unsupported_ops:
+                    raise UnsupportedOpError(None, dt, self.name)
+            return Executable(routine, self._compile_routine(routine))
+
+        return self._cached(self._routine_cache, routine.key(), build)
 
     async def prepare_kernel_async(self, kernel: Kernel) -> Executable:
         return await asyncio.to_thread(self.prepare_kernel, kernel)
