@@ -1,0 +1,132 @@
+"""What a backend declares it cannot do must fail loudly at prepare time, never with a wrong answer.
+
+For every dtype it does not list, every (op, dtype) in `unsupported_ops` and every routine it does
+not list, preparing a kernel/routine that needs it raises UnsupportedOpError/UnsupportedRoutineError.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxcore.alu import AluExp, AluOp
+from jaxcore.backend import Backend
+from jaxcore.conformance.harness import expect_unsupported, map_kernel, minimal_kernel, reduce_kernel
+from jaxcore.dtype import DType
+from jaxcore.kernel import Kernel
+from jaxcore.routine import (
+    FftParams,
+    Routine,
+    Routines,
+    ScatterParams,
+)
+
+_FLOAT_ROUTINES = {
+    Routines.TriangularSolve,
+    Routines.Cholesky,
+    Routines.LU,
+    Routines.JacobiEigh,
+    Routines.Fft,
+}
+
+
+def sample_routine(name: Routines, dtype: DType) -> Routine | None:
+    """A small valid routine of `name` whose data has `dtype` (None if the routine cannot take it)."""
+    floaty = dtype in (DType.float16, DType.float32, DType.float64)
+    if name in _FLOAT_ROUTINES and not floaty:
+        return None
+    if name in (Routines.Sort, Routines.Argsort):
+        return Routine.build(name, [(2, 4)], [dtype])
+    if name == Routines.Scatter:
+        return Routine.build(name, [(3,), (3,)], [dtype, DType.int32], ScatterParams("add", (4,), (0,), 0))
+    if name == Routines.TriangularSolve:
+        return Routine.build(name, [(3, 3), (2, 3)], [dtype, dtype])
+    if name == Routines.Fft:
+        return Routine.build(name, [(2, 4), (2, 4)], [dtype, dtype], FftParams.default(4))
+    return Routine.build(name, [(3, 3)], [dtype])
+
+
+def undeclared_kernels(dtype: DType) -> list[tuple[str, Kernel]]:
+    """Kernels that touch `dtype` in different places: input, output only, intermediate only, accumulator."""
+    other = DType.int32 if dtype != DType.int32 else DType.float32
+    out: list[tuple[str, Kernel]] = [
+        ("copy", map_kernel([dtype], 4, lambda x: x)),
+        ("constant", Kernel(0, 4, AluExp.const(dtype, 1))),
+        ("cast into it", map_kernel([other], 4, lambda x: AluExp.cast(dtype, x))),
+        ("intermediate only", map_kernel([other], 4, lambda x: AluExp.cast(other, AluExp.cast(dtype, x)))),
+        ("compare only", map_kernel([dtype, dtype], 4, AluExp.cmplt)),
+        ("reduction", reduce_kernel(dtype, AluOp.Max, 2, 3)),
+    ]
+    return out
+
+
+def test_undeclared_dtypes_raise(backend: Backend) -> None:
+    """Every kernel and routine touching an undeclared dtype raises UnsupportedOpError at prepare."""
+    caps = backend.capabilities
+    failures: list[str] = []
+    for dtype in DType:
+        if dtype in caps.dtypes:
+            continue
+        for label, kernel in undeclared_kernels(dtype):
+            try:
+                expect_unsupported(backend, kernel)
+            except AssertionError as exc:
+                failures.append(f"{dtype} ({label}): {exc}")
+        for name in Routines:
+            r = sample_routine(name, dtype)
+            if r is not None:
+                try:
+                    expect_unsupported(backend, r)
+                except AssertionError as exc:
+                    failures.append(f"{name}<{dtype}>: {exc}")
+    assert not failures, "\n".join(failures)
+
+
+def test_unsupported_ops_raise(backend: Backend) -> None:
+    """Every (op, dtype) in unsupported_ops raises at prepare (for Cmplt/Cmpne the operand dtype)."""
+    failures: list[str] = []
+    for op, dtype in sorted(backend.capabilities.unsupported_ops, key=str):
+        if str(op) in set(Routines):
+            r = sample_routine(Routines(str(op)), DType(dtype))
+            source: Kernel | Routine | None = r
+        else:
+            source = minimal_kernel(AluOp(op), DType(dtype))
+        if source is None:
+            continue
+        try:
+            expect_unsupported(backend, source)
+        except AssertionError as exc:
+            failures.append(f"{op}<{dtype}>: {exc}")
+    assert not failures, "\n".join(failures)
+
+
+def test_undeclared_routines_raise(backend: Backend) -> None:
+    """Every routine not in capabilities.routines raises UnsupportedRoutineError at prepare."""
+    failures: list[str] = []
+    for name in Routines:
+        if name in backend.capabilities.routines:
+            continue
+        for dtype in (DType.float32, DType.int32):
+            r = sample_routine(name, dtype)
+            if r is None or dtype not in backend.capabilities.dtypes:
+                continue
+            try:
+                expect_unsupported(backend, r)
+            except AssertionError as exc:
+                failures.append(f"{name}: {exc}")
+    assert not failures, "\n".join(failures)
+
+
+def test_declared_capabilities_are_consistent(backend: Backend) -> None:
+    """Capabilities are data the suite trusts: known dtypes and routines, sane limits, tolerances well formed."""
+    caps = backend.capabilities
+    assert caps.dtypes and all(isinstance(d, DType) for d in caps.dtypes), caps.dtypes
+    assert all(r in set(Routines) for r in caps.routines), caps.routines
+    assert isinstance(caps.max_args, int) and caps.max_args >= 1
+    assert isinstance(caps.max_buffer_bytes, int) and caps.max_buffer_bytes > 0
+    for entry in caps.tolerances:
+        op, dtype, rtol, atol = entry
+        assert DType(dtype) in caps.dtypes and np.isfinite(rtol) and np.isfinite(atol), entry
+        assert 0 <= rtol <= 0.1 and 0 <= atol <= 0.1, f"tolerance {entry} is too loose to mean anything"
+    for op, dtype in caps.unsupported_ops:
+        assert str(op) in set(AluOp) or str(op) in set(Routines), f"unknown op in unsupported_ops: {op}"
+        assert DType(dtype) in caps.dtypes, f"({op}, {dtype}): list undeclared dtypes only in `dtypes`"

@@ -1,0 +1,305 @@
+"""Reads through `GlobalView` + `ShapeTracker`: pad (masked reads are 0), flip, expand, shrink,
+permute, reshapes of padded views (stacked views), matmuls built from views of one buffer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytest
+
+from jaxcore.alu import AluExp, AluOp, AluVar
+from jaxcore.backend import Backend
+from jaxcore.conformance import oracle
+from jaxcore.conformance.harness import assert_close, run_kernel, skip_if_undeclared
+from jaxcore.dtype import DType
+from jaxcore.kernel import Kernel, Reduction
+from jaxcore.shape import ShapeTracker
+
+DTYPES = [str(d) for d in DType]
+
+
+def unravel(shape: Sequence[int], flat: AluExp) -> list[AluExp]:
+    """Row-major indices of `flat` (built here so the case does not depend on the core's helper)."""
+    out: list[AluExp] = []
+    stride = 1
+    for dim in reversed(shape):
+        out.append(AluExp.mod(AluExp.idiv(flat, AluExp.i32(stride)), AluExp.i32(dim)))
+        stride *= dim
+    return out[::-1]
+
+
+def view_read(dtype: str, gid: int, st: ShapeTracker, flat: AluExp | None = None) -> AluExp:
+    return AluExp.global_view(DType(dtype), gid, st, unravel(st.shape, AluVar.gidx if flat is None else flat))
+
+
+def view_kernel(dtype: str, base: Sequence[int], movement: Callable[[ShapeTracker], ShapeTracker]) -> Kernel:
+    st = movement(ShapeTracker.from_shape(base))
+    return Kernel(1, st.size, view_read(dtype, 0, st))
+
+
+def source(shape: Sequence[int], dtype: str) -> np.ndarray:
+    n = int(np.prod(shape))
+    vals = np.arange(1, n + 1) % (2 if dtype == "bool" else 251)
+    return oracle.array(vals, dtype).reshape(shape)
+
+
+VIEW_CASES: dict[
+    str, tuple[tuple[int, ...], Callable[[ShapeTracker], ShapeTracker], Callable[[np.ndarray], np.ndarray]]
+] = {
+    "flip": ((3,), lambda s: s.flip([True]), lambda a: a[::-1]),
+    "flip2d": ((2, 3), lambda s: s.flip([True, False]), lambda a: a[::-1, :]),
+    "pad": ((3, 3), lambda s: s.pad([[1, 2], [3, 4]]), lambda a: np.pad(a, [(1, 2), (3, 4)])),
+    "pad_flip": (
+        (3, 3),
+        lambda s: s.pad([[1, 0], [0, 2]]).flip([True, True]),
+        lambda a: np.pad(a, [(1, 0), (0, 2)])[::-1, ::-1],
+    ),
+    "expand": ((3, 1), lambda s: s.expand([3, 4]), lambda a: np.broadcast_to(a, (3, 4))),
+    "pad_expand": (
+        (1, 3),
+        lambda s: s.pad([[0, 0], [1, 0]]).expand([5, 4]),
+        lambda a: np.broadcast_to(np.pad(a, [(0, 0), (1, 0)]), (5, 4)),
+    ),
+    "shrink": ((5, 5), lambda s: s.shrink([[1, 4], [2, 5]]), lambda a: a[1:4, 2:5]),
+    "pad_shrink": (
+        (3, 3),
+        lambda s: s.pad([[1, 1], [1, 1]]).shrink([[0, 2], [1, 5]]),
+        lambda a: np.pad(a, 1)[0:2, 1:5],
+    ),
+    "permute": ((2, 3, 4), lambda s: s.permute([2, 0, 1]), lambda a: a.transpose(2, 0, 1)),
+    "permute_reshape": ((3, 4), lambda s: s.permute([1, 0]).reshape([12]), lambda a: a.T.reshape(12)),
+    "flip_reshape": (
+        (2, 3),
+        lambda s: s.flip([True, False]).reshape([3, 2]),
+        lambda a: a[::-1].reshape(3, 2),
+    ),
+    "pad_reshape": ((4,), lambda s: s.pad([[1, 1]]).reshape([3, 2]), lambda a: np.pad(a, 1).reshape(3, 2)),
+    "pad_flip_reshape": (
+        (2, 2),
+        lambda s: s.pad([[1, 1], [1, 1]]).flip([False, True]).reshape([16]),
+        lambda a: np.pad(a, 1)[:, ::-1].reshape(16),
+    ),
+    "complex_reshape": (
+        (240,),
+        lambda s: (
+            s.reshape([2, 2, 6, 1, 10])
+            .permute([1, 0, 2, 3, 4])
+            .pad([[1, 1], [2, 3], [0, 0], [0, 0], [0, 0]])
+            .reshape([4, 7, 3, 2, 10])
+        ),
+        lambda a: np.pad(
+            a.reshape(2, 2, 6, 1, 10).transpose(1, 0, 2, 3, 4), [(1, 1), (2, 3), (0, 0), (0, 0), (0, 0)]
+        ).reshape(4, 7, 3, 2, 10),
+    ),
+    "expand_reshape": (
+        (3, 1),
+        lambda s: s.expand([3, 4]).reshape([12]),
+        lambda a: np.broadcast_to(a, (3, 4)).reshape(12),
+    ),
+    "pad_or_shrink": ((5,), lambda s: s.pad_or_shrink([[-1, 2]]), lambda a: np.pad(a[1:], [(0, 2)])),
+    "repeat_tile": ((2, 3), lambda s: s.repeat([2]), lambda a: np.tile(a, (1, 2))),
+    "repeat_each": ((2, 3), lambda s: s.repeat([2], tile=False), lambda a: np.repeat(a, 2, axis=1)),
+}
+
+
+@pytest.mark.parametrize("case", list(VIEW_CASES))
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_view(backend: Backend, dtype: str, case: str) -> None:
+    """Each movement op (and stacks of them) reads what numpy's equivalent gives; masked reads give 0."""
+    base, move, expect = VIEW_CASES[case]
+    kernel = view_kernel(dtype, base, move)
+    skip_if_undeclared(backend, kernel)
+    x = source(base, dtype)
+    want = np.ascontiguousarray(expect(x)).ravel()
+    got = run_kernel(backend, kernel, [x.ravel()])
+    assert_close(got, want, "GlobalView", dtype, backend, what=f"view {case}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_view_dtypes(backend: Backend, dtype: str) -> None:
+    """Pad + flip in every dtype: padding reads the dtype's zero (false, +0.0), never garbage."""
+    kernel = view_kernel(dtype, (3, 2), lambda s: s.pad([[2, 1], [0, 3]]).flip([True, False]))
+    skip_if_undeclared(backend, kernel)
+    x = source((3, 2), dtype)
+    want = np.pad(x, [(2, 1), (0, 3)])[::-1].ravel()
+    assert_close(run_kernel(backend, kernel, [x.ravel()]), want, "GlobalView", dtype, backend)
+
+
+def test_flipped_view_elementwise(backend: Backend) -> None:
+    """jax-js backend test 2: a * flip(b) = [6,10,12], then a + flip(b) = [7,7,7] into the same shape."""
+    a = np.array([1, 2, 3], np.float32)
+    b = np.array([4, 5, 6], np.float32)
+    flipped = ShapeTracker.from_shape([3]).flip([True])
+    ga = AluExp.global_index(DType.float32, 0, 3, AluVar.gidx)
+    gb = view_read("float32", 1, flipped)
+    for fn, want in ((AluExp.mul, [6, 10, 12]), (AluExp.add, [7, 7, 7])):
+        got = run_kernel(backend, Kernel(2, 3, fn(ga, gb)), [a, b])
+        assert_close(got, np.array(want, np.float32), "GlobalView", "float32", backend)
+
+
+def test_masked_reads_never_touch_memory(backend: Backend) -> None:
+    """A view padded far beyond its buffer: masked positions read 0 and must not read out of bounds."""
+    kernel = view_kernel("float32", (2,), lambda s: s.pad([[1000, 1000]]))
+    x = np.array([5.0, 6.0], np.float32)
+    got = run_kernel(backend, kernel, [x])
+    want = np.zeros(2002, np.float32)
+    want[1000:1002] = x
+    assert_close(got, want, "GlobalView", "float32", backend)
+
+
+def test_same_buffer_two_views(backend: Backend) -> None:
+    """One buffer bound once, read through two different views in one kernel: x + x^T."""
+    st = ShapeTracker.from_shape([4, 4])
+    plain = view_read("float32", 0, st)
+    transposed = view_read("float32", 0, st.permute([1, 0]))
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    got = run_kernel(backend, Kernel(1, 16, AluExp.add(plain, transposed)), [x.ravel()])
+    assert_close(got, (x + x.T).ravel(), "Add", "float32", backend)
+
+
+def matmul_kernel(m: int, n: int, k: int, swap: bool = False, single: bool = False) -> Kernel:
+    """C[m,n] = sum_k A[m,k] * B[k,n] with both operands as broadcast views (jax-js test 11/12)."""
+    a_st = ShapeTracker.from_shape([m, k]).reshape([m, 1, k]).expand([m, n, k])
+    b_st = ShapeTracker.from_shape([k, n]).permute([1, 0]).reshape([1, n, k]).expand([m, n, k])
+    idx = [*unravel([m, n], AluVar.gidx), AluVar.ridx]
+    a = AluExp.global_view(DType.float32, 0, a_st, idx)
+    b = AluExp.global_view(DType.float32, 0 if single else 1, b_st, idx)
+    item = AluExp.mul(b, a) if swap else AluExp.mul(a, b)
+    return Kernel(1 if single else 2, m * n, item, Reduction(DType.float32, AluOp.Add, k))
+
+
+def test_matmul_views_of_one_buffer(backend: Backend) -> None:
+    """64x64 ones times itself through two views of the same buffer: every entry is 64."""
+    x = np.ones((64, 64), np.float32)
+    got = run_kernel(backend, matmul_kernel(64, 64, 64, single=True), [x.ravel()])
+    assert_close(got, np.full(64 * 64, 64, np.float32), "ReduceAdd", "float32", backend)
+
+
+@pytest.mark.parametrize("swap", [False, True], ids=["AB", "BA"])
+def test_matmul_non_square(backend: Backend, swap: bool) -> None:
+    """M=16, N=48, K=24 with distinct integer-valued operands, either multiply order (exact in f32)."""
+    rng = np.random.default_rng(11)
+    a = rng.integers(-3, 4, size=(16, 24)).astype(np.float32)
+    b = rng.integers(-3, 4, size=(24, 48)).astype(np.float32)
+    got = run_kernel(backend, matmul_kernel(16, 48, 24, swap=swap), [a.ravel(), b.ravel()])
+    assert_close(got, (a.astype(np.float64) @ b).astype(np.float32).ravel(), "ReduceAdd", "float32", backend)
+
+
+@pytest.mark.parametrize("mnk", [(128, 128, 128), (129, 131, 67)], ids=["128^3", "129x131x67"])
+def test_matmul_large(backend: Backend, mnk: tuple[int, int, int]) -> None:
+    """Large enough for tiled/parallel matmul paths, and a ragged one; integer data keeps it exact."""
+    m, n, k = mnk
+    rng = np.random.default_rng(m)
+    a = rng.integers(-3, 4, size=(m, k)).astype(np.float32)
+    b = rng.integers(-3, 4, size=(k, n)).astype(np.float32)
+    got = run_kernel(backend, matmul_kernel(m, n, k), [a.ravel(), b.ravel()])
+    assert_close(got, (a.astype(np.float64) @ b).astype(np.float32).ravel(), "ReduceAdd", "float32", backend)
+
+
+def test_matmul_1x784x10_is_exact(backend: Backend) -> None:
+    """The unroll-indexing regression: arange(784) @ ones(784, 10) is 306936 exactly in f32."""
+    a = np.arange(784, dtype=np.float32).reshape(1, 784)
+    b = np.ones((784, 10), np.float32)
+    got = run_kernel(backend, matmul_kernel(1, 10, 784), [a.ravel(), b.ravel()])
+    assert_close(got, np.full(10, 306936, np.float32), "ReduceAdd", "float32", backend)
+
+
+def test_row_dependent_reduction_loads(backend: Backend) -> None:
+    """Reduce the middle axis of [32,5,128] with v = 1000m + 10k + n: 5(1000m + n) + 100 (jax-js test 13)."""
+    m, k, n = np.meshgrid(np.arange(32), np.arange(5), np.arange(128), indexing="ij")
+    x = (1000 * m + 10 * k + n).astype(np.float32)
+    st = ShapeTracker.from_shape([32, 5, 128]).permute([0, 2, 1])
+    idx = [*unravel([32, 128], AluVar.gidx), AluVar.ridx]
+    kernel = Kernel(
+        1, 32 * 128, AluExp.global_view(DType.float32, 0, st, idx), Reduction(DType.float32, AluOp.Add, 5)
+    )
+    got = run_kernel(backend, kernel, [x.ravel()])
+    want = (5 * (1000 * np.arange(32)[:, None] + np.arange(128)[None, :]) + 100).astype(np.float32).ravel()
+    assert_close(got, want, "ReduceAdd", "float32", backend)
+
+
+def test_reduction_over_padded_view(backend: Backend) -> None:
+    """Sum rows of a padded, flipped view: masked items add 0 (and a Max over them sees 0, not garbage)."""
+    x = np.array([[1, -2, 3], [-4, -5, -6]], np.float32)
+    st = ShapeTracker.from_shape([2, 3]).pad([[1, 0], [2, 1]]).flip([False, True])
+    idx = [*unravel([3], AluVar.gidx), AluVar.ridx]
+    padded = np.pad(x, [(1, 0), (2, 1)])[:, ::-1]
+    for op, fold in ((AluOp.Add, np.sum), (AluOp.Max, np.max)):
+        kernel = Kernel(1, 3, AluExp.global_view(DType.float32, 0, st, idx), Reduction(DType.float32, op, 6))
+        got = run_kernel(backend, kernel, [x.ravel()])
+        assert_close(got, fold(padded, axis=1).astype(np.float32), f"Reduce{op}", "float32", backend)
+
+
+def random_movements(seed: int) -> tuple[tuple[int, ...], list[str], Callable, Callable]:
+    """A seeded random chain of 3-6 movement ops, as (base shape, description, on_tracker, on_numpy)."""
+    rng = np.random.default_rng(seed)
+    base = tuple(int(d) for d in rng.integers(1, 5, size=int(rng.integers(1, 4))))
+    steps: list[tuple[str, object]] = []
+    shape = list(base)
+    for _ in range(int(rng.integers(3, 7))):
+        kind = str(rng.choice(["pad", "shrink", "flip", "permute", "reshape", "expand"]))
+        n = len(shape)
+        if kind == "pad" and int(np.prod(shape)) < 200:
+            arg = [(int(rng.integers(0, 3)), int(rng.integers(0, 3))) for _ in range(n)]
+            shape = [d + b + e for d, (b, e) in zip(shape, arg)]
+        elif kind == "shrink":
+            arg = []
+            for d in shape:
+                b = int(rng.integers(0, d))
+                arg.append((b, int(rng.integers(b + 1, d + 1))))
+            shape = [e - b for b, e in arg]
+        elif kind == "flip":
+            arg = [bool(f) for f in rng.integers(0, 2, size=n)]
+        elif kind == "permute":
+            arg = [int(a) for a in rng.permutation(n)]
+            shape = [shape[a] for a in arg]
+        elif kind == "reshape":
+            size = int(np.prod(shape))
+            divisors = [d for d in range(1, size + 1) if size % d == 0]
+            first = int(rng.choice(divisors))
+            rest = size // first
+            arg = [first, rest] if rng.integers(0, 2) else [rest, first, 1]
+            shape = list(arg)
+        elif kind == "expand" and 1 in shape:
+            arg = [d if d != 1 else int(rng.integers(1, 4)) for d in shape]
+            shape = list(arg)
+        else:
+            continue
+        steps.append((kind, arg))
+
+    def on_tracker(st: ShapeTracker) -> ShapeTracker:
+        for kind, arg in steps:
+            st = getattr(st, kind)(arg)
+        return st
+
+    def on_numpy(a: np.ndarray) -> np.ndarray:
+        for kind, arg in steps:
+            if kind == "pad":
+                a = np.pad(a, arg)
+            elif kind == "shrink":
+                a = a[tuple(slice(b, e) for b, e in arg)]
+            elif kind == "flip":
+                a = a[tuple(slice(None, None, -1) if f else slice(None) for f in arg)]
+            elif kind == "permute":
+                a = a.transpose(arg)
+            elif kind == "reshape":
+                a = np.ascontiguousarray(a).reshape(arg)
+            else:
+                a = np.broadcast_to(a, arg)
+        return a
+
+    return base, [f"{k}{a}" for k, a in steps], on_tracker, on_numpy
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_movement_chains(backend: Backend, seed: int) -> None:
+    """Seeded random chains of pad/shrink/flip/permute/reshape/expand read what numpy's chain gives
+    (stacked views, masks through reshapes, negative and zero strides together)."""
+    base, steps, on_tracker, on_numpy = random_movements(seed)
+    kernel = view_kernel("int32", base, on_tracker)
+    x = source(base, "int32")
+    want = np.ascontiguousarray(on_numpy(x)).ravel()
+    assert_close(
+        run_kernel(backend, kernel, [x.ravel()]), want, "GlobalView", "int32", backend, what=f"{base} {steps}"
+    )

@@ -1,0 +1,99 @@
+"""Repo-wide test setup: `pytest` also runs the conformance suite against every in-tree device.
+
+How (the simplest option that keeps one command): `tests/test_conformance_intree.py` re-exports the
+suite's cases (`jaxcore.conformance.cases()`), and this file
+
+- loads the conformance pytest plugin, unless pytest autoloads it from the installed entry point
+  (loading it twice would be an error);
+- defaults ``--jaxcore-device`` to ``all`` (every ready device);
+- makes every device plugin under ``plugins/*`` known to the registry, even when it is importable
+  but not pip-installed (its ``[project.entry-points.jaxcore]`` table says which module to load);
+- with ``CI=true``, requires every in-tree device (``--jaxcore-require``): one that is missing fails
+  the session with the registry's reason, never a skip. Elsewhere a missing device is listed with
+  its reason under the summary table.
+
+In-tree device names are the entry-point names in ``plugins/*/pyproject.toml`` (``cpu = ...``,
+``wasm = ...``) plus whatever devices those plugins register.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from jaxcore.conformance import plugin_autoloaded
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytest_plugins = [] if plugin_autoloaded() else ["jaxcore.conformance.plugin"]
+
+
+def running_in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def in_tree_plugins() -> list[tuple[Path, str, dict[str, str]]]:
+    """(plugin dir, distribution name, {entry-point name: module}) for every plugins/*/pyproject.toml."""
+    found = []
+    for pyproject in sorted((REPO / "plugins").glob("*/pyproject.toml")):
+        meta = tomllib.loads(pyproject.read_text())
+        eps = meta.get("project", {}).get("entry-points", {}).get("jaxcore", {})
+        if eps:
+            found.append((pyproject.parent, meta["project"]["name"], dict(eps)))
+    return found
+
+
+def register_in_tree_plugins() -> tuple[list[str], list[str]]:
+    """Make the in-tree device plugins known to the registry; return (expected devices, problems)."""
+    import jaxcore
+
+    expected: list[str] = []
+    problems: list[str] = []
+    loaded = {p.module: p for p in jaxcore.plugin_info()}  # also runs entry-point discovery once
+    for path, dist, eps in in_tree_plugins():
+        for ep_name, module in eps.items():
+            expected.append(ep_name)
+            info = loaded.get(module)
+            if info is None:
+                if importlib.util.find_spec(module.split(".")[0]) is None:
+                    sys.path.insert(0, str(path))
+                try:
+                    info = jaxcore.register_plugin(importlib.import_module(module), name=dist)
+                except Exception as exc:  # reported (or fatal in CI) below, with the reason
+                    problems.append(
+                        f"in-tree plugin {dist} ({module}) did not load: {type(exc).__name__}: {exc}"
+                    )
+                    continue
+            if info.status == "error":
+                problems.append(f"in-tree plugin {dist} ({module}) failed: {info.error}")
+            expected.extend(info.devices)
+    return list(dict.fromkeys(expected)), problems
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("jaxcore_device", None) is None:
+        config.option.jaxcore_device = "all"
+    expected, problems = register_in_tree_plugins()
+    config.stash[_PROBLEMS] = problems
+    if running_in_ci():
+        given = [n for n in (config.getoption("jaxcore_require") or "").split(",") if n]
+        config.option.jaxcore_require = ",".join(dict.fromkeys([*given, *expected]))
+
+
+_PROBLEMS = pytest.StashKey[list[str]]()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    mode = "CI: every in-tree device is required" if running_in_ci() else "missing devices are reported"
+    return [f"jaxcore conformance: --jaxcore-device={config.getoption('jaxcore_device')} ({mode})"]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    for problem in config.stash.get(_PROBLEMS, []):
+        terminalreporter.write_line(f"not available: {problem}", yellow=True)
