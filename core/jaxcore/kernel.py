@@ -139,6 +139,13 @@ class Kernel:
 
     def input_bytes(self) -> list[int]:
         """The fewest bytes each input buffer must hold for every read to be in bounds."""
+        need = self.__dict__.get("_input_bytes")
+        if need is None:
+            need = self._input_bytes()
+            object.__setattr__(self, "_input_bytes", need)
+        return list(need)
+
+    def _input_bytes(self) -> tuple[int, ...]:
         need = [0] * self.nargs
         for node in self.nodes():
             if node.op == AluOp.GlobalIndex:
@@ -147,7 +154,7 @@ class Kernel:
             elif node.op == AluOp.GlobalView:
                 gid, st = node.arg
                 need[gid] = max(need[gid], st.views[0].data_range()[1] * byte_width(node.dtype))
-        return need
+        return tuple(need)
 
     def __str__(self) -> str:
         lines = [f"{{ exp = {self.exp}", f"  size = {self.size}"]

@@ -1,0 +1,221 @@
+"""A tiny writer of LLVM IR text (faster to produce and to control than llvmlite.ir).
+
+Values are strings: an SSA name ("%t3") or a literal ("1", "0x3FF0000000000000").
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+
+F32, F64, I32, I64, I16, I1 = "float", "double", "i32", "i64", "i16", "i1"
+
+
+def fconst(value: float, ty: str) -> str:
+    """A float literal: LLVM wants the bits of the double that equals the value (exact in `ty`)."""
+    v = float(value)
+    if ty == F32 and not math.isnan(v):
+        v = float(np.float32(v))
+    if math.isnan(v):
+        return "0x7FF8000000000000"
+    return f"0x{struct.unpack('<Q', struct.pack('<d', v))[0]:016X}"
+
+
+def iconst(value: int, ty: str = I32) -> str:
+    bits = {I32: 32, I64: 64, I16: 16, I1: 1}[ty]
+    v = int(value) & ((1 << bits) - 1)
+    if ty == I1:
+        return "true" if v else "false"
+    if v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return str(v)
+
+
+class Fn:
+    """One function being written: fresh names, instructions, basic blocks."""
+
+    def __init__(
+        self, name: str, ret: str, params: list[tuple[str, str]], attrs: str = "", linkage: str = ""
+    ) -> None:
+        self.name, self.ret, self.params, self.attrs, self.linkage = name, ret, params, attrs, linkage
+        self.lines: list[str] = []
+        self._n = 0
+        self.block = "entry"
+
+    def fresh(self, prefix: str = "t") -> str:
+        self._n += 1
+        return f"%{prefix}{self._n}"
+
+    def label(self, prefix: str) -> str:
+        self._n += 1
+        return f"{prefix}{self._n}"
+
+    def emit(self, text: str, prefix: str = "t") -> str:
+        name = self.fresh(prefix)
+        self.lines.append(f"  {name} = {text}")
+        return name
+
+    def raw(self, text: str) -> None:
+        self.lines.append(f"  {text}")
+
+    def start(self, label: str) -> None:
+        self.lines.append(f"{label}:")
+        self.block = label
+
+    def br(self, label: str) -> None:
+        self.raw(f"br label %{label}")
+
+    def cbr(self, cond: str, t: str, f: str) -> None:
+        self.raw(f"br i1 {cond}, label %{t}, label %{f}")
+
+    # ---- common instructions -------------------------------------------------------------
+    def bin(self, op: str, ty: str, a: str, b: str, flags: str = "") -> str:
+        return self.emit(f"{op}{' ' + flags if flags else ''} {ty} {a}, {b}")
+
+    def fadd(self, ty: str, a: str, b: str) -> str:
+        return self.bin("fadd", ty, a, b)
+
+    def fsub(self, ty: str, a: str, b: str) -> str:
+        return self.bin("fsub", ty, a, b)
+
+    def fmul(self, ty: str, a: str, b: str) -> str:
+        return self.bin("fmul", ty, a, b)
+
+    def fdiv(self, ty: str, a: str, b: str) -> str:
+        return self.bin("fdiv", ty, a, b)
+
+    def fcmp(self, pred: str, ty: str, a: str, b: str) -> str:
+        return self.emit(f"fcmp {pred} {ty} {a}, {b}")
+
+    def icmp(self, pred: str, ty: str, a: str, b: str) -> str:
+        return self.emit(f"icmp {pred} {ty} {a}, {b}")
+
+    def select(self, cond: str, ty: str, a: str, b: str) -> str:
+        return self.emit(f"select i1 {cond}, {ty} {a}, {ty} {b}")
+
+    def cast(self, op: str, src_ty: str, v: str, dst_ty: str) -> str:
+        return self.emit(f"{op} {src_ty} {v} to {dst_ty}")
+
+    def call(self, ret: str, fn: str, args: list[tuple[str, str]]) -> str:
+        a = ", ".join(f"{t} {v}" for t, v in args)
+        return self.emit(f"call {ret} @{fn}({a})")
+
+    def phi(self, ty: str, incoming: list[tuple[str, str]]) -> str:
+        inc = ", ".join(f"[ {v}, %{b} ]" for v, b in incoming)
+        return self.emit(f"phi {ty} {inc}")
+
+    def render(self) -> str:
+        params = ", ".join(f"{t} {n}" for t, n in self.params)
+        link = f"{self.linkage} " if self.linkage else ""
+        head = f"define {link}{self.ret} @{self.name}({params}) {self.attrs} {{"
+        body = "\n".join(self.lines)
+        return f"{head}\nentry:\n{body}\n}}\n"
+
+
+INTRINSICS = {
+    "llvm.minimum.f32": "declare float @llvm.minimum.f32(float, float)",
+    "llvm.maximum.f32": "declare float @llvm.maximum.f32(float, float)",
+    "llvm.minimum.f64": "declare double @llvm.minimum.f64(double, double)",
+    "llvm.maximum.f64": "declare double @llvm.maximum.f64(double, double)",
+    "llvm.smin.i32": "declare i32 @llvm.smin.i32(i32, i32)",
+    "llvm.smax.i32": "declare i32 @llvm.smax.i32(i32, i32)",
+    "llvm.umin.i32": "declare i32 @llvm.umin.i32(i32, i32)",
+    "llvm.umax.i32": "declare i32 @llvm.umax.i32(i32, i32)",
+    "llvm.fshl.i32": "declare i32 @llvm.fshl.i32(i32, i32, i32)",
+    "llvm.fptosi.sat.i32.f32": "declare i32 @llvm.fptosi.sat.i32.f32(float)",
+    "llvm.fptoui.sat.i32.f32": "declare i32 @llvm.fptoui.sat.i32.f32(float)",
+    "llvm.fptosi.sat.i32.f64": "declare i32 @llvm.fptosi.sat.i32.f64(double)",
+    "llvm.fptoui.sat.i32.f64": "declare i32 @llvm.fptoui.sat.i32.f64(double)",
+}
+for _ty, _s in ((F32, "f32"), (F64, "f64")):
+    for _f in ("sqrt", "floor", "ceil", "trunc", "roundeven", "fabs"):
+        INTRINSICS[f"llvm.{_f}.{_s}"] = f"declare {_ty} @llvm.{_f}.{_s}({_ty})"
+    INTRINSICS[f"llvm.copysign.{_s}"] = f"declare {_ty} @llvm.copysign.{_s}({_ty}, {_ty})"
+
+
+def suffix(ty: str) -> str:
+    return {F32: "f32", F64: "f64", I32: "i32"}[ty]
+
+
+class Module:
+    """Functions plus the intrinsic declarations and helper functions they use."""
+
+    def __init__(self, triple: str, datalayout: str) -> None:
+        self.head = f'target triple = "{triple}"\ntarget datalayout = "{datalayout}"\n'
+        self.decls: set[str] = set()
+        self.helpers: dict[str, str] = {}
+        self.functions: list[str] = []
+        self.attributes: list[str] = []
+        self.metadata: list[str] = []
+
+    def loop_md(self, interleave: int = 0, vector_width: int = 0, no_vectorize: bool = False) -> str:
+        """A distinct `!llvm.loop` node with vectoriser hints; returns its reference ("!N")."""
+        base = len(self.metadata)
+        items = []
+        if no_vectorize:
+            self.metadata.append(f'!{base + 1} = !{{!"llvm.loop.vectorize.enable", i1 false}}')
+            items.append(f"!{base + 1}")
+        if interleave:
+            n = base + 1 + len(items)
+            self.metadata.append(f'!{n} = !{{!"llvm.loop.interleave.count", i32 {interleave}}}')
+            items.append(f"!{n}")
+        if vector_width:
+            n = base + 1 + len(items)
+            self.metadata.append(f'!{n} = !{{!"llvm.loop.vectorize.width", i32 {vector_width}}}')
+            items.append(f"!{n}")
+        self.metadata.insert(base, f"!{base} = distinct !{{!{base}{''.join(', ' + i for i in items)}}}")
+        return f"!{base}"
+
+    def intrinsic(self, name: str) -> str:
+        self.decls.add(INTRINSICS[name])
+        return name
+
+    def attr_group(self, text: str) -> str:
+        self.attributes.append(text)
+        return f"#{len(self.attributes) - 1}"
+
+    def render(self) -> str:
+        parts = [self.head, *sorted(self.decls), "", *self.helpers.values(), *self.functions]
+        parts += [f"attributes #{i} = {{ {a} }}" for i, a in enumerate(self.attributes)]
+        parts += self.metadata
+        return "\n".join(parts) + "\n"
+
+
+def loop(
+    f: Fn, start: str, end: str, step: str, body, carried: list[tuple[str, str]] = (), name: str = "l"
+) -> list[str]:
+    """Top-tested counted loop `for iv = start; iv < end; iv += step` (signed i32).
+
+    `body(iv, values)` emits the body (it may open blocks) and returns the new values of the
+    `carried` (type, initial value) pairs; the result is their values after the loop.
+    """
+    pre = f.block
+    head, bodyl, latch, exit_ = (
+        f.label(f"{name}_h"),
+        f.label(f"{name}_b"),
+        f.label(f"{name}_l"),
+        f.label(f"{name}_x"),
+    )
+    f.br(head)
+    f.start(head)
+    tok = f"@@{head}@@"
+    iv = f.emit(f"phi i32 [ {start}, %{pre} ], [ {tok}iv, %{latch} ]", "iv")
+    iv_line = len(f.lines) - 1
+    phis, lines = [], []
+    for i, (ty, init) in enumerate(carried):
+        phis.append(f.emit(f"phi {ty} [ {init}, %{pre} ], [ {tok}{i}, %{latch} ]", "c"))
+        lines.append(len(f.lines) - 1)
+    f.cbr(f.icmp("slt", I32, iv, end), bodyl, exit_)
+    f.start(bodyl)
+    new = list(body(iv, phis) or [])
+    f.br(latch)
+    f.start(latch)
+    nxt = f.bin("add", I32, iv, step, "nsw")
+    f.br(head)
+    f.lines[iv_line] = f.lines[iv_line].replace(f"{tok}iv", nxt)
+    for i, ln in enumerate(lines):
+        f.lines[ln] = f.lines[ln].replace(f"{tok}{i}", new[i])
+    f.start(exit_)
+    return phis

@@ -1,0 +1,354 @@
+"""The matmul path: reductions that are a product of two affine reads become a blocked SGEMM.
+
+Detection is symbolic: with the output index written as gidx = b*M*N + i*N + j (divisors taken from
+the kernel's own index math) and ridx = k, the core simplifier must reduce both reads to affine
+forms base + sb*b + si*i + sj*j + sk*k, one read free of j (A) and one free of i (B), both provably
+in bounds. Then C = A @ B runs as a GotoBLAS-style loop nest: B blocks of KC x NC packed into
+NR-wide micro-panels, A blocks of MC x KC packed into MR-tall micro-panels (packing also absorbs
+any strides or transposition), and an MR x NR register tile of f32x4 accumulators updated with
+relaxed multiply-add, one splat of A and NR/4 loads of B per k step. Partial tiles go through a
+small scratch tile. K blocks after the first accumulate into C.
+
+The SGEMM is one library module per process (runtime M, N, K and strides); a kernel whose epilogue
+is not the identity also gets an `epilogue` map that reads the f32 sums from scratch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from jaxcore.alu import AluExp, AluOp
+from jaxcore.dtype import DType
+from jaxcore.kernel import Kernel
+from jaxcore_wasm.irtext import F32, I32, Fn, Module, fconst, loop
+from jaxcore_wasm.toolchain import TRIPLE, datalayout
+
+V4 = "<4 x float>"
+MR, NV = 3, 3  # register tile: MR rows x NV f32x4 vectors (measured best with Cranelift's allocator)
+NR = 4 * NV
+KC, MC, NC = 256, 72, 516  # cache blocks (MC must be a multiple of MR, NC of NR)
+KU = 1  # k steps per micro-kernel loop trip (unrolling made Cranelift spill)
+PRESPLAT = True  # pack A as f32x4 splats (no shuffle in the micro-kernel) instead of scalars
+RELAXED = False  # mul+add: Cranelift's vfmadd213 form costs register copies here
+
+
+@dataclass(frozen=True)
+class MatmulPlan:
+    batch: int
+    m: int
+    n: int
+    k: int
+    a_gid: int
+    a: tuple[int, int, int, int]  # base, stride over batch, over i, over k (elements)
+    b_gid: int
+    b: tuple[int, int, int, int]  # base, stride over batch, over k, over j
+    direct: bool  # epilogue is the identity and the output is float32: sums go straight to out
+
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.n * self.k
+
+
+def _affine(e: AluExp, names: tuple[str, ...]) -> dict[str, int] | None:
+    """Coefficients of e as base + sum c_v * v over Specials `names`, or None if not affine."""
+    if e.op == AluOp.Const:
+        return {"": int(e.arg)}
+    if e.op == AluOp.Special and e.arg[0] in names:
+        return {e.arg[0]: 1}
+    if e.op == AluOp.Add:
+        a, b = _affine(e.src[0], names), _affine(e.src[1], names)
+        if a is None or b is None:
+            return None
+        return {k: a.get(k, 0) + b.get(k, 0) for k in set(a) | set(b)}
+    if e.op == AluOp.Mul:
+        for x, y in ((e.src[0], e.src[1]), (e.src[1], e.src[0])):
+            if y.op == AluOp.Const:
+                a = _affine(x, names)
+                return None if a is None else {k: v * int(y.arg) for k, v in a.items()}
+    return None
+
+
+def divisors(exp: AluExp) -> set[int]:
+    out = set()
+    for n in exp.nodes():
+        if n.op in (AluOp.Idiv, AluOp.Mod) and n.src[1].op == AluOp.Const:
+            if any(x.op == AluOp.Special and x.arg[0] == "gidx" for x in n.src[0].nodes()):
+                out.add(int(n.src[1].arg))
+    return out
+
+
+def detect(kernel: Kernel, exp: AluExp, epilogue: AluExp | None) -> MatmulPlan | None:
+    red = kernel.reduction
+    if red is None or red.op != AluOp.Add or red.dtype != DType.float32 or red.size < 4:
+        return None
+    if exp.op != AluOp.Mul or exp.dtype != DType.float32:
+        return None
+    x, y = exp.src
+    if x.op != AluOp.GlobalIndex or y.op != AluOp.GlobalIndex:
+        return None
+    size, kk = kernel.size, red.size
+    divs = sorted(d for d in divisors(exp) if 1 < d and size % d == 0)
+    cands: list[tuple[int, int]] = []  # (N, M*N)
+    for n in divs:
+        cands.append((n, size))
+        cands += [(n, mn) for mn in divs if mn > n and mn % n == 0 and size % mn == 0]
+    cands.append((size, size))
+    for n, mn in cands:
+        plan = _try(kernel, x, y, size // mn, mn // n, n, kk, epilogue)
+        if plan is not None:
+            return plan
+    return None
+
+
+def _try(
+    kernel: Kernel, x: AluExp, y: AluExp, nb: int, m: int, n: int, kk: int, epilogue
+) -> MatmulPlan | None:
+    sp = {v: AluExp.special(DType.int32, v, s) for v, s in (("b", nb), ("i", m), ("j", n), ("k", kk))}
+    gidx = sp["b"] * AluExp.i32(m * n) + sp["i"] * AluExp.i32(n) + sp["j"]
+
+    def sub(e: AluExp) -> AluExp:
+        mapping = {"gidx": gidx, "ridx": sp["k"]}
+        return e.rewrite(lambda z: mapping.get(z.arg[0]) if z.op == AluOp.Special else None).simplify()
+
+    fx, fy = (_affine(sub(e.src[0]), ("b", "i", "j", "k")) for e in (x, y))
+    if fx is None or fy is None:
+        return None
+    (ga, fa), (gb, fb) = (x, fx), (y, fy)
+    if fa.get("j", 0) != 0 or fb.get("i", 0) != 0:
+        (ga, fa), (gb, fb) = (y, fy), (x, fx)
+    if fa.get("j", 0) != 0 or fb.get("i", 0) != 0:
+        return None
+    sizes = {"b": nb, "i": m, "j": n, "k": kk}
+    for g, f in ((ga, fa), (gb, fb)):
+        lo = f.get("", 0) + sum(min(0, c * (sizes[v] - 1)) for v, c in f.items() if v)
+        hi = f.get("", 0) + sum(max(0, c * (sizes[v] - 1)) for v, c in f.items() if v)
+        if lo < 0 or hi >= g.arg[1] or abs(hi) >= 2**31:
+            return None
+    direct = kernel.dtype == DType.float32 and epilogue is not None and epilogue.op == AluOp.Variable
+    return MatmulPlan(
+        nb, m, n, kk,
+        ga.arg[0], (fa.get("", 0), fa.get("b", 0), fa.get("i", 0), fa.get("k", 0)),
+        gb.arg[0], (fb.get("", 0), fb.get("b", 0), fb.get("k", 0), fb.get("j", 0)),
+        direct,
+    )  # fmt: skip
+
+
+# ---- the SGEMM library module -----------------------------------------------------------------------
+
+
+def _splat(f: Fn, s: str) -> str:
+    v = f.emit(f"insertelement {V4} poison, float {s}, i32 0")
+    return f.emit(f"shufflevector {V4} {v}, {V4} poison, <4 x i32> zeroinitializer")
+
+
+def _gep(f: Fn, ty: str, ptr: str, idx: str) -> str:
+    return f.emit(f"getelementptr inbounds {ty}, ptr {ptr}, i32 {idx}")
+
+
+def _mul(f: Fn, a: str, b: str) -> str:
+    return f.bin("mul", I32, a, b, "nsw")
+
+
+def _add(f: Fn, a: str, b: str) -> str:
+    return f.bin("add", I32, a, b, "nsw")
+
+
+def _min(f: Fn, mod: Module, a: str, b: str) -> str:
+    return f.call(I32, mod.intrinsic("llvm.smin.i32"), [(I32, a), (I32, b)])
+
+
+def sgemm_ir(relaxed: bool | None = None) -> str:
+    """C[i*ldc + j] (=|+=) sum_k A[i*sai + k*sak] * B[k*sbk + j*sbj], i < M, j < N."""
+    relaxed = RELAXED if relaxed is None else relaxed
+    mod = Module(TRIPLE, datalayout())
+    assert MC % MR == 0 and NC % NR == 0
+    mod.decls.add(f"declare {V4} @llvm.wasm.relaxed.madd.v4f32({V4}, {V4}, {V4})")
+    params = [("ptr", "%A"), (I32, "%sai"), (I32, "%sak"), ("ptr", "%B"), (I32, "%sbk"), (I32, "%sbj")]
+    params += [("ptr", "%C"), (I32, "%ldc"), (I32, "%M"), (I32, "%N"), (I32, "%K"), ("ptr", "%S")]
+    f = Fn("sgemm", "void", params, mod.attr_group('nounwind "wasm-export-name"="sgemm"'))
+    zero4 = f"{V4} zeroinitializer"
+    bp = "%S"
+    ap = _gep(f, F32, "%S", str(KC * NC))
+    tile = _gep(f, F32, "%S", str(KC * NC + 4 * MC * KC))
+
+    def jc_body(jc: str, _):
+        nc = _min(f, mod, str(NC), f.bin("sub", I32, "%N", jc, "nsw"))
+        npan = f.bin("sdiv", I32, _add(f, nc, str(NR - 1)), str(NR))
+
+        def pc_body(pc: str, _):
+            kc = _min(f, mod, str(KC), f.bin("sub", I32, "%K", pc, "nsw"))
+            first = f.icmp("eq", I32, pc, "0")
+            _pack_b(f, jc, pc, nc, kc, npan, bp)
+
+            def ic_body(ic: str, _):
+                mc = _min(f, mod, str(MC), f.bin("sub", I32, "%M", ic, "nsw"))
+                mpan = f.bin("sdiv", I32, _add(f, mc, str(MR - 1)), str(MR))
+                _pack_a(f, ic, pc, mc, kc, mpan, ap)
+
+                def jr_body(jp: str, _):
+                    def ir_body(ip: str, _):
+                        _micro(f, mod, jc, ic, jp, ip, nc, mc, kc, first, ap, bp, tile, zero4, relaxed)
+                        return []
+
+                    loop(f, "0", mpan, "1", ir_body, name="ir")
+                    return []
+
+                loop(f, "0", npan, "1", jr_body, name="jr")
+                return []
+
+            loop(f, "0", "%M", str(MC), ic_body, name="ic")
+            return []
+
+        loop(f, "0", "%K", str(KC), pc_body, name="pc")
+        return []
+
+    loop(f, "0", "%N", str(NC), jc_body, name="jc")
+    f.raw("ret void")
+    mod.functions.append(f.render())
+    return mod.render()
+
+
+def _pack_b(f: Fn, jc: str, pc: str, nc: str, kc: str, npan: str, bp: str) -> None:
+    """Bp[(p*kc + k)*NR + c] = B[pc+k, jc+p*NR+c] (0 beyond N)."""
+
+    def p_body(p: str, _):
+        col0 = _add(f, jc, _mul(f, p, str(NR)))
+        full = f.icmp("sle", I32, _add(f, col0, str(NR)), "%N")
+        base_out = _mul(f, _mul(f, p, kc), str(NR))
+
+        def k_body(k: str, _):
+            row = _add(f, pc, k)
+            rowoff = _mul(f, row, "%sbk")
+            out = _gep(f, F32, bp, _add(f, base_out, _mul(f, k, str(NR))))
+            for c in range(NR):
+                col = _add(f, col0, str(c))
+                ok = f.bin("or", "i1", full, f.icmp("slt", I32, col, "%N"))
+                idx = f.select(ok, I32, _add(f, rowoff, _mul(f, col, "%sbj")), "0")
+                v = f.emit(f"load float, ptr {_gep(f, F32, '%B', idx)}, align 4")
+                v = f.select(ok, F32, v, fconst(0.0, F32))
+                f.raw(f"store float {v}, ptr {_gep(f, F32, out, str(c))}, align 4")
+            return []
+
+        loop(f, "0", kc, "1", k_body, name="pbk")
+        return []
+
+    loop(f, "0", npan, "1", p_body, name="pb")
+
+
+def _pack_a(f: Fn, ic: str, pc: str, mc: str, kc: str, mpan: str, ap: str) -> None:
+    """Ap[(p*kc + k)*MR + r] = splat(A[ic+p*MR+r, pc+k]) (0 beyond M), f32x4 each: no shuffles in the micro-kernel."""
+
+    def p_body(p: str, _):
+        row0 = _add(f, ic, _mul(f, p, str(MR)))
+        base_out = _mul(f, _mul(f, p, kc), str(MR))
+        rows = []
+        for r in range(MR):
+            row = _add(f, row0, str(r))
+            ok = f.icmp("slt", I32, row, "%M")
+            rows.append((ok, f.select(ok, I32, _mul(f, row, "%sai"), "0")))
+
+        def k_body(k: str, _):
+            koff = _mul(f, _add(f, pc, k), "%sak")
+            w = 4 if PRESPLAT else 1
+            out = _gep(f, F32, ap, _mul(f, _add(f, base_out, _mul(f, k, str(MR))), str(w)))
+            for r, (ok, roff) in enumerate(rows):
+                v = f.emit(f"load float, ptr {_gep(f, F32, '%A', _add(f, roff, koff))}, align 4")
+                v = f.select(ok, F32, v, fconst(0.0, F32))
+                if PRESPLAT:
+                    f.raw(f"store {V4} {_splat(f, v)}, ptr {_gep(f, F32, out, str(4 * r))}, align 16")
+                else:
+                    f.raw(f"store float {v}, ptr {_gep(f, F32, out, str(r))}, align 4")
+            return []
+
+        loop(f, "0", kc, "1", k_body, name="pak")
+        return []
+
+    loop(f, "0", mpan, "1", p_body, name="pa")
+
+
+def _micro(f: Fn, mod: Module, jc, ic, jp, ip, nc, mc, kc, first, ap, bp, tile, zero4, relaxed) -> None:
+    pa = _gep(f, F32, ap, _mul(f, _mul(f, _mul(f, ip, kc), str(MR)), str(4 if PRESPLAT else 1)))
+    pb = _gep(f, F32, bp, _mul(f, _mul(f, jp, kc), str(NR)))
+
+    def step(k: str, accs: list[str]) -> list[str]:
+        a_ptr = _gep(f, F32, pa, _mul(f, k, str((4 if PRESPLAT else 1) * MR)))
+        b_ptr = _gep(f, F32, pb, _mul(f, k, str(NR)))
+        bs = [f.emit(f"load {V4}, ptr {_gep(f, F32, b_ptr, str(4 * v))}, align 16") for v in range(NV)]
+        new = []
+        for r in range(MR):
+            if PRESPLAT:
+                a = f.emit(f"load {V4}, ptr {_gep(f, F32, a_ptr, str(4 * r))}, align 16")
+            else:
+                a = _splat(f, f.emit(f"load float, ptr {_gep(f, F32, a_ptr, str(r))}, align 4"))
+            for v in range(NV):
+                acc = accs[r * NV + v]
+                if relaxed:
+                    new.append(
+                        f.emit(f"call {V4} @llvm.wasm.relaxed.madd.v4f32({V4} {a}, {V4} {bs[v]}, {V4} {acc})")
+                    )
+                else:
+                    new.append(f.fadd(V4, f.fmul(V4, a, bs[v]), acc))
+        return new
+
+    def k_body(k: str, accs: list[str]) -> list[str]:
+        for u in range(KU):
+            accs = step(_add(f, k, str(u)) if u else k, accs)
+        return accs
+
+    kmain = f.bin("sub", I32, kc, f.bin("srem", I32, kc, str(KU)), "nsw") if KU > 1 else kc
+    accs = loop(f, "0", kmain, str(KU), k_body, [(V4, "zeroinitializer")] * (MR * NV), name="mk")
+    if KU > 1:
+        accs = loop(f, kmain, kc, "1", step, [(V4, a) for a in accs], name="mt")
+    row0 = _add(f, ic, _mul(f, ip, str(MR)))
+    col0 = _add(f, jc, _mul(f, jp, str(NR)))
+    full = f.bin(
+        "and", "i1",
+        f.icmp("sle", I32, _add(f, row0, str(MR)), "%M"),
+        f.icmp("sle", I32, _add(f, col0, str(NR)), "%N"),
+    )  # fmt: skip
+    l_full, l_part, l_done = f.label("full"), f.label("part"), f.label("tdone")
+    f.cbr(full, l_full, l_part)
+    # full tile: C (+)= acc
+    f.start(l_full)
+    for r in range(MR):
+        crow = _gep(f, F32, "%C", _add(f, _mul(f, _add(f, row0, str(r)), "%ldc"), col0))
+        for v in range(NV):
+            p = _gep(f, F32, crow, str(4 * v))
+            old = f.emit(f"load {V4}, ptr {p}, align 4")
+            old = f.select(first, V4, "zeroinitializer", old)
+            f.raw(f"store {V4} {f.fadd(V4, old, accs[r * NV + v])}, ptr {p}, align 4")
+    f.br(l_done)
+    # partial tile: spill to the scratch tile, then copy the valid part element by element
+    f.start(l_part)
+    for r in range(MR):
+        for v in range(NV):
+            f.raw(f"store {V4} {accs[r * NV + v]}, ptr {_gep(f, F32, tile, str(r * NR + 4 * v))}, align 16")
+    nrows = _min(f, mod, str(MR), f.bin("sub", I32, "%M", row0, "nsw"))
+    ncols = _min(f, mod, str(NR), f.bin("sub", I32, "%N", col0, "nsw"))
+
+    def r_body(r: str, _):
+        def c_body(c: str, _):
+            t = f.emit(f"load float, ptr {_gep(f, F32, tile, _add(f, _mul(f, r, str(NR)), c))}, align 4")
+            p = _gep(f, F32, "%C", _add(f, _mul(f, _add(f, row0, r), "%ldc"), _add(f, col0, c)))
+            old = f.select(first, F32, fconst(0.0, F32), f.emit(f"load float, ptr {p}, align 4"))
+            f.raw(f"store float {f.fadd(F32, old, t)}, ptr {p}, align 4")
+            return []
+
+        loop(f, "0", ncols, "1", c_body, name="tc")
+        return []
+
+    loop(f, "0", nrows, "1", r_body, name="tr")
+    f.br(l_done)
+    f.start(l_done)
+
+
+def scratch_bytes() -> int:
+    return (KC * NC + 4 * MC * KC + MR * NR) * 4 + 256
+
+
+def plan_key() -> str:
+    return f"sgemm|MR={MR}|NV={NV}|KC={KC}|MC={MC}|NC={NC}|KU={KU}|PS={PRESPLAT}|RX={RELAXED}"
+
+
+def blocks(m: int) -> int:
+    return math.ceil(m / MR)

@@ -1,0 +1,211 @@
+"""wasmtime plumbing: one engine, one shared linear memory, per-thread stores, raw calls, a thread pool.
+
+wasmtime-py's `Func.__call__` costs ~40-70 µs (it rebuilds types and converts every argument), so
+kernels are called through the C API's `wasmtime_func_call_unchecked` with a preallocated argument
+array (~2 µs). Each thread owns a `Lane` (Store plus its instances), because a Store may not be
+used by two threads at once; all lanes import the same `SharedMemory`. ctypes releases the GIL
+during the call, so lanes run in parallel.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import wasmtime
+from wasmtime import _bindings as ffi
+from wasmtime import _ffi
+
+from jaxcore_wasm.module import MAX_PAGES
+
+PAGE = 65536
+
+
+def _patch_shared_memory() -> None:
+    """wasmtime-py 50.0.1 passes a pointer-to-pointer for a SharedMemory import; pass the pointer."""
+
+    def _as_extern(self: wasmtime.SharedMemory) -> Any:
+        union = _ffi.wasmtime_extern_union(sharedmemory=self.ptr())
+        return _ffi.wasmtime_extern_t(_ffi.WASMTIME_EXTERN_SHAREDMEMORY, union)
+
+    wasmtime.SharedMemory._as_extern = _as_extern  # type: ignore[method-assign]
+
+
+_patch_shared_memory()
+
+
+def _quiet_exit() -> None:
+    """At interpreter exit the OS reclaims every store and module; wasmtime-py's finalizers can run after
+    its own ffi module was torn down and print "Exception ignored" noise, so skip them from here on."""
+    wasmtime.Managed.__del__ = lambda self: None  # type: ignore[method-assign]
+
+
+atexit.register(_quiet_exit)
+
+_engine: wasmtime.Engine | None = None
+_engine_lock = threading.Lock()
+
+ENGINE_FLAGS = "simd,relaxed-simd,threads,shared-memory,bulk-memory,multi-value,opt=speed"
+
+
+def engine() -> wasmtime.Engine:
+    """The process-wide engine (compiled modules and the disk cache depend on its settings)."""
+    global _engine
+    with _engine_lock:
+        if _engine is None:
+            cfg = wasmtime.Config()
+            cfg.wasm_simd = True
+            cfg.wasm_relaxed_simd = True
+            cfg.wasm_threads = True
+            cfg.shared_memory = True
+            cfg.wasm_bulk_memory = True
+            cfg.wasm_multi_value = True
+            cfg.cranelift_opt_level = "speed"
+            _engine = wasmtime.Engine(cfg)
+        return _engine
+
+
+class WasmTrap(RuntimeError):
+    """A kernel trapped (a codegen bug: kernels are written never to trap)."""
+
+
+_call = ffi._wasmtime_func_call_unchecked
+_Raw = ffi.wasmtime_val_raw_t
+
+
+class Memory:
+    """The shared linear memory: grows on demand, never moves (shared memories are reserved up front)."""
+
+    def __init__(self, eng: wasmtime.Engine) -> None:
+        ty = wasmtime.MemoryType(wasmtime.Limits(1, MAX_PAGES), shared=True)
+        self.shared = wasmtime.SharedMemory(eng, ty)
+        self.base = ctypes.cast(self.shared.data_ptr(), ctypes.c_void_p).value or 0
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        return self.shared.data_len()
+
+    def ensure(self, nbytes: int) -> None:
+        """Grow to at least `nbytes` (rounded to whole pages)."""
+        if nbytes <= self.nbytes:
+            return
+        with self._lock:
+            have = self.nbytes // PAGE
+            need = -(-nbytes // PAGE)
+            if need > have:
+                if need > MAX_PAGES:
+                    raise MemoryError(f"wasm: {nbytes} bytes exceed the 4 GiB wasm32 memory limit")
+                try:
+                    self.shared.grow(need - have)
+                except wasmtime.WasmtimeError as e:
+                    raise MemoryError(f"wasm: cannot grow linear memory to {nbytes} bytes: {e}") from None
+
+    def view(self, ptr: int, nbytes: int) -> memoryview:
+        """A writable view of bytes [ptr, ptr+nbytes) (valid until the memory is freed; it never moves)."""
+        if ptr + nbytes > self.nbytes:
+            raise ValueError(f"wasm: range [{ptr}, {ptr + nbytes}) is outside the linear memory")
+        return memoryview((ctypes.c_ubyte * nbytes).from_address(self.base + ptr)).cast("B")
+
+
+class Lane:
+    """A Store with its instances; used by one thread at a time."""
+
+    def __init__(self, eng: wasmtime.Engine, memory: Memory) -> None:
+        self.store = wasmtime.Store(eng)
+        self.ctx = self.store._context()
+        self.memory = memory
+        self._funcs: dict[int, dict[str, Any]] = {}  # id(module) -> export name -> byref(func)
+        self._keep: list[Any] = []
+        self._trap = ctypes.POINTER(ffi.wasm_trap_t)()
+        self._trap_ref = ctypes.byref(self._trap)
+
+    def funcs(self, module: wasmtime.Module) -> dict[str, Any]:
+        got = self._funcs.get(id(module))
+        if got is None:
+            inst = wasmtime.Instance(self.store, module, [self.memory.shared])
+            exports = inst.exports(self.store)
+            got = {}
+            for exp in module.exports:
+                f = exports[exp.name]
+                if isinstance(f, wasmtime.Func):
+                    got[exp.name] = ctypes.byref(f._func)
+                    self._keep.append(f)
+            self._keep.append((module, inst))
+            self._funcs[id(module)] = got
+        return got
+
+    def call(self, fref: Any, args: ctypes.Array, nargs: int) -> None:
+        err = _call(self.ctx, fref, args, nargs, self._trap_ref)
+        if err or self._trap:
+            self._raise(err)
+
+    def _raise(self, err: Any) -> None:
+        if err:
+            raise WasmTrap(str(wasmtime.WasmtimeError._from_ptr(err)))
+        trap = wasmtime.Trap._from_ptr(self._trap)
+        self._trap = ctypes.POINTER(ffi.wasm_trap_t)()
+        self._trap_ref = ctypes.byref(self._trap)
+        raise WasmTrap(f"wasm kernel trapped: {trap.message}")
+
+
+def make_args(values: Sequence[int]) -> ctypes.Array:
+    arr = (_Raw * max(1, len(values)))()
+    for i, v in enumerate(values):
+        arr[i].i32 = v
+    return arr
+
+
+class Pool:
+    """Worker threads, each with its own Lane, that run one callable per job in parallel."""
+
+    def __init__(self, eng: wasmtime.Engine, memory: Memory, workers: int) -> None:
+        self._queues: list[queue.SimpleQueue] = []
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self.size = workers
+        for i in range(workers):
+            q: queue.SimpleQueue = queue.SimpleQueue()
+            t = threading.Thread(
+                target=self._worker, args=(eng, memory, q), name=f"jaxcore-wasm-{i}", daemon=True
+            )
+            t.start()
+            self._queues.append(q)
+        self._lock = threading.Lock()
+
+    def _worker(self, eng: wasmtime.Engine, memory: Memory, q: queue.SimpleQueue) -> None:
+        lane = Lane(eng, memory)
+        while True:
+            job = q.get()
+            if job is None:
+                return
+            try:
+                job(lane)
+                self._done.put(None)
+            except BaseException as e:  # noqa: BLE001 - handed back to the dispatching thread
+                self._done.put(e)
+
+    def run(self, jobs: Sequence[Callable[[Lane], None]], main: Callable[[], None] | None = None) -> None:
+        """Run `jobs` on the workers (at most one each) and `main` on this thread; wait for all."""
+        with self._lock:
+            for q, job in zip(self._queues, jobs):
+                q.put(job)
+            err: BaseException | None = None
+            try:
+                if main is not None:
+                    main()
+            except BaseException as e:  # noqa: BLE001
+                err = e
+            for _ in range(min(len(jobs), len(self._queues))):
+                r = self._done.get()
+                if r is not None and err is None:
+                    err = r
+            if err is not None:
+                raise err
+
+    def close(self) -> None:
+        for q in self._queues:
+            q.put(None)

@@ -1,0 +1,66 @@
+"""LLVM IR text -> optimised wasm32 object, through llvmlite's bundled LLVM (no linker, no libc).
+
+The features are those wasmtime runs by default and that pay here: simd128 (+relaxed-simd for
+fused multiply-add), saturating float->int (nontrapping-fptoint), sign-ext, bulk-memory, and
+atomics so that the module may import a shared memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+TRIPLE = "wasm32-unknown-unknown"
+FEATURES = (
+    "+simd128,+relaxed-simd,+nontrapping-fptoint,+sign-ext,+bulk-memory,+atomics,+multivalue,+mutable-globals"
+)
+
+_lock = threading.Lock()
+_tm: Any = None  # llvmlite is imported on first use: a warm (disk-cached) process never loads LLVM
+_layout: str | None = None
+
+
+class ToolchainError(RuntimeError):
+    pass
+
+
+def target_machine() -> Any:
+    global _tm
+    if _tm is None:
+        import llvmlite
+        import llvmlite.binding as llvm
+
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        try:
+            target = llvm.Target.from_triple(TRIPLE)
+        except RuntimeError as e:
+            raise ToolchainError(f"llvmlite {llvmlite.__version__} has no wasm32 target: {e}") from None
+        _tm = target.create_target_machine(
+            cpu="generic", features=FEATURES, opt=3, reloc="static", codemodel="default"
+        )
+    return _tm
+
+
+def datalayout() -> str:
+    global _layout
+    if _layout is None:
+        _layout = str(target_machine().target_data)
+    return _layout
+
+
+def compile_ir(text: str, opt: int = 3) -> tuple[bytes, str]:
+    """Parse, verify, optimise (O`opt`) and emit a wasm object; returns (object bytes, optimised IR)."""
+    import llvmlite.binding as llvm
+
+    with _lock:  # LLVM contexts are not shared across threads by llvmlite
+        tm = target_machine()
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+        pto.loop_vectorization = opt >= 2
+        pto.slp_vectorization = opt >= 2
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+        obj = tm.emit_object(mod)
+        return bytes(obj), str(mod)

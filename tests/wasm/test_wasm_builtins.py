@@ -1,0 +1,195 @@
+"""Our transcendental, fmod, float16 and threefry helpers against math/numpy over dense grids."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from jaxcore import dtype as dt
+from jaxcore_wasm import builtins
+from jaxcore_wasm.irtext import F32, F64, I32
+
+RNG = np.random.default_rng(1234)
+
+
+def grid(lo: float, hi: float, n: int = 4001) -> np.ndarray:
+    return np.concatenate([np.linspace(lo, hi, n), RNG.uniform(lo, hi, n)])
+
+
+MATH = {
+    "Exp": math.exp,
+    "Log": math.log,
+    "Sin": math.sin,
+    "Cos": math.cos,
+    "Atan": math.atan,
+    "Asin": math.asin,
+    "Erf": math.erf,
+    "Erfc": math.erfc,
+}
+RANGES = {
+    "Exp": [(-745.0, 709.0), (-1.0, 1.0)],
+    "Log": [(1e-300, 1e-290), (0.5, 2.0), (1.0, 1e300)],
+    "Sin": [(-10.0, 10.0), (-1e5, 1e5)],
+    "Cos": [(-10.0, 10.0), (-1e5, 1e5)],
+    "Atan": [(-10.0, 10.0), (-1e8, 1e8)],
+    "Asin": [(-1.0, 1.0)],
+    "Erf": [(-7.0, 7.0)],
+    "Erfc": [(-7.0, 27.0)],
+}
+
+
+def ref64(op: str, x: np.ndarray) -> np.ndarray:
+    f = MATH[op]
+
+    def safe(v: float) -> float:
+        try:
+            return f(v)
+        except OverflowError:
+            return math.inf
+        except ValueError:  # log(0) is -inf; log(-1), asin(2) are NaN
+            return -math.inf if (op == "Log" and v == 0) else math.nan
+
+    return np.array([safe(float(v)) for v in x])
+
+
+@pytest.mark.parametrize("op", sorted(MATH))
+def test_float64_accuracy(harness, op: str) -> None:
+    for lo, hi in RANGES[op]:
+        x = grid(lo, hi)
+        got = harness.unary(op, F64, x)
+        want = ref64(op, x)
+        err = np.abs(got - want)
+        if op in ("Erf", "Erfc"):
+            assert err.max() <= 1e-15, (op, lo, hi, err.max())
+        else:
+            bound = 4 * np.spacing(np.abs(want)) + 1e-300
+            bad = err > bound
+            assert not bad.any(), (op, lo, hi, x[bad][:5], got[bad][:5], want[bad][:5])
+
+
+@pytest.mark.parametrize("op", sorted(MATH))
+def test_float32_accuracy(harness, op: str) -> None:
+    for lo, hi in RANGES[op]:
+        x = grid(max(lo, -3e38), min(hi, 3e38)).astype(np.float32)
+        x = x[np.isfinite(x)]
+        got = harness.unary(op, F32, x).astype(np.float64)
+        with np.errstate(all="ignore"):
+            want = ref64(op, x.astype(np.float64))
+            fin = np.isfinite(want.astype(np.float32)) & (np.abs(want) >= np.finfo(np.float32).tiny)
+        if op in ("Erf", "Erfc"):
+            assert np.abs(got - want).max() <= 5e-7 * 0.25
+            continue
+        if not fin.any():
+            continue
+        ulps = np.abs(got[fin] - want[fin]) / np.spacing(np.abs(want[fin]).astype(np.float32)).astype(
+            np.float64
+        )
+        assert ulps.max() <= 2.0, (op, lo, hi, ulps.max())
+
+
+SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, -2.0, 1e-310, 800.0, -800.0])
+
+
+@pytest.mark.parametrize("ty", [F32, F64])
+@pytest.mark.parametrize("op", sorted(MATH))
+def test_special_values(harness, op: str, ty: str) -> None:
+    x = SPECIALS.astype(np.float32 if ty == F32 else np.float64)
+    got = harness.unary(op, ty, x).astype(np.float64)
+    want = ref64(op, x.astype(np.float64))
+    if ty == F32:
+        with np.errstate(all="ignore"):
+            want = want.astype(np.float32).astype(np.float64)
+    tol = 1e-6 if ty == F32 else 1e-15
+    with np.errstate(invalid="ignore"):
+        same = (np.isnan(got) & np.isnan(want)) | (got == want) | (np.abs(got - want) <= tol * np.abs(want))
+    assert same.all(), (op, ty, x[~same], got[~same], want[~same])
+
+
+def _binary(harness, helper_fn, ty: str, a: np.ndarray, b: np.ndarray, out_dtype) -> np.ndarray:
+    from conftest import new_module
+
+    mod = new_module()
+    h = helper_fn(mod, ty)
+    return harness.run(harness.map_fn(h, mod, [ty, ty], ty), [a, b], out_dtype)
+
+
+@pytest.mark.parametrize("ty", [F32, F64])
+def test_fmod_is_exact(harness, ty: str) -> None:
+    npt = np.float32 if ty == F32 else np.float64
+    a = np.concatenate(
+        [RNG.normal(0, 100, 3000), RNG.normal(0, 1e30, 500), [5.0, -5.0, 0.0, -0.0, np.inf, 3.0]]
+    )
+    b = np.concatenate([RNG.normal(0, 3, 3000), RNG.normal(0, 1e-3, 500), [0.0, 2.0, 2.0, -2.0, 1.0, np.inf]])
+    a, b = a.astype(npt), b.astype(npt)
+    got = _binary(harness, builtins.fmod, ty, a, b, npt)
+    with np.errstate(all="ignore"):
+        want = np.fmod(a, b)
+    assert np.array_equal(got, want, equal_nan=True)
+    num = ~np.isnan(want)
+    assert np.array_equal(np.signbit(got[num]), np.signbit(want[num]))
+
+
+def test_half_to_float_all_bit_patterns(harness) -> None:
+    from conftest import new_module
+
+    mod = new_module()
+    h = builtins.half_to_float(mod)
+    bits = np.arange(65536, dtype=np.uint32)
+    got = harness.run(harness.map_fn(h, mod, [I32], F32), [bits], np.float32)
+    want = bits.astype(np.uint16).view(np.float16).astype(np.float32)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_float_to_half_rounding(harness) -> None:
+    from conftest import new_module
+
+    mod = new_module()
+    h = builtins.float_to_half(mod)
+    edges = [65504.0, 65519.99, 65520.0, 1e9, 6.1e-5, 5.96e-8, 2.98e-8, 2.99e-8, 1e-10, np.inf, np.nan]
+    x = np.concatenate([RNG.normal(0, 1000, 20000), RNG.normal(0, 1e-5, 20000), edges, [-e for e in edges]])
+    x = x.astype(np.float32)
+    # every float halfway between two halves, to check ties-to-even
+    h16 = np.arange(0, 0x7C00, 7, dtype=np.uint16).view(np.float16).astype(np.float32)
+    mid = ((h16[:-1].astype(np.float64) + h16[1:].astype(np.float64)) / 2).astype(np.float32)
+    x = np.concatenate([x, mid])
+    got = harness.run(harness.map_fn(h, mod, [F32], I32), [x], np.uint32).astype(np.uint16).view(np.float16)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+    assert np.array_equal(got, want, equal_nan=True)
+
+
+def test_double_to_half_has_no_double_rounding(harness) -> None:
+    from conftest import new_module
+
+    mod = new_module()
+    h = builtins.double_to_half(mod)
+    # 1 + 2^-11 + 2^-40 rounds up in one step; via float32 (ties-to-even) it would round down
+    x = np.array(
+        [1 + 2**-11 + 2**-40, 1 + 2**-11, 1 + 2**-11 - 2**-40, 65520.0 - 1e-9, 1e300, -1e-300, np.nan]
+    )
+    x = np.concatenate([x, RNG.normal(0, 100, 20000)])
+    got = harness.run(harness.map_fn(h, mod, [F64], I32), [x], np.uint32).astype(np.uint16).view(np.float16)
+    with np.errstate(over="ignore"):
+        assert np.array_equal(got, x.astype(np.float16), equal_nan=True)
+
+
+def test_threefry_matches_contract(harness) -> None:
+    from conftest import new_module
+
+    mod = new_module()
+    name = builtins.threefry(mod)
+    from jaxcore_wasm.irtext import Fn
+
+    f = Fn("tf", "i32", [(I32, "%a"), (I32, "%b")], "alwaysinline nounwind", "internal")
+    pair = f.call("{i32, i32}", name, [(I32, "%a"), (I32, "%b"), (I32, "%a"), (I32, "%b")])
+    x0 = f.emit(f"extractvalue {{i32, i32}} {pair}, 0")
+    x1 = f.emit(f"extractvalue {{i32, i32}} {pair}, 1")
+    f.raw(f"ret i32 {f.bin('xor', I32, x0, x1)}")
+    mod.helpers["tf"] = f.render()
+    a = RNG.integers(0, 2**32, 1000, dtype=np.uint64).astype(np.uint32)
+    b = RNG.integers(0, 2**32, 1000, dtype=np.uint64).astype(np.uint32)
+    got = harness.run(harness.map_fn("tf", mod, [I32, I32], I32), [a, b], np.uint32)
+    assert np.array_equal(got, dt.threefry2x32(a, b, a, b, "xor"))
+    assert np.array_equal(dt.threefry2x32(0, 0, 0, 0, 0), np.uint32(1797259609))
