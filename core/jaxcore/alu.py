@@ -115,6 +115,16 @@ def _strip1(s: str) -> str:
     return s[1:-1] if s.startswith("(") and s.endswith(")") else s
 
 
+def _unary_constructor(op: AluOp) -> staticmethod:
+    """`AluExp.sin(a)` and friends: the op applied to `a`, in `a`'s dtype."""
+
+    def construct(a: AluExp) -> AluExp:
+        return AluExp(op, a.dtype, (a,))
+
+    construct.__name__ = construct.__qualname__ = op.value.lower()
+    return staticmethod(construct)
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class AluExp:
     """One node: `op` applied to `src`, producing `dtype`; `arg` carries op-specific data.
@@ -291,58 +301,25 @@ class AluExp:
     def bitcast(dtype: DType, a: AluExp) -> AluExp:
         return a if a.dtype == dtype else AluExp(AluOp.Bitcast, dtype, (a,))
 
-    @staticmethod
-    def _unary(op: AluOp, a: AluExp) -> AluExp:
-        return AluExp(op, a.dtype, (a,))
-
-    @staticmethod
-    def sin(a: AluExp) -> AluExp:
-        return AluExp._unary(AluOp.Sin, a)
-
-    @staticmethod
-    def cos(a: AluExp) -> AluExp:
-        return AluExp._unary(AluOp.Cos, a)
-
-    @staticmethod
-    def asin(a: AluExp) -> AluExp:
-        return AluExp._unary(AluOp.Asin, a)
-
-    @staticmethod
-    def atan(a: AluExp) -> AluExp:
-        return AluExp._unary(AluOp.Atan, a)
-
-    @staticmethod
-    def exp(a: AluExp) -> AluExp:
-        return AluExp._unary(AluOp.Exp, a)
-
-    @staticmethod
-    def log(a: AluExp) -> AluExp:
-        return AluExp._unary(AluOp.Log, a)
-
-    @staticmethod
-    def erf(a: AluExp) -> AluExp:
-        return AluExp._unary(AluOp.Erf, a)
-
-    @staticmethod
-    def erfc(a: AluExp) -> AluExp:
-        return AluExp._unary(AluOp.Erfc, a)
-
-    @staticmethod
-    def sqrt(a: AluExp) -> AluExp:
-        return AluExp._unary(AluOp.Sqrt, a)
-
-    @staticmethod
-    def reciprocal(a: AluExp) -> AluExp:
-        return AluExp._unary(AluOp.Reciprocal, a)
+    sin = _unary_constructor(AluOp.Sin)
+    cos = _unary_constructor(AluOp.Cos)
+    asin = _unary_constructor(AluOp.Asin)
+    atan = _unary_constructor(AluOp.Atan)
+    exp = _unary_constructor(AluOp.Exp)
+    log = _unary_constructor(AluOp.Log)
+    erf = _unary_constructor(AluOp.Erf)
+    erfc = _unary_constructor(AluOp.Erfc)
+    sqrt = _unary_constructor(AluOp.Sqrt)
+    reciprocal = _unary_constructor(AluOp.Reciprocal)
 
     @staticmethod
     def floor(a: AluExp) -> AluExp:
         """Floor of a float; integers are already whole, so they come back unchanged."""
-        return AluExp._unary(AluOp.Floor, a) if is_float(a.dtype) else a
+        return AluExp(AluOp.Floor, a.dtype, (a,)) if is_float(a.dtype) else a
 
     @staticmethod
     def ceil(a: AluExp) -> AluExp:
-        return AluExp._unary(AluOp.Ceil, a) if is_float(a.dtype) else a
+        return AluExp(AluOp.Ceil, a.dtype, (a,)) if is_float(a.dtype) else a
 
     @staticmethod
     def bit_and(a: AluExp, b: AluExp | int) -> AluExp:
