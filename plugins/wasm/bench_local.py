@@ -47,6 +47,11 @@ def put(be, a: np.ndarray) -> int:
     return be.malloc(a.nbytes, a.tobytes())
 
 
+def report(label: str, r: dict[str, float]) -> None:
+    wasm, numpy = r["wasm"], r["numpy"]
+    print(f"{label}: wasm {wasm * 1e3:.2f} ms  numpy {numpy * 1e3:.2f} ms  speedup {numpy / wasm:.2f}x")
+
+
 def case_fma(be, n: int = 1 << 24) -> None:
     rng = np.random.default_rng(0)
     a, b, c = (rng.uniform(-1, 1, n).astype(np.float32) for _ in range(3))
@@ -60,9 +65,7 @@ def case_fma(be, n: int = 1 << 24) -> None:
         np.add(o, c, out=o)
 
     r = bench({"wasm": lambda: be.dispatch(exe, [sa, sb, sc], [so]), "numpy": np_fma})
-    print(
-        f"fma 16M: wasm {r['wasm'] * 1e3:.2f} ms  numpy {r['numpy'] * 1e3:.2f} ms  speedup {r['numpy'] / r['wasm']:.2f}x"
-    )
+    report("fma 16M", r)
 
 
 def case_sum(be, n: int = 1 << 24) -> None:
@@ -72,9 +75,7 @@ def case_sum(be, n: int = 1 << 24) -> None:
     )
     sa, so = put(be, a), be.malloc(4)
     r = bench({"wasm": lambda: be.dispatch(exe, [sa], [so]), "numpy": lambda: a.sum()})
-    print(
-        f"sum 16M: wasm {r['wasm'] * 1e3:.2f} ms  numpy {r['numpy'] * 1e3:.2f} ms  speedup {r['numpy'] / r['wasm']:.2f}x"
-    )
+    report("sum 16M", r)
 
 
 def case_matmul(be, n: int = 1024, label: str = "") -> None:
@@ -94,8 +95,8 @@ def case_matmul(be, n: int = 1024, label: str = "") -> None:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     np1 = float(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout)
     print(
-        f"matmul {n}{label}: wasm {fl / res['wasm']:.1f} GFLOP/s  numpy (default threads) {fl / res['np']:.1f}  "
-        f"numpy 1 thread {fl / np1:.1f}"
+        f"matmul {n}{label}: wasm {fl / res['wasm']:.1f} GFLOP/s  "
+        f"numpy (default threads) {fl / res['np']:.1f}  numpy 1 thread {fl / np1:.1f}"
     )
 
 
@@ -123,7 +124,8 @@ from jaxcore_wasm.backend import WasmBackend
 be = WasmBackend()
 t1 = time.perf_counter()
 g = AluVar.gidx
-k = Kernel(2, 1000, AluExp.global_index(DType.float32, 0, 1000, g) * 3.5 + AluExp.global_index(DType.float32, 1, 1000, g))
+x, y = (AluExp.global_index(DType.float32, i, 1000, g) for i in (0, 1))
+k = Kernel(2, 1000, x * 3.5 + y)
 t2 = time.perf_counter()
 exe = be.prepare_kernel(k)
 t3 = time.perf_counter()
@@ -148,8 +150,8 @@ def case_prepare(be) -> None:
         be.prepare_kernel(k)
     t4 = time.perf_counter()
     print(
-        f"prepare elementwise: first {(t1 - t0) * 1e3:.1f} ms ({exe.data.source}); process-cached {(t3 - t2) * 1e6:.0f} us; "
-        f"backend-cached {(t4 - t3) / 1000 * 1e6:.1f} us"
+        f"prepare elementwise: first {(t1 - t0) * 1e3:.1f} ms ({exe.data.source}); "
+        f"process-cached {(t3 - t2) * 1e6:.0f} us; backend-cached {(t4 - t3) / 1000 * 1e6:.1f} us"
     )
     with tempfile.TemporaryDirectory() as d:
         env = dict(os.environ, JAXCORE_CACHE_DIR=d, JAXCORE_WASM_DISK_CACHE="1")

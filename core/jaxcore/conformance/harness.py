@@ -231,8 +231,9 @@ def expect_unsupported(backend: Backend, source: Kernel | Routine) -> Exception:
         device = getattr(exc, "device", None)
         assert device == backend.name, f"{type(exc).__name__} names device {device!r}, not {backend.name!r}"
         return exc
+    why = undeclared(backend, source) or "declared unsupported"
     raise AssertionError(
-        f"{backend.name} declares it cannot run this ({undeclared(backend, source) or 'declared unsupported'}),"
+        f"{backend.name} declares it cannot run this ({why}),"
         f" but prepare returned {type(exe).__name__} instead of raising "
         f"{' or '.join(e.__name__ for e in errors)}:\n{source}"
     )

@@ -95,8 +95,9 @@ def test_concurrent_prepares_share_one_executable(backend: Backend) -> None:
             mine = exes[i :: len(kernels)]
             distinct = len({id(e) for e in mine if not (e is mine[0] or e == mine[0])})
             assert distinct == 0, (
-                f"round {round_}: 8 concurrent prepares of one kernel returned {distinct + 1} unequal executables "
-                "(the kernel was compiled more than once: the cache check and the insert are not atomic)"
+                f"round {round_}: 8 concurrent prepares of one kernel returned {distinct + 1} unequal "
+                "executables (the kernel was compiled more than once: the cache check and the insert "
+                "are not atomic)"
             )
 
 

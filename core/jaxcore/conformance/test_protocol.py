@@ -259,7 +259,8 @@ def _sum_of_inputs(n: int) -> Kernel:
 
 
 def test_max_args_honoured(backend: Backend) -> None:
-    """A kernel with max_args inputs works (checked up to 64 inputs); nargs = max_args + 1 fails at prepare."""
+    """A kernel with max_args inputs works (checked up to 64 inputs); nargs = max_args + 1 fails at
+    prepare."""
     limit = backend.max_args
     assert limit == backend.capabilities.max_args and limit >= 1
     n = min(limit, 64)

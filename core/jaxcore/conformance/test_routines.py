@@ -185,7 +185,8 @@ LU_KNOWN = [
 @pytest.mark.parametrize("case", range(len(LU_KNOWN)))
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_lu_known(backend: Backend, dtype: str, case: int) -> None:
-    """Pivot convention: first max |value| (strict >), pivots = row swapped at step j, perm with eye[perm] A = LU."""
+    """Pivot convention: first max |value| (strict >), pivots = row swapped at step j, perm with
+    eye[perm] A = LU."""
     a_list, lu_list, piv, perm = LU_KNOWN[case]
     a = oracle.array(np.array(a_list, float), dtype).reshape(np.array(a_list).shape)
     lu, pivots, permutation = run_routine(backend, prepared(backend, routine(Routines.LU, [a], [dtype])), [a])

@@ -117,7 +117,8 @@ def test_undeclared_routines_raise(backend: Backend) -> None:
 
 
 def test_declared_capabilities_are_consistent(backend: Backend) -> None:
-    """Capabilities are data the suite trusts: known dtypes and routines, sane limits, tolerances well formed."""
+    """Capabilities are data the suite trusts: known dtypes and routines, sane limits, tolerances
+    well formed."""
     caps = backend.capabilities
     assert caps.dtypes and all(isinstance(d, DType) for d in caps.dtypes), caps.dtypes
     assert all(r in set(Routines) for r in caps.routines), caps.routines

@@ -576,9 +576,8 @@ class _KernelWriter:
                     em = self._emitter(fn, {"gidx": g, "ridx": r}, rranges)
                     p = acc_ptr(g, c0)
                     old = fn.emit(f"load {ty}, ptr {p}")
-                    fn.raw(
-                        f"store {ty} {_accumulate(em, red.op, red.dtype, old, em.value(self.tuned.exp))}, ptr {p}"
-                    )
+                    new = _accumulate(em, red.op, red.dtype, old, em.value(self.tuned.exp))
+                    fn.raw(f"store {ty} {new}, ptr {p}")
                     return []
 
                 loop(fn, c0, c1, "1", col, name="tc")

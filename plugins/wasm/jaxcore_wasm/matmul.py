@@ -236,7 +236,8 @@ def _pack_b(f: Fn, jc: str, pc: str, nc: str, kc: str, npan: str, bp: str) -> No
 
 
 def _pack_a(f: Fn, ic: str, pc: str, mc: str, kc: str, mpan: str, ap: str) -> None:
-    """Ap[(p*kc + k)*MR + r] = splat(A[ic+p*MR+r, pc+k]) (0 beyond M), f32x4 each: no shuffles in the micro-kernel."""
+    """Ap[(p*kc + k)*MR + r] = splat(A[ic+p*MR+r, pc+k]) (0 beyond M), f32x4 each: no shuffles in
+    the micro-kernel."""
 
     def p_body(p: str, _):
         row0 = _add(f, ic, _mul(f, p, str(MR)))

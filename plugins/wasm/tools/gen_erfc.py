@@ -33,14 +33,22 @@ def G(x):
     return mp.exp(x * x) * mp.erfc(x)
 
 
-def main(tol=2e-17):
+def main(tol=2e-17, width=100):
     print("ERFC_TABLE = (")
     for lo, hi in INTERVALS:
         c = cheb(G, mp.mpf(lo), mp.mpf(hi), 40)
         scale = abs(c[0])
         deg = max(k for k in range(len(c)) if abs(c[k]) > tol * scale)
-        coeffs = ", ".join(repr(float(v)) for v in c[: deg + 1])
-        print(f"    ({lo!r}, {hi!r}, ({coeffs})),")
+        print(f"    ({lo!r}, {hi!r}, (")
+        line = "       "
+        for v in c[: deg + 1]:
+            item = f" {float(v)!r},"
+            if len(line) + len(item) > width:
+                print(line)
+                line = "       "
+            line += item
+        print(line)
+        print("    )),")
     print(")")
 
 
