@@ -27,10 +27,6 @@ def _trunc_div(a: float, b: float) -> float:
     return math.trunc(q) if math.isfinite(q) else q
 
 
-def _erfc(x: float) -> float:
-    return math.erfc(x)
-
-
 def value_range(e: AluExp) -> Range:
     """Conservative [min, max] of an expression, assuming ints do not overflow and floats are not NaN."""
     cached = e.__dict__.get("_range")
@@ -95,7 +91,7 @@ def _range_inner(e: AluExp) -> Range:
             }[op]
             return (f(s[0][0]), f(s[0][1]))
         if op == AluOp.Erfc:
-            return (_erfc(s[0][1]), _erfc(s[0][0]))
+            return (math.erfc(s[0][1]), math.erfc(s[0][0]))
         if op == AluOp.Reciprocal:
             if s[0][0] <= 0 <= s[0][1]:
                 return (-_INF, _INF)

@@ -27,7 +27,7 @@ from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, byte_width, i
 from jaxcore.kernel import Kernel
 from jaxcore.tuner import tune_nullopt
 from jaxcore_wasm import builtins, matmul
-from jaxcore_wasm.irtext import F32, F64, I1, I32, Fn, Module, fconst, iconst, loop
+from jaxcore_wasm.irtext import F32, F64, I1, I32, Fn, Module, fconst, iconst, loop, suffix
 from jaxcore_wasm.matmul import MatmulPlan
 from jaxcore_wasm.toolchain import TRIPLE, datalayout
 
@@ -259,12 +259,12 @@ class Emitter:
                 return self.round16(f.fmul(ty, a, b), d)
             if op == AluOp.Idiv:
                 q = self.round16(f.fdiv(ty, a, b), d)
-                return self.intr(f"llvm.trunc.{_sfx(ty)}", ty, [(ty, q)])
+                return self.intr(f"llvm.trunc.{suffix(ty)}", ty, [(ty, q)])
             if op == AluOp.Mod:
                 return f.call(ty, builtins.fmod(self.mod, ty), [(ty, a), (ty, b)])
             if op in (AluOp.Min, AluOp.Max):
                 name = "minimum" if op == AluOp.Min else "maximum"
-                return self.intr(f"llvm.{name}.{_sfx(ty)}", ty, [(ty, a), (ty, b)])
+                return self.intr(f"llvm.{name}.{suffix(ty)}", ty, [(ty, a), (ty, b)])
             raise UnsupportedOpError(op, d, DEVICE)
         if d == DType.bool:
             table = {AluOp.Add: "or", AluOp.Sub: "xor", AluOp.Mul: "and", AluOp.Idiv: "and"}
@@ -320,9 +320,9 @@ class Emitter:
         if op.value in builtins.UNARY:
             return self.round16(f.call(ty, builtins.unary(self.mod, op.value, ty), [(ty, x)]), d)
         if op == AluOp.Sqrt:
-            return self.round16(self.intr(f"llvm.sqrt.{_sfx(ty)}", ty, [(ty, x)]), d)
+            return self.round16(self.intr(f"llvm.sqrt.{suffix(ty)}", ty, [(ty, x)]), d)
         if op in (AluOp.Floor, AluOp.Ceil):
-            return self.intr(f"llvm.{op.value.lower()}.{_sfx(ty)}", ty, [(ty, x)])
+            return self.intr(f"llvm.{op.value.lower()}.{suffix(ty)}", ty, [(ty, x)])
         if op == AluOp.Reciprocal:
             return self.round16(f.fdiv(ty, fconst(1.0, ty), x), d)
         raise UnsupportedOpError(op, d, DEVICE)
@@ -352,7 +352,7 @@ class Emitter:
         if dst in (DType.int32, DType.uint32):
             if is_float(src):
                 kind = "fptosi" if dst == DType.int32 else "fptoui"
-                return self.intr(f"llvm.{kind}.sat.i32.{_sfx(st)}", I32, [(st, v)])
+                return self.intr(f"llvm.{kind}.sat.i32.{suffix(st)}", I32, [(st, v)])
             return v  # int <-> int keeps the bits (wraps)
         # float destinations
         if is_float(src):
@@ -380,10 +380,6 @@ class Emitter:
         raise UnsupportedOpError(AluOp.Bitcast, dst, DEVICE, str(src))
 
 
-def _sfx(ty: str) -> str:
-    return "f64" if ty == F64 else "f32"
-
-
 # ---- accumulation ------------------------------------------------------------------------------
 
 
@@ -396,7 +392,7 @@ def _accumulate(em: Emitter, op: AluOp, dtype: DType, acc: str, x: str) -> str:
         if op == AluOp.Mul:
             return em.round16(f.bin("fmul", ty, acc, x, "reassoc" if dtype != DType.float16 else ""), dtype)
         name = "minimum" if op == AluOp.Min else "maximum"
-        return em.intr(f"llvm.{name}.{_sfx(ty)}", ty, [(ty, acc), (ty, x)])
+        return em.intr(f"llvm.{name}.{suffix(ty)}", ty, [(ty, acc), (ty, x)])
     if dtype == DType.bool:
         return f.bin({AluOp.Add: "or", AluOp.Mul: "and", AluOp.Min: "and", AluOp.Max: "or"}[op], I32, acc, x)
     if op == AluOp.Add:

@@ -150,22 +150,11 @@ class Module:
         self.attributes: list[str] = []
         self.metadata: list[str] = []
 
-    def loop_md(self, interleave: int = 0, vector_width: int = 0, no_vectorize: bool = False) -> str:
-        """A distinct `!llvm.loop` node with vectoriser hints; returns its reference ("!N")."""
+    def loop_md(self, interleave: int) -> str:
+        """A distinct `!llvm.loop` node asking the vectoriser to interleave; returns its reference."""
         base = len(self.metadata)
-        items = []
-        if no_vectorize:
-            self.metadata.append(f'!{base + 1} = !{{!"llvm.loop.vectorize.enable", i1 false}}')
-            items.append(f"!{base + 1}")
-        if interleave:
-            n = base + 1 + len(items)
-            self.metadata.append(f'!{n} = !{{!"llvm.loop.interleave.count", i32 {interleave}}}')
-            items.append(f"!{n}")
-        if vector_width:
-            n = base + 1 + len(items)
-            self.metadata.append(f'!{n} = !{{!"llvm.loop.vectorize.width", i32 {vector_width}}}')
-            items.append(f"!{n}")
-        self.metadata.insert(base, f"!{base} = distinct !{{!{base}{''.join(', ' + i for i in items)}}}")
+        self.metadata.append(f"!{base} = distinct !{{!{base}, !{base + 1}}}")
+        self.metadata.append(f'!{base + 1} = !{{!"llvm.loop.interleave.count", i32 {interleave}}}')
         return f"!{base}"
 
     def intrinsic(self, name: str) -> str:

@@ -15,7 +15,6 @@ is not the identity also gets an `epilogue` map that reads the f32 sums from scr
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from jaxcore.alu import AluExp, AluOp
@@ -349,7 +348,3 @@ def scratch_bytes() -> int:
 
 def plan_key() -> str:
     return f"sgemm|MR={MR}|NV={NV}|KC={KC}|MC={MC}|NC={NC}|KU={KU}|PS={PRESPLAT}|RX={RELAXED}"
-
-
-def blocks(m: int) -> int:
-    return math.ceil(m / MR)

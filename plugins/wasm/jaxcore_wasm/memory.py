@@ -40,10 +40,6 @@ class Allocator:
         self._lock = threading.Lock()
         self.in_use = 0
 
-    @property
-    def heap_end(self) -> int:
-        return self._head
-
     def alloc(self, size: int) -> int:
         if size <= 0:
             return 0
