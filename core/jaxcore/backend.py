@@ -15,15 +15,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from jaxcore import tracing
+from jaxcore.alu import AluGroup
 from jaxcore.dtype import DType, byte_width
+from jaxcore.kernel import Kernel
+from jaxcore.routine import Routine
 
 if TYPE_CHECKING:
     from jaxcore.alu import AluOp
-    from jaxcore.kernel import Kernel
-    from jaxcore.routine import Routine, Routines
+    from jaxcore.routine import Routines
 
 Slot = int
 T = TypeVar("T")
@@ -66,6 +69,18 @@ class Executable(Generic[T]):
 
     source: Kernel | Routine
     data: T
+
+    @cached_property
+    def _io_bytes(self) -> tuple[tuple[int, ...], tuple[int, ...], bool]:
+        """(bytes per input, bytes per output, whether inputs must be exactly that size): what every
+        dispatch checks, worked out on the first. A kernel's inputs need only hold what it reads."""
+        src = self.source
+        if isinstance(src, Kernel):
+            return tuple(src.input_bytes()), (src.bytes,), False
+        t = src.type
+        need_in = tuple(_nbytes(s, d) for s, d in zip(t.input_shapes, t.input_dtypes))
+        need_out = tuple(_nbytes(s, d) for s, d in zip(t.output_shapes, t.output_dtypes))
+        return need_in, need_out, True
 
 
 @dataclass(frozen=True)
@@ -263,8 +278,6 @@ class BaseBackend:
         return exe
 
     def prepare_kernel(self, kernel: Kernel) -> Executable:
-        from jaxcore.kernel import Kernel
-
         if not isinstance(kernel, Kernel):
             raise TypeError(f"prepare_kernel takes a Kernel, got {type(kernel).__name__}")
         key = kernel.key()
@@ -288,8 +301,6 @@ class BaseBackend:
 
         A comparison is declared by its operands' dtype, since its own dtype is always bool.
         """
-        from jaxcore.alu import AluGroup
-
         caps = self.capabilities
         for node in kernel.nodes():
             dtype = node.src[0].dtype if node.op in AluGroup.Compare else node.dtype
@@ -299,8 +310,6 @@ class BaseBackend:
                 raise UnsupportedOpError(node.op, dtype, self.name)
 
     def prepare_routine(self, routine: Routine) -> Executable:
-        from jaxcore.routine import Routine
-
         if not isinstance(routine, Routine):
             raise TypeError(f"prepare_routine takes a Routine, got {type(routine).__name__}")
 
@@ -337,29 +346,11 @@ class BaseBackend:
         tracing.record_dispatch(self.name, exe.source, start, end, device_time)
 
     def _validate_dispatch(self, exe: Executable, inputs: list[Slot], outputs: list[Slot]):
-        from jaxcore.kernel import Kernel
-
         if not isinstance(exe, Executable):
             raise TypeError(f"dispatch takes an Executable, got {type(exe).__name__}")
-        src = exe.source
-        if isinstance(src, Kernel):
-            if len(inputs) != src.nargs:
-                raise ValueError(f"kernel takes {src.nargs} input buffers, got {len(inputs)}")
-            if len(outputs) != 1:
-                raise ValueError(f"a kernel writes exactly 1 output buffer, got {len(outputs)}")
-            need_in = src.input_bytes()
-            need_out = [src.bytes]
-            exact_in = False
-        else:
-            t = src.type
-            if len(inputs) != len(t.input_shapes) or len(outputs) != len(t.output_shapes):
-                raise ValueError(
-                    f"routine {src.name} takes {len(t.input_shapes)} inputs and {len(t.output_shapes)} "
-                    f"outputs, got {len(inputs)} and {len(outputs)}"
-                )
-            need_in = [_nbytes(s, d) for s, d in zip(t.input_shapes, t.input_dtypes)]
-            need_out = [_nbytes(s, d) for s, d in zip(t.output_shapes, t.output_dtypes)]
-            exact_in = True
+        need_in, need_out, exact_in = exe._io_bytes
+        if len(inputs) != len(need_in) or len(outputs) != len(need_out):
+            raise ValueError(_wrong_count(exe.source, len(inputs), len(outputs)))
         with self._lock:
             in_bufs = [self._buffer(s) for s in inputs]
             out_bufs = [self._buffer(s) for s in outputs]
@@ -375,6 +366,18 @@ class BaseBackend:
                     f"output {i} (slot {outputs[i]}) has {buf.size} bytes; exactly {need} are needed"
                 )
         return [b.handle for b in in_bufs], [b.handle for b in out_bufs]
+
+
+def _wrong_count(src: Kernel | Routine, n_in: int, n_out: int) -> str:
+    if isinstance(src, Kernel):
+        if n_in != src.nargs:
+            return f"kernel takes {src.nargs} input buffers, got {n_in}"
+        return f"a kernel writes exactly 1 output buffer, got {n_out}"
+    t = src.type
+    return (
+        f"routine {src.name} takes {len(t.input_shapes)} inputs and {len(t.output_shapes)} "
+        f"outputs, got {n_in} and {n_out}"
+    )
 
 
 def _nbytes(shape: tuple[int, ...], dtype: DType) -> int:
