@@ -12,6 +12,7 @@ import hashlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
 from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, byte_width, is_float
@@ -30,6 +31,11 @@ _IDENTITY: dict[tuple[AluOp, str], float] = {
 }
 
 
+def _check_count(what: str, value: object) -> None:
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a non-negative int, got {value!r}")
+
+
 @dataclass(frozen=True, eq=False)
 class Reduction:
     """A fold over one axis of `size` items, then `epilogue` (an expression in `acc`)."""
@@ -43,8 +49,7 @@ class Reduction:
         dtype, op = DType(self.dtype), AluOp(self.op)
         if op not in AluGroup.Reduce:
             raise TypeError(f"Unsupported reduction: {op}")
-        if not isinstance(self.size, int) or self.size < 0:
-            raise ValueError(f"reduction size must be a non-negative int, got {self.size!r}")
+        _check_count("reduction size", self.size)
         epilogue = self.epilogue if self.epilogue is not None else AluVar.acc(dtype)
         if dtype == DType.float16 and op == AluOp.Add:
             # Sum half floats in float32; round to half once, in the epilogue.
@@ -91,10 +96,8 @@ class Kernel:
     reduction: Reduction | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.nargs, int) or self.nargs < 0:
-            raise ValueError(f"nargs must be a non-negative int, got {self.nargs!r}")
-        if not isinstance(self.size, int) or self.size < 0:
-            raise ValueError(f"size must be a non-negative int, got {self.size!r}")
+        _check_count("nargs", self.nargs)
+        _check_count("size", self.size)
         if not isinstance(self.exp, AluExp):
             raise TypeError(f"exp must be an AluExp, got {type(self.exp).__name__}")
         if self.reduction is not None and not isinstance(self.reduction, Reduction):
@@ -139,12 +142,9 @@ class Kernel:
 
     def input_bytes(self) -> list[int]:
         """The fewest bytes each input buffer must hold for every read to be in bounds."""
-        need = self.__dict__.get("_input_bytes")
-        if need is None:
-            need = self._input_bytes()
-            object.__setattr__(self, "_input_bytes", need)
-        return list(need)
+        return list(self._input_bytes)
 
+    @cached_property
     def _input_bytes(self) -> tuple[int, ...]:
         need = [0] * self.nargs
         for node in self.nodes():
