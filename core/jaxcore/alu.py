@@ -125,6 +125,29 @@ def _unary_constructor(op: AluOp) -> staticmethod:
     return staticmethod(construct)
 
 
+def _binary_constructor(op: AluOp) -> staticmethod:
+    """`AluExp.add(a, b)` and friends: a Python number takes the other operand's dtype; a
+    comparison produces bool, anything else the operands' dtype."""
+    compare = op in AluGroup.Compare
+
+    def construct(a: AluExp | float, b: AluExp | float) -> AluExp:
+        a, b = _lift(a, b), _lift(b, a)
+        return AluExp(op, DType.bool if compare else a.dtype, (a, b))
+
+    construct.__name__ = construct.__qualname__ = op.value.lower()
+    return staticmethod(construct)
+
+
+def _bit_constructor(op: AluOp, mode: str) -> staticmethod:
+    """`AluExp.bit_and(a, b)` and friends: the BitCombine/BitShift `mode` in `a`'s dtype."""
+
+    def construct(a: AluExp, b: AluExp | int) -> AluExp:
+        return AluExp(op, a.dtype, (a, _lift(b, a)), mode)
+
+    construct.__name__ = construct.__qualname__ = "bit_" + mode if op == AluOp.BitCombine else mode
+    return staticmethod(construct)
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class AluExp:
     """One node: `op` applied to `src`, producing `dtype`; `arg` carries op-specific data.
@@ -245,48 +268,15 @@ class AluExp:
             )
         return AluExp(AluOp.GlobalView, dtype, tuple(indices), (int(gid), st))
 
-    @staticmethod
-    def _bin(op: AluOp, a: AluExp | float, b: AluExp | float) -> AluExp:
-        a, b = _lift(a, b), _lift(b, a)
-        return AluExp(op, a.dtype, (a, b))
-
-    @staticmethod
-    def add(a: AluExp | float, b: AluExp | float) -> AluExp:
-        return AluExp._bin(AluOp.Add, a, b)
-
-    @staticmethod
-    def sub(a: AluExp | float, b: AluExp | float) -> AluExp:
-        return AluExp._bin(AluOp.Sub, a, b)
-
-    @staticmethod
-    def mul(a: AluExp | float, b: AluExp | float) -> AluExp:
-        return AluExp._bin(AluOp.Mul, a, b)
-
-    @staticmethod
-    def idiv(a: AluExp | float, b: AluExp | float) -> AluExp:
-        return AluExp._bin(AluOp.Idiv, a, b)
-
-    @staticmethod
-    def mod(a: AluExp | float, b: AluExp | float) -> AluExp:
-        return AluExp._bin(AluOp.Mod, a, b)
-
-    @staticmethod
-    def min(a: AluExp | float, b: AluExp | float) -> AluExp:
-        return AluExp._bin(AluOp.Min, a, b)
-
-    @staticmethod
-    def max(a: AluExp | float, b: AluExp | float) -> AluExp:
-        return AluExp._bin(AluOp.Max, a, b)
-
-    @staticmethod
-    def cmplt(a: AluExp | float, b: AluExp | float) -> AluExp:
-        a, b = _lift(a, b), _lift(b, a)
-        return AluExp(AluOp.Cmplt, DType.bool, (a, b))
-
-    @staticmethod
-    def cmpne(a: AluExp | float, b: AluExp | float) -> AluExp:
-        a, b = _lift(a, b), _lift(b, a)
-        return AluExp(AluOp.Cmpne, DType.bool, (a, b))
+    add = _binary_constructor(AluOp.Add)
+    sub = _binary_constructor(AluOp.Sub)
+    mul = _binary_constructor(AluOp.Mul)
+    idiv = _binary_constructor(AluOp.Idiv)
+    mod = _binary_constructor(AluOp.Mod)
+    min = _binary_constructor(AluOp.Min)
+    max = _binary_constructor(AluOp.Max)
+    cmplt = _binary_constructor(AluOp.Cmplt)
+    cmpne = _binary_constructor(AluOp.Cmpne)
 
     @staticmethod
     def where(cond: AluExp, a: AluExp | float, b: AluExp | float) -> AluExp:
@@ -321,25 +311,11 @@ class AluExp:
     def ceil(a: AluExp) -> AluExp:
         return AluExp(AluOp.Ceil, a.dtype, (a,)) if is_float(a.dtype) else a
 
-    @staticmethod
-    def bit_and(a: AluExp, b: AluExp | int) -> AluExp:
-        return AluExp(AluOp.BitCombine, a.dtype, (a, _lift(b, a)), "and")
-
-    @staticmethod
-    def bit_or(a: AluExp, b: AluExp | int) -> AluExp:
-        return AluExp(AluOp.BitCombine, a.dtype, (a, _lift(b, a)), "or")
-
-    @staticmethod
-    def bit_xor(a: AluExp, b: AluExp | int) -> AluExp:
-        return AluExp(AluOp.BitCombine, a.dtype, (a, _lift(b, a)), "xor")
-
-    @staticmethod
-    def shl(a: AluExp, b: AluExp | int) -> AluExp:
-        return AluExp(AluOp.BitShift, a.dtype, (a, _lift(b, a)), "shl")
-
-    @staticmethod
-    def shr(a: AluExp, b: AluExp | int) -> AluExp:
-        return AluExp(AluOp.BitShift, a.dtype, (a, _lift(b, a)), "shr")
+    bit_and = _bit_constructor(AluOp.BitCombine, "and")
+    bit_or = _bit_constructor(AluOp.BitCombine, "or")
+    bit_xor = _bit_constructor(AluOp.BitCombine, "xor")
+    shl = _bit_constructor(AluOp.BitShift, "shl")
+    shr = _bit_constructor(AluOp.BitShift, "shr")
 
     @staticmethod
     def threefry2x32(k0: AluExp, k1: AluExp, c0: AluExp, c1: AluExp, mode: str | int = "xor") -> AluExp:
