@@ -91,13 +91,9 @@ class Interpreter:
             index = self.run(e.src[0], mask)
             return self.read(e, index, mask)
         if op == "GlobalView":
-            index, valid = e.arg[1].to_alu_exp(list(e.src))
-            from jaxcore.alu import AluExp
+            from jaxcore.alu import accessor_global
 
-            lowered = AluExp.where(
-                valid, AluExp.global_index(e.dtype, e.arg[0], 2**62, index), AluExp.const(e.dtype, 0)
-            )
-            return self.run(lowered, mask)
+            return self.run(accessor_global(e.dtype, e.arg[0], e.arg[1], list(e.src)), mask)
         srcs = [self.run(s, mask) for s in e.src]
         if op in _BINARY:
             return dt.arith(_BINARY[op], srcs[0], self._as(srcs[1], e.src[1].dtype, e.dtype), e.dtype)
