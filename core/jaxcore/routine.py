@@ -264,28 +264,34 @@ def _require_float(label: str, dtype: DType) -> None:
         raise TypeError(f"{label}: input must be floating-point, got {dtype}")
 
 
-def _square(label: str, shape: Shape) -> int:
+def _matrix(label: str, shape: Shape) -> None:
     if len(shape) < 2:
         raise ValueError(f"{label}: input must be at least 2D, got {_fmt_shape(shape)}")
+
+
+def _square(label: str, shape: Shape) -> int:
+    _matrix(label, shape)
     if shape[-1] != shape[-2]:
         raise ValueError(f"{label}: input must be square, got {_fmt_shape(shape[-2:])}")
     return shape[-1]
 
 
-def _check_sort(shapes: tuple[Shape, ...], dtypes: tuple[DType, ...], params: Any) -> _Outputs:
-    _expect_inputs("sort", shapes, 1)
+def _sortable(label: str, shapes: tuple[Shape, ...], params: Any) -> Shape:
+    _expect_inputs(label, shapes, 1)
     if len(shapes[0]) == 0:
-        raise ValueError("sort: cannot sort a scalar")
-    _no_params("sort", params)
-    return None, [shapes[0]], [dtypes[0]]
+        raise ValueError(f"{label}: cannot sort a scalar")
+    _no_params(label, params)
+    return shapes[0]
+
+
+def _check_sort(shapes: tuple[Shape, ...], dtypes: tuple[DType, ...], params: Any) -> _Outputs:
+    shape = _sortable("sort", shapes, params)
+    return None, [shape], [dtypes[0]]
 
 
 def _check_argsort(shapes: tuple[Shape, ...], dtypes: tuple[DType, ...], params: Any) -> _Outputs:
-    _expect_inputs("argsort", shapes, 1)
-    if len(shapes[0]) == 0:
-        raise ValueError("argsort: cannot sort a scalar")
-    _no_params("argsort", params)
-    return None, [shapes[0], shapes[0]], [dtypes[0], DType.int32]
+    shape = _sortable("argsort", shapes, params)
+    return None, [shape, shape], [dtypes[0], DType.int32]
 
 
 def _check_triangular_solve(shapes: tuple[Shape, ...], dtypes: tuple[DType, ...], params: Any) -> _Outputs:
@@ -316,8 +322,7 @@ def _check_cholesky(shapes: tuple[Shape, ...], dtypes: tuple[DType, ...], params
 def _check_lu(shapes: tuple[Shape, ...], dtypes: tuple[DType, ...], params: Any) -> _Outputs:
     _expect_inputs("lu", shapes, 1)
     shape = shapes[0]
-    if len(shape) < 2:
-        raise ValueError(f"lu: input must be at least 2D, got {_fmt_shape(shape)}")
+    _matrix("lu", shape)
     _require_float("lu", dtypes[0])
     _no_params("lu", params)
     batch, (m, n) = shape[:-2], shape[-2:]
@@ -327,8 +332,7 @@ def _check_lu(shapes: tuple[Shape, ...], dtypes: tuple[DType, ...], params: Any)
 def _check_jacobi_eigh(shapes: tuple[Shape, ...], dtypes: tuple[DType, ...], params: Any) -> _Outputs:
     _expect_inputs("jacobi_eigh", shapes, 1)
     n = _square("jacobi_eigh", shapes[0])
-    if not is_float(dtypes[0]):
-        raise TypeError(f"jacobi_eigh: input must be floating-point, got {dtypes[0]}")
+    _require_float("jacobi_eigh", dtypes[0])
     params = _params_of(
         "jacobi_eigh", params, JacobiEighParams, lambda: JacobiEighParams.default(n, dtypes[0])
     )
