@@ -48,7 +48,7 @@ def sample_routine(name: Routines, dtype: DType) -> Routine | None:
 def undeclared_kernels(dtype: DType) -> list[tuple[str, Kernel]]:
     """Kernels that touch `dtype` in different places: input, output only, intermediate only, accumulator."""
     other = DType.int32 if dtype != DType.int32 else DType.float32
-    out: list[tuple[str, Kernel]] = [
+    return [
         ("copy", map_kernel([dtype], 4, lambda x: x)),
         ("constant", Kernel(0, 4, AluExp.const(dtype, 1))),
         ("cast into it", map_kernel([other], 4, lambda x: AluExp.cast(dtype, x))),
@@ -56,7 +56,14 @@ def undeclared_kernels(dtype: DType) -> list[tuple[str, Kernel]]:
         ("compare only", map_kernel([dtype, dtype], 4, AluExp.cmplt)),
         ("reduction", reduce_kernel(dtype, AluOp.Max, 2, 3)),
     ]
-    return out
+
+
+def _expect_unsupported(backend: Backend, source: Kernel | Routine, label: str, failures: list[str]) -> None:
+    """`expect_unsupported`, recording a failure under `label` so one case reports every miss."""
+    try:
+        expect_unsupported(backend, source)
+    except AssertionError as exc:
+        failures.append(f"{label}: {exc}")
 
 
 def test_undeclared_dtypes_raise(backend: Backend) -> None:
@@ -67,17 +74,11 @@ def test_undeclared_dtypes_raise(backend: Backend) -> None:
         if dtype in caps.dtypes:
             continue
         for label, kernel in undeclared_kernels(dtype):
-            try:
-                expect_unsupported(backend, kernel)
-            except AssertionError as exc:
-                failures.append(f"{dtype} ({label}): {exc}")
+            _expect_unsupported(backend, kernel, f"{dtype} ({label})", failures)
         for name in Routines:
             r = sample_routine(name, dtype)
             if r is not None:
-                try:
-                    expect_unsupported(backend, r)
-                except AssertionError as exc:
-                    failures.append(f"{name}<{dtype}>: {exc}")
+                _expect_unsupported(backend, r, f"{name}<{dtype}>", failures)
     assert not failures, "\n".join(failures)
 
 
@@ -85,17 +86,13 @@ def test_unsupported_ops_raise(backend: Backend) -> None:
     """Every (op, dtype) in unsupported_ops raises at prepare (for Cmplt/Cmpne the operand dtype)."""
     failures: list[str] = []
     for op, dtype in sorted(backend.capabilities.unsupported_ops, key=str):
+        source: Kernel | Routine | None
         if str(op) in set(Routines):
-            r = sample_routine(Routines(str(op)), DType(dtype))
-            source: Kernel | Routine | None = r
+            source = sample_routine(Routines(str(op)), DType(dtype))
         else:
             source = minimal_kernel(AluOp(op), DType(dtype))
-        if source is None:
-            continue
-        try:
-            expect_unsupported(backend, source)
-        except AssertionError as exc:
-            failures.append(f"{op}<{dtype}>: {exc}")
+        if source is not None:
+            _expect_unsupported(backend, source, f"{op}<{dtype}>", failures)
     assert not failures, "\n".join(failures)
 
 
@@ -107,12 +104,8 @@ def test_undeclared_routines_raise(backend: Backend) -> None:
             continue
         for dtype in (DType.float32, DType.int32):
             r = sample_routine(name, dtype)
-            if r is None or dtype not in backend.capabilities.dtypes:
-                continue
-            try:
-                expect_unsupported(backend, r)
-            except AssertionError as exc:
-                failures.append(f"{name}: {exc}")
+            if r is not None and dtype in backend.capabilities.dtypes:
+                _expect_unsupported(backend, r, str(name), failures)
     assert not failures, "\n".join(failures)
 
 
