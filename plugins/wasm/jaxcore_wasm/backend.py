@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,13 +27,13 @@ from jaxcore_wasm import codegen, matmul, runtime
 from jaxcore_wasm.codegen import KernelPlan
 from jaxcore_wasm.compiler import compiler
 from jaxcore_wasm.memory import Allocator
-from jaxcore_wasm.module import MAX_PAGES
+from jaxcore_wasm.module import MAX_PAGES, PAGE
 
 CAPABILITIES = Capabilities(
     dtypes=frozenset(DType),
     routines=frozenset(Routines),
     max_args=64,
-    max_buffer_bytes=MAX_PAGES * 65536 - 65536,
+    max_buffer_bytes=(MAX_PAGES - 1) * PAGE,
     description="LLVM -> WebAssembly (simd128) kernels run by wasmtime on one shared linear memory; "
     "routines run as host code on that memory",
 )
@@ -55,6 +56,13 @@ PARALLEL_MIN_FLOPS = 1 << 22
 
 def _i32(v: int) -> int:
     return v - (1 << 32) if v >= 1 << 31 else v
+
+
+def _spans(total: int, parts: int, align: int) -> list[tuple[int, int]]:
+    """`[0, total)` cut into at most `parts` non-empty ranges that start at multiples of `align`."""
+    step = -(-total // parts)
+    step = -(-step // align) * align
+    return [(lo, min(total, lo + step)) for lo in range(0, total, max(step, 1))]
 
 
 @dataclass
@@ -180,59 +188,46 @@ class WasmBackend(BaseBackend):
             self._pool = runtime.Pool(self.engine, self.memory, self.threads - 1)
         return self._pool
 
+    def _parallel(self, parts: int, work: Callable[[runtime.Lane, int], None]) -> None:
+        """`work(lane, i)` for every part i: part 0 on this thread's lane, the others on the pool's."""
+
+        def main() -> None:
+            with self._lane_lock:
+                work(self.lane, 0)
+
+        if parts == 1:
+            main()
+        else:
+            self.pool().run([lambda lane, i=i: work(lane, i) for i in range(1, parts)], main)
+
     def _run_chunks(self, data: KernelExe, ptrs: list[int]) -> None:
         size = data.plan.size
-        parts = max(1, min(self.threads, size // CHUNK_ALIGN))
-        chunk = -(-size // parts)
-        chunk = -(-chunk // CHUNK_ALIGN) * CHUNK_ALIGN
-        bounds = [(i * chunk, min(size, (i + 1) * chunk)) for i in range(parts)]
-        bounds = [(a, b) for a, b in bounds if a < b]
-        mod, nparams = data.module, data.nparams
+        bounds = _spans(size, max(1, min(self.threads, size // CHUNK_ALIGN)), CHUNK_ALIGN)
         base = [_i32(p) for p in ptrs]
         scratch = [_i32(self._scratch_for(t)) for t in range(len(bounds))]
 
-        def job(lo: int, hi: int, s: int):
-            def go(lane: runtime.Lane) -> None:
-                lane.call(lane.funcs(mod)["kernel"], runtime.make_args([*base, lo, hi, s]), nparams)
+        def work(lane: runtime.Lane, i: int) -> None:
+            lo, hi = bounds[i]
+            args = runtime.make_args([*base, lo, hi, scratch[i]])
+            lane.call(lane.funcs(data.module)["kernel"], args, data.nparams)
 
-            return go
-
-        def main() -> None:
-            lo, hi = bounds[0]
-            with self._lane_lock:
-                self.lane.call(data.funcs["kernel"], runtime.make_args([*base, lo, hi, scratch[0]]), nparams)
-
-        self.pool().run([job(a, b, s) for (a, b), s in zip(bounds[1:], scratch[1:])], main)
+        self._parallel(len(bounds), work)
 
     def _run_split(self, data: KernelExe, ptrs: list[int]) -> None:
         """Split the reduced axis: each thread folds a range into scratch, then `finish` combines."""
-        plan, parts = data.plan, self.threads
-        r = plan.reduce
-        step = -(-r // parts)
-        step = -(-step // CHUNK_ALIGN) * CHUNK_ALIGN
-        ranges = [(i * step, min(r, (i + 1) * step)) for i in range(parts)]
-        ranges = [(a, b) for a, b in ranges if a < b]
+        plan = data.plan
+        ranges = _spans(plan.reduce, self.threads, CHUNK_ALIGN)
         nparts = len(ranges)
         scratch = self.allocator.alloc(nparts * plan.size * plan.acc_bytes)
         try:
             ins = [_i32(p) for p in ptrs[:-1]]
-            mod = data.module
-            n_partial = len(ins) + 3
 
-            def job(i: int, lo: int, hi: int):
-                def go(lane: runtime.Lane) -> None:
-                    at = _i32(scratch + i * plan.size * plan.acc_bytes)
-                    lane.call(lane.funcs(mod)["partial"], runtime.make_args([*ins, at, lo, hi]), n_partial)
+            def work(lane: runtime.Lane, i: int) -> None:
+                lo, hi = ranges[i]
+                args = runtime.make_args([*ins, _i32(scratch + i * plan.size * plan.acc_bytes), lo, hi])
+                lane.call(lane.funcs(data.module)["partial"], args, len(ins) + 3)
 
-                return go
-
-            def main() -> None:
-                lo, hi = ranges[0]
-                with self._lane_lock:
-                    args = runtime.make_args([*ins, _i32(scratch), lo, hi])
-                    self.lane.call(data.funcs["partial"], args, n_partial)
-
-            self.pool().run([job(i, a, b) for i, (a, b) in enumerate(ranges) if i > 0], main)
+            self._parallel(nparts, work)
             with self._lane_lock:
                 args = runtime.make_args([*ins, _i32(ptrs[-1]), _i32(scratch), nparts, 0, plan.size])
                 self.lane.call(data.funcs["finish"], args, len(ins) + 5)
@@ -255,14 +250,11 @@ class WasmBackend(BaseBackend):
         mm = data.plan.matmul
         sg = self._sgemm()
         nt = self.threads if mm.flops() >= PARALLEL_MIN_FLOPS else 1
-        if mm.batch >= nt:
-            per = -(-mm.batch // nt)
-            groups = [[(b, 0, mm.m) for b in range(t * per, min(mm.batch, (t + 1) * per))] for t in range(nt)]
+        if mm.batch >= nt:  # whole matrices per thread, else bands of MR-aligned rows
+            groups = [[(b, 0, mm.m) for b in range(lo, hi)] for lo, hi in _spans(mm.batch, nt, 1)]
         else:
-            rows = -(-mm.m // nt)
-            rows = -(-rows // matmul.MR) * matmul.MR
-            spans = [(t * rows, min(mm.m, (t + 1) * rows)) for t in range(nt)]
-            groups = [[(b, lo, hi) for b in range(mm.batch)] for lo, hi in spans if lo < hi]
+            spans = _spans(mm.m, nt, matmul.MR)
+            groups = [[(b, lo, hi) for b in range(mm.batch)] for lo, hi in spans]
         groups = [g for g in groups if g]
         acc = ptrs[-1] if mm.direct else self.allocator.alloc(4 * data.plan.size)
         a_ptr, b_ptr = ptrs[mm.a_gid], ptrs[mm.b_gid]
@@ -270,28 +262,18 @@ class WasmBackend(BaseBackend):
         b0, bsb, bsk, bsj = mm.b
         scratch = [self._scratch_for(t) for t in range(len(groups))]
 
-        def work(lane: runtime.Lane, items: list[tuple[int, int, int]], s: int) -> None:
+        def work(lane: runtime.Lane, t: int) -> None:
             fref = lane.funcs(sg)["sgemm"]
-            for b, lo, hi in items:
+            for b, lo, hi in groups[t]:
                 args = [
                     a_ptr + 4 * (a0 + b * asb + lo * asi), asi, ask,
                     b_ptr + 4 * (b0 + b * bsb), bsk, bsj,
-                    acc + 4 * (b * mm.m * mm.n + lo * mm.n), mm.n, hi - lo, mm.n, mm.k, s,
+                    acc + 4 * (b * mm.m * mm.n + lo * mm.n), mm.n, hi - lo, mm.n, mm.k, scratch[t],
                 ]  # fmt: skip
                 lane.call(fref, runtime.make_args([_i32(v) for v in args]), 12)
 
         try:
-            if len(groups) == 1:
-                with self._lane_lock:
-                    work(self.lane, groups[0], scratch[0])
-            else:
-                jobs = [lambda lane, g=g, s=s: work(lane, g, s) for g, s in zip(groups[1:], scratch[1:])]
-
-                def main() -> None:
-                    with self._lane_lock:
-                        work(self.lane, groups[0], scratch[0])
-
-                self.pool().run(jobs, main)
+            self._parallel(len(groups), work)
             if not mm.direct:
                 self._run_epilogue(data, ptrs, acc)
         finally:

@@ -14,9 +14,10 @@ import bisect
 import threading
 from collections.abc import Callable
 
+from jaxcore_wasm.module import MAX_PAGES, PAGE
+
 ALIGN = 64
-PAGE = 65536
-LIMIT = 2**32  # bytes addressable by wasm32
+LIMIT = MAX_PAGES * PAGE  # bytes addressable by wasm32
 
 
 def size_class(size: int) -> int:

@@ -10,6 +10,7 @@ wasmtime does not need.
 from __future__ import annotations
 
 MAGIC = b"\0asm\x01\0\0\0"
+PAGE = 65536  # bytes per wasm memory page
 MAX_PAGES = 65536  # 4 GiB, the wasm32 limit
 _SEC_CUSTOM, _SEC_IMPORT = 0, 2
 _KIND_FUNC, _KIND_TABLE, _KIND_MEMORY, _KIND_GLOBAL = 0, 1, 2, 3

@@ -20,9 +20,7 @@ import wasmtime
 from wasmtime import _bindings as ffi
 from wasmtime import _ffi
 
-from jaxcore_wasm.module import MAX_PAGES
-
-PAGE = 65536
+from jaxcore_wasm.module import MAX_PAGES, PAGE
 
 
 def _patch_shared_memory() -> None:
