@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,18 +43,23 @@ class Compiler:
 
     def compile(self, kernel: Kernel) -> CompiledKernel:
         key = kernel.key()
+        ck, cached = self._once(key, lambda: self._from_disk(key) or self._build(kernel, key))
+        return dataclasses.replace(ck, source="memory") if cached else ck
+
+    def _once(self, key: str, load: Callable[[], CompiledKernel]) -> tuple[CompiledKernel, bool]:
+        """The entry for `key`, loaded at most once even when asked for from several threads at
+        once; the flag says it was already in this process's memory."""
         hit = self._mem.get(key)
         if hit is not None:
-            return dataclasses.replace(hit, source="memory")
+            return hit, True
         with self._lock:
             lock = self._key_locks.setdefault(key, threading.Lock())
-        with lock:  # one compile per key even when prepared from several threads
+        with lock:
             hit = self._mem.get(key)
             if hit is not None:
-                return dataclasses.replace(hit, source="memory")
-            ck = self._from_disk(key) or self._build(kernel, key)
-            self._mem[key] = ck
-            return ck
+                return hit, True
+            ck = self._mem[key] = load()
+            return ck, False
 
     def _from_disk(self, key: str) -> CompiledKernel | None:
         got = self.disk.get(key)
@@ -99,23 +105,17 @@ class Compiler:
             (d / f"{key}.txt").write_text(what + "\n")
         return wasmtime.Module(engine(), wasm)
 
-    def library(self, name: str, key: str, make_text) -> wasmtime.Module:
+    def library(self, name: str, key: str, make_text: Callable[[], str]) -> wasmtime.Module:
         """A kernel-independent module (the SGEMM), compiled once per process and cached on disk."""
-        hit = self._mem.get(key)
-        if hit is not None:
-            return hit.module
-        with self._lock:
-            lock = self._key_locks.setdefault(key, threading.Lock())
-        with lock:
-            hit = self._mem.get(key) or self._from_disk(key)
-            if hit is None:
-                mod = self._compile_text(make_text(), key, name)
-                plan = KernelPlan(0, 0, 0, False, 0, DType.float32)
-                if self.disk.enabled:
-                    self.disk.put(key, dataclasses.asdict(plan), bytes(mod.serialize()))
-                hit = CompiledKernel(mod, plan, "llvm")
-            self._mem[key] = hit
-            return hit.module
+
+        def build() -> CompiledKernel:
+            mod = self._compile_text(make_text(), key, name)
+            plan = KernelPlan(0, 0, 0, False, 0, DType.float32)
+            if self.disk.enabled:
+                self.disk.put(key, dataclasses.asdict(plan), bytes(mod.serialize()))
+            return CompiledKernel(mod, plan, "llvm")
+
+        return self._once(key, lambda: self._from_disk(key) or build())[0].module
 
 
 _compiler: Compiler | None = None
