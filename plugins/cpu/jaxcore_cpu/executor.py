@@ -184,6 +184,11 @@ def _chain(forms: list[QuasiAffine], var: str) -> tuple[int, ...]:
     return tuple(chain)
 
 
+def _on_chain(t: Term, chain: tuple[int, ...]) -> bool:
+    """Whether the term's divisor (and divisor times modulus) are place values of its variable."""
+    return t.div in chain and (not t.mod or t.div * t.mod in chain)
+
+
 # ---- boxes: blocks of lanes aligned to the place values ----------------------------------------
 
 
@@ -259,7 +264,7 @@ def _layout(form: QuasiAffine, signature: Signature, chains: dict[str, tuple[int
     coefs, start_terms = [0] * ndim, []
     for t, c in form.terms:
         chain = chains[t.var]
-        if t.div not in chain or (t.mod and t.div * t.mod not in chain):
+        if not _on_chain(t, chain):
             return None
         low = chain.index(t.div)
         top = chain.index(t.div * t.mod) if t.mod else len(chain)
@@ -295,22 +300,15 @@ class BlockKind:
         self, signature: Signature, shape: tuple[int, ...], chains: dict[str, tuple[int, ...]]
     ) -> None:
         self.signature, self.shape, self.chains = signature, shape, chains
-        self._layouts: dict[QuasiAffine, Layout | None] = {}
-        self._views: dict[QuasiAffine, Geometry | None] = {}
+        self._forms: dict[QuasiAffine, tuple[Layout, Geometry] | None] = {}
 
-    def layout(self, form: QuasiAffine) -> Layout | None:
+    def layout(self, form: QuasiAffine) -> tuple[Layout, Geometry] | None:
+        """The form's layout over blocks of this kind and its view's geometry, or None."""
         try:
-            return self._layouts[form]
+            return self._forms[form]
         except KeyError:
-            out = self._layouts[form] = _layout(form, self.signature, self.chains)
-            return out
-
-    def geometry(self, form: QuasiAffine) -> Geometry | None:
-        try:
-            return self._views[form]
-        except KeyError:
-            lay = self.layout(form)
-            out = self._views[form] = None if lay is None else _geometry(lay.coefs, self.shape)
+            lay = _layout(form, self.signature, self.chains)
+            out = self._forms[form] = None if lay is None else (lay, _geometry(lay.coefs, self.shape))
             return out
 
 
@@ -346,17 +344,25 @@ class Block:
         self.shape = self.kind.shape
         self.starts = tuple(b.start for b in boxes)
 
+    def placed(self, form: QuasiAffine) -> tuple[int, Geometry] | None:
+        """`(base, geometry)` with form == base + Σ geometry.strides[a]·i_a over this block, or None."""
+        got = self.kind.layout(form)
+        if got is None:
+            return None
+        lay, geo = got
+        return lay.base(self.starts), geo
+
     def linear(self, form: QuasiAffine) -> tuple[int, tuple[int, ...]] | None:
         """`(base, coef per axis)` with form == base + Σ coef_a·i_a over this block, or None."""
-        lay = self.kind.layout(form)
-        return None if lay is None else (lay.base(self.starts), lay.coefs)
+        placed = self.placed(form)
+        return None if placed is None else (placed[0], placed[1].strides)
 
     def view(self, form: QuasiAffine, buf: np.ndarray) -> np.ndarray | None:
         """`buf[form]` as a view broadcasting over the block, or None if it would leave `buf`."""
-        geo = self.kind.geometry(form)
-        if geo is None:
+        placed = self.placed(form)
+        if placed is None:
             return None
-        base = self.kind.layout(form).base(self.starts)  # type: ignore[union-attr]
+        base, geo = placed
         if base + geo.lo < 0 or base + geo.hi >= buf.size:
             return None
         item = buf.itemsize
@@ -433,10 +439,7 @@ def _computes_nothing(plan: KernelPlan, e: AluExp) -> bool:
 
 def _viewable(plan: KernelPlan, read: AluExp) -> bool:
     form = plan.forms.get(read.src[0].key())
-    return form is not None and all(
-        t.div in plan.chains[t.var] and (not t.mod or t.div * t.mod in plan.chains[t.var])
-        for t, _ in form.terms
-    )
+    return form is not None and all(_on_chain(t, plan.chains[t.var]) for t, _ in form.terms)
 
 
 def _matmul_operands(plan: KernelPlan) -> tuple[AluExp, AluExp] | None:
@@ -504,10 +507,10 @@ class _BlockInterpreter(Interpreter):
     def _index_value(self, form: QuasiAffine) -> np.ndarray | None:
         """An index subexpression as a sum of broadcast aranges: in int32 when its range fits,
         else in int64 wrapped back to int32 (exactly what int32 arithmetic would give)."""
-        geo = self.block.kind.geometry(form)
-        if geo is None:
+        placed = self.block.placed(form)
+        if placed is None:
             return None
-        base = self.block.kind.layout(form).base(self.block.starts)  # type: ignore[union-attr]
+        base, geo = placed
         fits = INT32_MIN <= base + geo.lo and base + geo.hi <= INT32_MAX
         int_t = np.int32 if fits else np.int64
         ndim = len(geo.shape)
