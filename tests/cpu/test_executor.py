@@ -22,16 +22,9 @@ from jaxcore.dtype import DType, to_numpy
 from jaxcore.kernel import Kernel, Reduction
 from jaxcore.shape import ShapeTracker, unravel_alu
 from jaxcore_cpu import executor
-from jaxcore_cpu.executor import (
-    Block,
-    Layouts,
-    QuasiAffine,
-    Term,
-    boxes,
-    plan_kernel,
-    quasi_affine,
-    run_kernel,
-)
+from jaxcore_cpu.affine import QuasiAffine, Term, quasi_affine
+from jaxcore_cpu.blocks import Block, Box, Layouts, boxes
+from jaxcore_cpu.executor import plan_kernel, run_kernel
 
 F32, I32 = DType.float32, DType.int32
 G, R = AluVar.gidx, AluVar.ridx
@@ -497,7 +490,7 @@ def test_sum_of_many_items_is_one_pairwise_reduction() -> None:
     np.testing.assert_array_equal(run(kernel, [x]), [x.sum()])
 
 
-def _blocks(plan: executor.KernelPlan) -> Iterator[executor.Box]:
+def _blocks(plan: executor.KernelPlan) -> Iterator[Box]:
     return boxes("gidx", plan.kernel.size, plan.chains["gidx"], plan.budget)
 
 

@@ -1,28 +1,20 @@
-"""Runs a tuned kernel over numpy arrays, a box of lanes at a time.
+"""Runs a tuned kernel over numpy arrays, a block of lanes at a time.
 
-Lanes are output elements (elementwise kernels) or an (outputs × reduction items) grid. Index
-expressions are analysed once, at plan time, as *quasi-affine* forms
+Lanes are output elements (elementwise kernels) or an (outputs × reduction items) grid. At plan
+time every int32 index node is analysed as a quasi-affine form (`affine`) and lanes are cut into
+blocks aligned to the forms' place values (`blocks`). Over a block each read then becomes an N-D
+strided view of its buffer whose axes broadcast against the block, and every index subexpression a
+sum of small broadcast `arange`s: no index arrays are gathered or divided. Reads that are not
+quasi-affine, or whose view would leave the buffer (padding), are gathered, with bounds checked on
+live lanes; int32 divisions by positive constants of provably non-negative, non-overflowing
+dividends skip the contract's int64 detour (floor and truncation agree there).
 
-    c + Σ a·(v // d) % m   with v in {gidx, ridx}, d > 0, m > 0 or absent,
-
-which is what lowering a row-major view leaves behind (`unravel` gives `(gidx / 4096) % 1024`).
-The divisors and moduli of one variable, when they form a divisibility chain 1 | n1 | n2 ..., are
-the place values of a mixed radix: a block of lanes aligned to them is a box over the digits, and
-every term is affine in the digits. So each read becomes an N-D strided view of its buffer (rows,
-n, ...) whose axes broadcast against the box, and every index subexpression becomes a sum of small
-broadcast `arange`s: no index arrays are gathered or divided. Reads that are not quasi-affine, or
-whose view would leave the buffer (padding), are gathered, with bounds checked on live lanes; int32
-divisions by positive constants of provably non-negative, non-overflowing dividends skip the
-contract's int64 detour (floor and truncation agree there).
-
-Float32/float64 sums of a product of two such reads shaped like a matrix product go to BLAS.
-Everything else computes op by op exactly as `jaxcore.interpret` defines it.
+Float32/float64 sums of a product of two such reads shaped like a matrix product go to BLAS
+(`matmul`). Everything else computes op by op exactly as `jaxcore.interpret` defines it.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -34,6 +26,9 @@ from jaxcore.interpret import Interpreter, shared_nodes
 from jaxcore.kernel import Kernel
 from jaxcore.simplify import value_range
 from jaxcore.tuner import TuneResult, tune_nullopt
+from jaxcore_cpu.affine import QuasiAffine, on_chain, place_values, positive_const, quasi_affine
+from jaxcore_cpu.blocks import Block, Box, Layouts, boxes
+from jaxcore_cpu.matmul import Product
 
 # Lanes per block: large enough to amortise Python and numpy's per-call cost, small enough that
 # temporaries stay in cache (on the 2-core dev box 64K lanes cost fma +45%, 512K lanes softmax
@@ -44,335 +39,6 @@ BLOCK_LANES = 1 << 18
 UNBOUNDED = 1 << 62
 
 VARS = ("gidx", "ridx")
-
-
-# ---- quasi-affine index forms ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, order=True)
-class Term:
-    """`(var // div) % mod` of a non-negative lane variable; `mod` 0 means no modulus."""
-
-    var: str
-    div: int
-    mod: int = 0
-
-
-@dataclass(frozen=True)
-class QuasiAffine:
-    """`const + Σ coef·term`, exact in Z; coefficients are nonzero and terms distinct."""
-
-    const: int
-    terms: tuple[tuple[Term, int], ...] = ()
-
-    def __hash__(self) -> int:  # forms key per-block caches: hash once
-        h = self.__dict__.get("_hash")
-        if h is None:
-            h = hash((self.const, self.terms))
-            object.__setattr__(self, "_hash", h)
-        return h
-
-    def plus(self, other: QuasiAffine, sign: int = 1) -> QuasiAffine:
-        coefs = dict(self.terms)
-        for t, c in other.terms:
-            coefs[t] = coefs.get(t, 0) + sign * c
-        return _qa(self.const + sign * other.const, coefs)
-
-    def times(self, k: int) -> QuasiAffine:
-        return _qa(self.const * k, {t: c * k for t, c in self.terms})
-
-    def single(self) -> Term | None:
-        """The term when this form is exactly one term (coefficient 1, no constant)."""
-        if self.const == 0 and len(self.terms) == 1 and self.terms[0][1] == 1:
-            return self.terms[0][0]
-        return None
-
-
-def _qa(const: int, coefs: dict[Term, int]) -> QuasiAffine:
-    return QuasiAffine(const, tuple(sorted((t, c) for t, c in coefs.items() if c != 0)))
-
-
-def _term(var: str, div: int, mod: int, sizes: dict[str, int]) -> QuasiAffine:
-    """A normalised term: zero when the divisor exceeds the range, no modulus when it cannot wrap."""
-    n = sizes[var]
-    if div >= n:
-        return QuasiAffine(0)
-    if mod and div * mod >= n:
-        mod = 0
-    return QuasiAffine(0, ((Term(var, div, mod), 1),))
-
-
-def _divided(x: QuasiAffine, k: int, sizes: dict[str, int]) -> QuasiAffine | None:
-    """`x // k` (x is a non-negative term, so truncation is floor) when it is again one term."""
-    t = x.single()
-    if t is None:
-        return None
-    if t.mod == 0:
-        return _term(t.var, t.div * k, 0, sizes)
-    if t.mod % k == 0:
-        return _term(t.var, t.div * k, t.mod // k, sizes)
-    return None
-
-
-def _modulo(x: QuasiAffine, k: int, sizes: dict[str, int]) -> QuasiAffine | None:
-    """`x % k` when it is again one term: `(v // d) % m % k` needs k | m (or m | k: a no-op)."""
-    t = x.single()
-    if t is None:
-        return None
-    if t.mod == 0 or t.mod % k == 0:
-        return _term(t.var, t.div, k, sizes)
-    if k % t.mod == 0:
-        return x
-    return None
-
-
-def _positive_const(e: AluExp) -> int | None:
-    if e.op == AluOp.Const and e.dtype == DType.int32 and int(e.arg) > 0:
-        return int(e.arg)
-    return None
-
-
-def quasi_affine(e: AluExp, sizes: dict[str, int], memo: dict[str, QuasiAffine | None]) -> QuasiAffine | None:
-    """The quasi-affine form of an int32 expression over Specials named in `sizes`, or None."""
-    key = e.key()
-    if key in memo:
-        return memo[key]
-    memo[key] = out = _quasi_affine(e, sizes, memo)
-    return out
-
-
-def _quasi_affine(
-    e: AluExp, sizes: dict[str, int], memo: dict[str, QuasiAffine | None]
-) -> QuasiAffine | None:
-    if e.dtype != DType.int32:
-        return None
-    if e.op == AluOp.Const:
-        return QuasiAffine(int(e.arg))
-    if e.op == AluOp.Special:
-        name = e.arg[0]
-        return _term(name, 1, 0, sizes) if name in sizes else None
-    if e.op not in (AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv, AluOp.Mod):
-        return None
-    a, b = (quasi_affine(s, sizes, memo) for s in e.src)
-    if a is None or b is None:
-        return None
-    if e.op in (AluOp.Add, AluOp.Sub):
-        return a.plus(b, 1 if e.op == AluOp.Add else -1)
-    if e.op == AluOp.Mul:
-        if not a.terms:
-            a, b = b, a
-        return a.times(b.const) if not b.terms else None
-    k = _positive_const(e.src[1])
-    if k is None:
-        return None
-    return _divided(a, k, sizes) if e.op == AluOp.Idiv else _modulo(a, k, sizes)
-
-
-def _chain(forms: list[QuasiAffine], var: str) -> tuple[int, ...]:
-    """Place values for `var`: its divisors and moduli that form a divisibility chain from 1."""
-    periods = {1}
-    for form in forms:
-        for t, _ in form.terms:
-            if t.var == var:
-                periods.add(t.div)
-                if t.mod:
-                    periods.add(t.div * t.mod)
-    chain = [1]
-    for p in sorted(periods):
-        if p % chain[-1] == 0 and p != chain[-1]:
-            chain.append(p)
-    return tuple(chain)
-
-
-def _on_chain(t: Term, chain: tuple[int, ...]) -> bool:
-    """Whether the term's divisor (and divisor times modulus) are place values of its variable."""
-    return t.div in chain and (not t.mod or t.div * t.mod in chain)
-
-
-# ---- boxes: blocks of lanes aligned to the place values ----------------------------------------
-
-
-@dataclass(frozen=True)
-class Box:
-    """Lanes `start + Σ i_a·periods[a]` for `i_a < shape[a]`: a row-major box over digits.
-
-    `start` is a multiple of `periods[0]`, and the box stays inside one multiple of the next
-    place value up, so every digit above the box is constant over it.
-    """
-
-    var: str
-    start: int
-    shape: tuple[int, ...]
-    periods: tuple[int, ...]
-    levels: tuple[int, ...]  # the chain index of each axis
-
-    @property
-    def lanes(self) -> int:
-        return self.shape[0] * self.periods[0]
-
-    @property
-    def stop(self) -> int:
-        return self.start + self.lanes
-
-
-def boxes(var: str, size: int, chain: tuple[int, ...], budget: int) -> Iterator[Box]:
-    """Cover `[0, size)` with boxes of at most max(budget, 1) lanes, greedily at the highest level."""
-    pos = 0
-    while pos < size:
-        level = max(
-            j for j, p in enumerate(chain) if p <= max(budget, 1) and pos % p == 0 and pos + p <= size
-        )
-        p = chain[level]
-        end = size if level + 1 == len(chain) else min(size, (pos // chain[level + 1] + 1) * chain[level + 1])
-        count = min(max(budget, 1) // p, (end - pos) // p)
-        levels = tuple(range(level, -1, -1))
-        shape = (count, *(chain[j + 1] // chain[j] for j in levels[1:]))
-        yield Box(var, pos, shape, tuple(chain[j] for j in levels), levels)
-        pos += count * p
-
-
-StartTerm = tuple[int, int, int, int]  # (coefficient, box index, div, mod) of one base term
-
-
-@dataclass(frozen=True)
-class Layout:
-    """A form over every block of one signature: `base(starts) + Σ coefs[a]·i_a`.
-
-    Blocks of one signature differ only in where their boxes start, so the per-axis
-    coefficients are worked out once and each block only recomputes its base.
-    """
-
-    const: int
-    start_terms: tuple[StartTerm, ...]
-    coefs: tuple[int, ...]
-
-    def base(self, starts: tuple[int, ...]) -> int:
-        b = self.const
-        for c, i, d, m in self.start_terms:
-            q = starts[i] // d
-            b += c * (q % m if m else q)
-        return b
-
-
-Signature = tuple[tuple[str, tuple[int, ...]], ...]  # (var, levels) of each box
-
-
-def _layout(form: QuasiAffine, signature: Signature, chains: dict[str, tuple[int, ...]]) -> Layout | None:
-    """Digits below a term's divisor drop out, digits at or above its modulus wrap away: the
-    term is affine in the digits in between, and the box's start gives the rest (see Box)."""
-    ndim = sum(len(levels) for _, levels in signature)
-    coefs, start_terms = [0] * ndim, []
-    for t, c in form.terms:
-        chain = chains[t.var]
-        if not _on_chain(t, chain):
-            return None
-        low = chain.index(t.div)
-        top = chain.index(t.div * t.mod) if t.mod else len(chain)
-        offset = 0
-        for i, (var, levels) in enumerate(signature):
-            if var == t.var:
-                start_terms.append((c, i, t.div, t.mod))
-                for a, lv in enumerate(levels):
-                    if low <= lv < top:
-                        coefs[offset + a] += c * (chain[lv] // t.div)
-                break
-            offset += len(levels)
-        else:
-            return None
-    return Layout(form.const, tuple(start_terms), tuple(coefs))
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """A read's view over blocks of one signature and shape: extents, element strides, reach."""
-
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    lo: int  # lowest element offset from the base
-    hi: int  # highest
-
-
-class BlockKind:
-    """Blocks of one signature and shape differ only in where their boxes start, so what a form
-    looks like over them (its layout, its view's geometry) is worked out once per kind."""
-
-    def __init__(
-        self, signature: Signature, shape: tuple[int, ...], chains: dict[str, tuple[int, ...]]
-    ) -> None:
-        self.signature, self.shape, self.chains = signature, shape, chains
-        self._forms: dict[QuasiAffine, tuple[Layout, Geometry] | None] = {}
-
-    def layout(self, form: QuasiAffine) -> tuple[Layout, Geometry] | None:
-        """The form's layout over blocks of this kind and its view's geometry, or None."""
-        try:
-            return self._forms[form]
-        except KeyError:
-            lay = _layout(form, self.signature, self.chains)
-            out = self._forms[form] = None if lay is None else (lay, _geometry(lay.coefs, self.shape))
-            return out
-
-
-class Layouts:
-    """The block kinds of one plan, memoised for its life."""
-
-    def __init__(self, chains: dict[str, tuple[int, ...]]) -> None:
-        self.chains = chains
-        self._kinds: dict[tuple[Signature, tuple[int, ...]], BlockKind] = {}
-
-    def kind(self, boxes: tuple[Box, ...]) -> BlockKind:
-        signature = tuple((b.var, b.levels) for b in boxes)
-        shape = tuple(n for b in boxes for n in b.shape)
-        kind = self._kinds.get((signature, shape))
-        if kind is None:
-            kind = self._kinds[(signature, shape)] = BlockKind(signature, shape, self.chains)
-        return kind
-
-
-def _geometry(coefs: tuple[int, ...], shape: tuple[int, ...]) -> Geometry:
-    extents = tuple(n if c else 1 for n, c in zip(shape, coefs))
-    lo = sum(min(0, c * (n - 1)) for c, n in zip(coefs, extents))
-    hi = sum(max(0, c * (n - 1)) for c, n in zip(coefs, extents))
-    return Geometry(extents, coefs, lo, hi)
-
-
-class Block:
-    """The lanes of one step: a box of gidx, then (in reductions) a box of ridx."""
-
-    def __init__(self, boxes: tuple[Box, ...], layouts: Layouts) -> None:
-        self.boxes = boxes
-        self.kind = layouts.kind(boxes)
-        self.shape = self.kind.shape
-        self.starts = tuple(b.start for b in boxes)
-
-    def placed(self, form: QuasiAffine) -> tuple[int, Geometry] | None:
-        """`(base, geometry)` with form == base + Σ geometry.strides[a]·i_a over this block, or None."""
-        got = self.kind.layout(form)
-        if got is None:
-            return None
-        lay, geo = got
-        return lay.base(self.starts), geo
-
-    def linear(self, form: QuasiAffine) -> tuple[int, tuple[int, ...]] | None:
-        """`(base, coef per axis)` with form == base + Σ coef_a·i_a over this block, or None."""
-        placed = self.placed(form)
-        return None if placed is None else (placed[0], placed[1].strides)
-
-    def view(self, form: QuasiAffine, buf: np.ndarray) -> np.ndarray | None:
-        """`buf[form]` as a view broadcasting over the block, or None if it would leave `buf`."""
-        placed = self.placed(form)
-        if placed is None:
-            return None
-        base, geo = placed
-        if base + geo.lo < 0 or base + geo.hi >= buf.size:
-            return None
-        item = buf.itemsize
-        return np.ndarray(geo.shape, buf.dtype, buf, base * item, tuple(c * item for c in geo.strides))
-
-
-def _arange(n: int, axis: int, ndim: int, int_t: type[np.integer]) -> np.ndarray:
-    shape = [1] * ndim
-    shape[axis] = n
-    return np.arange(n, dtype=int_t).reshape(shape)
 
 
 # ---- plans -------------------------------------------------------------------------------------
@@ -404,7 +70,7 @@ def plan_kernel(kernel: Kernel) -> KernelPlan:
                 forms[node.key()] = form
             if _is_fast_division(node):
                 fast.add(node.key())
-    chains = {v: _chain(list(forms.values()), v) for v in VARS}
+    chains = {v: place_values(list(forms.values()), v) for v in VARS}
     shared = shared_nodes(tuned.exp, tuned.epilogue)
     plan = KernelPlan(kernel, tuned, forms, frozenset(fast), chains, shared, Layouts(chains), 0)
     budget = UNBOUNDED if _computes_nothing(plan, tuned.exp) else BLOCK_LANES
@@ -413,7 +79,7 @@ def plan_kernel(kernel: Kernel) -> KernelPlan:
 
 def _is_fast_division(e: AluExp) -> bool:
     """int32 x / k or x % k with k > 0 and x provably in [0, INT32_MAX]: floor equals truncation."""
-    if e.op not in (AluOp.Idiv, AluOp.Mod) or e.dtype != DType.int32 or _positive_const(e.src[1]) is None:
+    if e.op not in (AluOp.Idiv, AluOp.Mod) or e.dtype != DType.int32 or positive_const(e.src[1]) is None:
         return False
     return value_range(e.src[0])[0] >= 0 and _no_overflow(e.src[0])
 
@@ -439,7 +105,7 @@ def _computes_nothing(plan: KernelPlan, e: AluExp) -> bool:
 
 def _viewable(plan: KernelPlan, read: AluExp) -> bool:
     form = plan.forms.get(read.src[0].key())
-    return form is not None and all(_on_chain(t, plan.chains[t.var]) for t, _ in form.terms)
+    return form is not None and all(on_chain(t, plan.chains[t.var]) for t, _ in form.terms)
 
 
 def _matmul_operands(plan: KernelPlan) -> tuple[AluExp, AluExp] | None:
@@ -580,6 +246,12 @@ def _plain_ufunc(e: AluExp) -> np.ufunc | None:
     return _UFUNCS.get(e.op)
 
 
+def _arange(n: int, axis: int, ndim: int, int_t: type[np.integer]) -> np.ndarray:
+    shape = [1] * ndim
+    shape[axis] = n
+    return np.arange(n, dtype=int_t).reshape(shape)
+
+
 # ---- running -----------------------------------------------------------------------------------
 
 _REDUCE = {AluOp.Add: np.add, AluOp.Mul: np.multiply, AluOp.Min: np.minimum, AluOp.Max: np.maximum}
@@ -655,60 +327,7 @@ def _epilogue(plan: KernelPlan, buffers: Buffers, g_box: Box, acc: np.ndarray, o
     interp.run_into(plan.tuned.epilogue, _dst(out, g_box))
 
 
-# ---- matrix products ---------------------------------------------------------------------------
-#
-# Σ_r a[g, r]·b[g, r] in float32/float64, where the reads' views split the output axes into rows
-# (only `a` varies along them), columns (only `b`) and batches (both), and both vary along every
-# reduced axis, is a batched matrix product. BLAS forms the same products and adds them in its
-# own blocked order, possibly fusing a multiply into its add (one rounding fewer), so the result
-# differs from the per-op definition only in how the sum is rounded: the freedom the contract
-# gives float Add reductions, numpy's pairwise order being another such order. Nothing else is
-# allowed through: float16 products must round to float16, masked reads must read 0, and integer
-# products must wrap exactly, so those take the generic path.
-
-
-@dataclass(frozen=True)
-class Product:
-    """Output axes grouped as batch/rows/cols/rest (neither operand varies), then reduced axes."""
-
-    batch: list[int]
-    rows: list[int]
-    cols: list[int]
-    rest: list[int]
-    reduced: list[int]
-
-    @staticmethod
-    def of(a: tuple[int, ...], b: tuple[int, ...], shape: tuple[int, ...], ng: int) -> Product | None:
-        """The grouping for views of extents `a` and `b` over a block of `shape`, or None."""
-        reduced = list(range(ng, len(shape)))
-        if any(a[x] != shape[x] or b[x] != shape[x] for x in reduced):
-            return None  # an operand is constant along a reduced axis: not a product there
-        groups = [[x for x in range(ng) if (a[x] > 1, b[x] > 1) == key] for key in _GROUPS]
-        if not groups[1] and not groups[2] and math.prod(a[x] for x in groups[0]) > 1:
-            return None  # a batch of dot products: the generic path is as fast
-        return Product(*groups, reduced)
-
-    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Σ a·b over the reduced axes, shaped to broadcast over the output box."""
-        nb, m, n, k = (
-            _extent(a, self.batch),
-            _extent(a, self.rows),
-            _extent(b, self.cols),
-            _extent(a, self.reduced),
-        )
-        order = self.batch + self.rows + self.cols + self.rest
-        lhs = a.transpose(order + self.reduced).reshape(nb, m, k)
-        rhs = b.transpose(self.batch + self.cols + self.rows + self.rest + self.reduced).reshape(nb, n, k)
-        out = np.matmul(lhs, rhs.transpose(0, 2, 1))
-        shape = [a.shape[x] for x in self.batch + self.rows] + [b.shape[x] for x in self.cols]
-        return out.reshape(shape + [1] * len(self.rest)).transpose(np.argsort(order))
-
-
-_GROUPS = [(True, True), (True, False), (False, True), (False, False)]
-
-
-def _extent(v: np.ndarray, axes: list[int]) -> int:
-    return math.prod(v.shape[x] for x in axes)
+# ---- matrix products (why BLAS may sum them: see `matmul`) -------------------------------------
 
 
 def _run_matmul(plan: KernelPlan, buffers: Buffers, out: np.ndarray) -> bool:
