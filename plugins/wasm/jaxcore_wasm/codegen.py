@@ -413,6 +413,9 @@ class _KernelWriter:
         self.mod = Module(TRIPLE, datalayout())
         self.red = kernel.reduction
         self.nargs = kernel.nargs
+        # exact ranges of the lane variables, for the emitters' no-wrap analysis
+        self.granges = {"gidx": (0, max(kernel.size - 1, 0))}
+        self.rranges = dict(self.granges, ridx=(0, max(self.red.size - 1, 0))) if self.red else self.granges
 
     def _fn(self, name: str, extra: list[tuple[str, str]]) -> Fn:
         # noalias: dispatch never lets the output be an input (it computes into a temporary then),
@@ -443,7 +446,7 @@ class _KernelWriter:
         fn.raw(f"br i1 {cond}, label %{head}, label %{exit_}" + (f", !llvm.loop {md}" if md else ""))
         fn.start(exit_)
 
-    def _reduce(self, fn: Fn, gidx: str, rstart: str, rstop: str, ranges: dict) -> str:
+    def _reduce(self, fn: Fn, gidx: str, rstart: str, rstop: str) -> str:
         """Emit the reduction loop for one gidx; returns the final accumulator."""
         red, exp = self.red, self.tuned.exp
         ty = reg_type(red.dtype)
@@ -458,7 +461,7 @@ class _KernelWriter:
         ridx = fn.phi(I32, [(rstart, pre), (nxt, latch)])
         acc = fn.phi(ty, [(ident, pre), (tok, latch)])
         slot = len(fn.lines) - 1
-        em = self._emitter(fn, {"gidx": gidx, "ridx": ridx}, ranges)
+        em = self._emitter(fn, {"gidx": gidx, "ridx": ridx}, self.rranges)
         new = _accumulate(em, red.op, red.dtype, acc, em.value(exp))
         fn.lines[slot] = fn.lines[slot].replace(tok, new)
         fn.br(latch)
@@ -542,7 +545,7 @@ class _KernelWriter:
         loop(fn, lo, hi, "1", row, name="ro")
         fn.raw("ret void")
 
-    def _interchanged(self, fn: Fn, granges: dict, rranges: dict) -> None:
+    def _interchanged(self, fn: Fn) -> None:
         """for each tile of TILE outputs: acc[] = identity; for r: for g in tile: acc[g] op= exp(g, r);
         then out[g] = epilogue(acc[g]). The accumulators live in the caller's scratch (L1-sized)."""
         k, red = self.kernel, self.red
@@ -569,7 +572,7 @@ class _KernelWriter:
 
             def row(r: str, _):
                 def col(g: str, _):
-                    em = self._emitter(fn, {"gidx": g, "ridx": r}, rranges)
+                    em = self._emitter(fn, {"gidx": g, "ridx": r}, self.rranges)
                     p = acc_ptr(g, c0)
                     old = fn.emit(f"load {ty}, ptr {p}")
                     new = _accumulate(em, red.op, red.dtype, old, em.value(self.tuned.exp))
@@ -583,7 +586,7 @@ class _KernelWriter:
 
             def fin(g: str, _):
                 acc = fn.emit(f"load {ty}, ptr {acc_ptr(g, c0)}")
-                em = self._emitter(fn, {"gidx": g, "acc": acc}, granges)
+                em = self._emitter(fn, {"gidx": g, "acc": acc}, self.granges)
                 em.store("%out", g, k.dtype, em.value(self.tuned.epilogue))
                 return []
 
@@ -606,41 +609,34 @@ class _KernelWriter:
     def kernel_fn(self) -> None:
         k, red = self.kernel, self.red
         fn = self._fn("kernel", [("ptr", "%out"), (I32, "%begin"), (I32, "%end"), ("ptr", "%scratch")])
-        granges = {"gidx": (0, max(k.size - 1, 0))}
-        rranges = dict(granges, ridx=(0, max(red.size - 1, 0))) if red else granges
-        if self.interchange():
-            self._interchanged(fn, granges, rranges)
-            self.mod.functions.append(fn.render())
-            return
-        rows = self.row_split() if red is None else None
-        if rows is not None:
-            self._row_split(fn, *rows)
-            self.mod.functions.append(fn.render())
-            return
 
         def body(gidx: str) -> None:
             if red is None:
-                em = self._emitter(fn, {"gidx": gidx}, granges)
+                em = self._emitter(fn, {"gidx": gidx}, self.granges)
                 v = em.value(self.tuned.exp)
                 em.store("%out", gidx, k.dtype, v)
                 return
-            acc = self._reduce(fn, gidx, "0", str(red.size), rranges)
-            em = self._emitter(fn, {"gidx": gidx, "acc": acc}, granges)
+            acc = self._reduce(fn, gidx, "0", str(red.size))
+            em = self._emitter(fn, {"gidx": gidx, "acc": acc}, self.granges)
             em.store("%out", gidx, k.dtype, em.value(self.tuned.epilogue))
 
-        self._guarded(fn, "%begin", "%end", body)
+        if self.interchange():
+            self._interchanged(fn)
+        elif (rows := self.row_split() if red is None else None) is not None:
+            self._row_split(fn, *rows)
+        else:
+            self._guarded(fn, "%begin", "%end", body)
         self.mod.functions.append(fn.render())
 
     def epilogue_fn(self) -> None:
         """epilogue(ins, out, accs, begin, end): out[g] = epilogue(acc = accs[g]) (f32 sums from SGEMM)."""
         k = self.kernel
         fn = self._fn("epilogue", [("ptr", "%out"), ("ptr", "%accs"), (I32, "%begin"), (I32, "%end")])
-        granges = {"gidx": (0, max(k.size - 1, 0))}
 
         def body(gidx: str) -> None:
             p = fn.emit(f"getelementptr inbounds float, ptr %accs, i32 {gidx}")
             acc = fn.emit(f"load float, ptr {p}, align 4")
-            em = self._emitter(fn, {"gidx": gidx, "acc": acc}, granges)
+            em = self._emitter(fn, {"gidx": gidx, "acc": acc}, self.granges)
             em.store("%out", gidx, k.dtype, em.value(self.tuned.epilogue))
 
         self._guarded(fn, "%begin", "%end", body)
@@ -652,12 +648,10 @@ class _KernelWriter:
         k, red = self.kernel, self.red
         ty = reg_type(red.dtype)
         acc_dt = {F32: DType.float32, F64: DType.float64, I32: DType.int32}[ty]
-        granges = {"gidx": (0, max(k.size - 1, 0))}
-        rranges = dict(granges, ridx=(0, max(red.size - 1, 0)))
         fn = self._fn("partial", [("ptr", "%scratch"), (I32, "%rbegin"), (I32, "%rend")])
 
         def pbody(gidx: str) -> None:
-            acc = self._reduce(fn, gidx, "%rbegin", "%rend", rranges)
+            acc = self._reduce(fn, gidx, "%rbegin", "%rend")
             em = self._emitter(fn, {}, {})
             em.store("%scratch", gidx, acc_dt, acc)
 
@@ -695,7 +689,7 @@ class _KernelWriter:
             fn.lines.append(f"  {nxt} = add nuw nsw i32 {p}, 1")
             fn.cbr(fn.icmp("slt", I32, nxt, "%nparts"), head, exit_)
             fn.start(exit_)
-            em = self._emitter(fn, {"gidx": gidx, "acc": accn}, granges)
+            em = self._emitter(fn, {"gidx": gidx, "acc": accn}, self.granges)
             em.store("%out", gidx, k.dtype, em.value(self.tuned.epilogue))
 
         self._guarded(fn, "%begin", "%end", fbody)
