@@ -25,7 +25,16 @@ from jaxcore import settings
 MAGIC = b"JXCWASM1"
 # The generated code depends on these sources: their digest is part of every key, so editing the
 # code generator can never serve a stale module.
-_SOURCES = ("codegen.py", "builtins.py", "matmul.py", "irtext.py", "toolchain.py", "module.py", "cache.py")
+_SOURCES = (
+    "codegen.py",
+    "emitter.py",
+    "builtins.py",
+    "matmul.py",
+    "irtext.py",
+    "toolchain.py",
+    "module.py",
+    "cache.py",
+)
 
 
 def source_digest() -> str:
