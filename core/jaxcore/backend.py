@@ -345,7 +345,9 @@ class BaseBackend:
         end = time.perf_counter()
         tracing.record_dispatch(self.name, exe.source, start, end, device_time)
 
-    def _validate_dispatch(self, exe: Executable, inputs: list[Slot], outputs: list[Slot]):
+    def _validate_dispatch(
+        self, exe: Executable, inputs: list[Slot], outputs: list[Slot]
+    ) -> tuple[list[Any], list[Any]]:
         if not isinstance(exe, Executable):
             raise TypeError(f"dispatch takes an Executable, got {type(exe).__name__}")
         need_in, need_out, exact_in = exe._io_bytes

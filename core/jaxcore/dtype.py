@@ -98,7 +98,7 @@ def from_numpy(dtype: np.dtype | type | str) -> DType:
 # The contract over numpy arrays. Inputs are arrays (or numpy scalars) of `to_numpy(dtype)`.
 
 
-def _errstate():
+def _errstate() -> np.errstate:
     return np.errstate(all="ignore")
 
 

@@ -10,8 +10,8 @@ from jaxcore.backend import BaseBackend, Capabilities, Executable
 from jaxcore.dtype import DType, to_numpy
 from jaxcore.host_routines import run_routine
 from jaxcore.kernel import Kernel
-from jaxcore.routine import Routine, Routines
-from jaxcore_cpu.executor import plan_kernel, run_kernel
+from jaxcore.routine import Routine, Routines, Shape
+from jaxcore_cpu.executor import KernelPlan, plan_kernel, run_kernel
 
 CAPABILITIES = Capabilities(
     dtypes=frozenset(DType),
@@ -23,7 +23,9 @@ CAPABILITIES = Capabilities(
 )
 
 
-def typed_views(routine_shapes, dtypes, buffers: list[np.ndarray]) -> list[np.ndarray]:
+def typed_views(
+    routine_shapes: tuple[Shape, ...], dtypes: tuple[DType, ...], buffers: list[np.ndarray]
+) -> list[np.ndarray]:
     return [
         buf.view(to_numpy(dt)).reshape(shape) if math.prod(shape) else np.empty(shape, to_numpy(dt))
         for shape, dt, buf in zip(routine_shapes, dtypes, buffers)
@@ -48,7 +50,7 @@ class CpuBackend(BaseBackend):
     def _copyout(self, handle: np.ndarray, start: int, count: int) -> bytes:
         return handle[start : start + count].tobytes()
 
-    def _compile_kernel(self, kernel: Kernel):
+    def _compile_kernel(self, kernel: Kernel) -> KernelPlan:
         return plan_kernel(kernel)
 
     def _compile_routine(self, routine: Routine) -> None:

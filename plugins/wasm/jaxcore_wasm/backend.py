@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from jaxcore_wasm.codegen import KernelPlan
 from jaxcore_wasm.compiler import compiler
 from jaxcore_wasm.memory import Allocator
 from jaxcore_wasm.module import MAX_PAGES, PAGE
+
+if TYPE_CHECKING:
+    import wasmtime
 
 CAPABILITIES = Capabilities(
     dtypes=frozenset(DType),
@@ -96,7 +99,7 @@ class WasmBackend(BaseBackend):
         self.threads = max(1, threads)
         self._pool: runtime.Pool | None = None
         self.compiler = compiler()
-        self._sgemm_module = None
+        self._sgemm_module: wasmtime.Module | None = None
         self._scratch: list[int] = []
 
     # ---- memory ------------------------------------------------------------------------------
@@ -235,7 +238,7 @@ class WasmBackend(BaseBackend):
             self.allocator.free(scratch)
 
     # ---- matmul ----------------------------------------------------------------------------------
-    def _sgemm(self):
+    def _sgemm(self) -> wasmtime.Module:
         if self._sgemm_module is None:
             self._sgemm_module = self.compiler.library("sgemm", matmul.plan_key(), matmul.sgemm_ir)
         return self._sgemm_module

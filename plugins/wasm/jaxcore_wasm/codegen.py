@@ -11,6 +11,7 @@ so the runtime can split the reduced axis across threads. The values inside the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from jaxcore import settings
@@ -35,6 +36,9 @@ MAP_INTERLEAVE = 1  # 2 and 4 measured the same on memory-bound maps
 ROW_SPLIT = True
 TILE = 4096  # outputs per tile of a column reduction (16-32 KiB of accumulators in scratch)
 SCRATCH_BYTES = TILE * 8  # outputs x reduction items below which the generic loop is cheaper
+
+
+Body = Callable[[str], None]  # emits one iteration of a loop over output elements, given gidx
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,7 @@ class _KernelWriter:
     def _emitter(self, fn: Fn, env: dict[str, str], ranges: dict[str, tuple[int, int]]) -> Emitter:
         return Emitter(self.mod, fn, [f"%in{i}" for i in range(self.nargs)], env, Ranges(ranges))
 
-    def _loop(self, fn: Fn, var: str, start: str, stop: str, body, start_block: str) -> None:
+    def _loop(self, fn: Fn, var: str, start: str, stop: str, body: Body, start_block: str) -> None:
         """for var in [start, stop): body(var). Assumes start < stop was checked or is static."""
         head = fn.label(f"{var}_body")
         latch = fn.label(f"{var}_latch")
@@ -174,13 +178,13 @@ class _KernelWriter:
         hi = fn.bin("udiv", I32, fn.bin("add", I32, "%end", str(c - 1), "nuw nsw"), str(c))
         ranges = {"jc_o": (0, k.size // c - 1), "jc_i": (0, c - 1), "gidx": (0, k.size - 1)}
 
-        def row(o: str, _):
+        def row(o: str, _: list[str]) -> list[str]:
             base = fn.bin("mul", I32, o, str(c), "nuw nsw")
             smax, smin = self.mod.intrinsic("llvm.smax.i32"), self.mod.intrinsic("llvm.smin.i32")
             i_lo = fn.call(I32, smax, [(I32, fn.bin("sub", I32, "%begin", base, "nsw")), (I32, "0")])
             i_hi = fn.call(I32, smin, [(I32, fn.bin("sub", I32, "%end", base, "nsw")), (I32, str(c))])
 
-            def col(i: str, _):
+            def col(i: str, _: list[str]) -> list[str]:
                 g = fn.bin("add", I32, base, i, "nuw nsw")
                 em = self._emitter(fn, {"jc_o": o, "jc_i": i, "gidx": g}, ranges)
                 em.store("%out", g, k.dtype, em.value(exp))
@@ -204,21 +208,21 @@ class _KernelWriter:
                 f"getelementptr inbounds {ty}, ptr %scratch, i32 {fn.bin('sub', I32, g, c0, 'nsw')}"
             )
 
-        def tile(c0: str, _):
+        def tile(c0: str, _: list[str]) -> list[str]:
             c1 = fn.call(
                 I32,
                 self.mod.intrinsic("llvm.smin.i32"),
                 [(I32, fn.bin("add", I32, c0, str(TILE), "nsw")), (I32, "%end")],
             )
 
-            def init(g: str, _):
+            def init(g: str, _: list[str]) -> list[str]:
                 fn.raw(f"store {ty} {ident}, ptr {acc_ptr(g, c0)}")
                 return []
 
             loop(fn, c0, c1, "1", init, name="ti")
 
-            def row(r: str, _):
-                def col(g: str, _):
+            def row(r: str, _: list[str]) -> list[str]:
+                def col(g: str, _: list[str]) -> list[str]:
                     em = self._emitter(fn, {"gidx": g, "ridx": r}, self.rranges)
                     p = acc_ptr(g, c0)
                     old = fn.emit(f"load {ty}, ptr {p}")
@@ -231,7 +235,7 @@ class _KernelWriter:
 
             loop(fn, "0", str(red.size), "1", row, name="tr")
 
-            def fin(g: str, _):
+            def fin(g: str, _: list[str]) -> list[str]:
                 acc = fn.emit(f"load {ty}, ptr {acc_ptr(g, c0)}")
                 em = self._emitter(fn, {"gidx": g, "acc": acc}, self.granges)
                 em.store("%out", g, k.dtype, em.value(self.tuned.epilogue))
@@ -243,7 +247,7 @@ class _KernelWriter:
         loop(fn, "%begin", "%end", str(TILE), tile, name="tile")
         fn.raw("ret void")
 
-    def _guarded(self, fn: Fn, start: str, stop: str, body) -> None:
+    def _guarded(self, fn: Fn, start: str, stop: str, body: Body) -> None:
         entry_exit = fn.label("done")
         go = fn.label("go")
         fn.cbr(fn.icmp("slt", I32, start, stop), go, entry_exit)

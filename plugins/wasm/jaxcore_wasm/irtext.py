@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -172,8 +173,17 @@ class Module:
         return "\n".join(parts) + "\n"
 
 
+LoopBody = Callable[[str, list[str]], list[str]]
+
+
 def loop(
-    f: Fn, start: str, end: str, step: str, body, carried: list[tuple[str, str]] = (), name: str = "l"
+    f: Fn,
+    start: str,
+    end: str,
+    step: str,
+    body: LoopBody,
+    carried: Sequence[tuple[str, str]] = (),
+    name: str = "l",
 ) -> list[str]:
     """Top-tested counted loop `for iv = start; iv < end; iv += step` (signed i32).
 

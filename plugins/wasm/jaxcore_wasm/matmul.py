@@ -170,22 +170,22 @@ def sgemm_ir(relaxed: bool | None = None) -> str:
     ap = _gep(f, F32, "%S", str(KC * NC))
     tile = _gep(f, F32, "%S", str(KC * NC + 4 * MC * KC))
 
-    def jc_body(jc: str, _):
+    def jc_body(jc: str, _: list[str]) -> list[str]:
         nc = _min(f, mod, str(NC), f.bin("sub", I32, "%N", jc, "nsw"))
         npan = f.bin("sdiv", I32, _add(f, nc, str(NR - 1)), str(NR))
 
-        def pc_body(pc: str, _):
+        def pc_body(pc: str, _: list[str]) -> list[str]:
             kc = _min(f, mod, str(KC), f.bin("sub", I32, "%K", pc, "nsw"))
             first = f.icmp("eq", I32, pc, "0")
             _pack_b(f, jc, pc, nc, kc, npan, bp)
 
-            def ic_body(ic: str, _):
+            def ic_body(ic: str, _: list[str]) -> list[str]:
                 mc = _min(f, mod, str(MC), f.bin("sub", I32, "%M", ic, "nsw"))
                 mpan = f.bin("sdiv", I32, _add(f, mc, str(MR - 1)), str(MR))
                 _pack_a(f, ic, pc, mc, kc, mpan, ap)
 
-                def jr_body(jp: str, _):
-                    def ir_body(ip: str, _):
+                def jr_body(jp: str, _: list[str]) -> list[str]:
+                    def ir_body(ip: str, _: list[str]) -> list[str]:
                         _micro(f, mod, jc, ic, jp, ip, nc, mc, kc, first, ap, bp, tile, zero4, relaxed)
                         return []
 
@@ -210,12 +210,12 @@ def sgemm_ir(relaxed: bool | None = None) -> str:
 def _pack_b(f: Fn, jc: str, pc: str, nc: str, kc: str, npan: str, bp: str) -> None:
     """Bp[(p*kc + k)*NR + c] = B[pc+k, jc+p*NR+c] (0 beyond N)."""
 
-    def p_body(p: str, _):
+    def p_body(p: str, _: list[str]) -> list[str]:
         col0 = _add(f, jc, _mul(f, p, str(NR)))
         full = f.icmp("sle", I32, _add(f, col0, str(NR)), "%N")
         base_out = _mul(f, _mul(f, p, kc), str(NR))
 
-        def k_body(k: str, _):
+        def k_body(k: str, _: list[str]) -> list[str]:
             row = _add(f, pc, k)
             rowoff = _mul(f, row, "%sbk")
             out = _gep(f, F32, bp, _add(f, base_out, _mul(f, k, str(NR))))
@@ -238,7 +238,7 @@ def _pack_a(f: Fn, ic: str, pc: str, mc: str, kc: str, mpan: str, ap: str) -> No
     """Ap[(p*kc + k)*MR + r] = splat(A[ic+p*MR+r, pc+k]) (0 beyond M), f32x4 each: no shuffles in
     the micro-kernel."""
 
-    def p_body(p: str, _):
+    def p_body(p: str, _: list[str]) -> list[str]:
         row0 = _add(f, ic, _mul(f, p, str(MR)))
         base_out = _mul(f, _mul(f, p, kc), str(MR))
         rows = []
@@ -247,7 +247,7 @@ def _pack_a(f: Fn, ic: str, pc: str, mc: str, kc: str, mpan: str, ap: str) -> No
             ok = f.icmp("slt", I32, row, "%M")
             rows.append((ok, f.select(ok, I32, _mul(f, row, "%sai"), "0")))
 
-        def k_body(k: str, _):
+        def k_body(k: str, _: list[str]) -> list[str]:
             koff = _mul(f, _add(f, pc, k), "%sak")
             w = 4 if PRESPLAT else 1
             out = _gep(f, F32, ap, _mul(f, _add(f, base_out, _mul(f, k, str(MR))), str(w)))
@@ -326,8 +326,8 @@ def _micro(f: Fn, mod: Module, jc, ic, jp, ip, nc, mc, kc, first, ap, bp, tile, 
     nrows = _min(f, mod, str(MR), f.bin("sub", I32, "%M", row0, "nsw"))
     ncols = _min(f, mod, str(NR), f.bin("sub", I32, "%N", col0, "nsw"))
 
-    def r_body(r: str, _):
-        def c_body(c: str, _):
+    def r_body(r: str, _: list[str]) -> list[str]:
+        def c_body(c: str, _: list[str]) -> list[str]:
             t = f.emit(f"load float, ptr {_gep(f, F32, tile, _add(f, _mul(f, r, str(NR)), c))}, align 4")
             p = _gep(f, F32, "%C", _add(f, _mul(f, _add(f, row0, r), "%ldc"), _add(f, col0, c)))
             old = f.select(first, F32, fconst(0.0, F32), f.emit(f"load float, ptr {p}, align 4"))
