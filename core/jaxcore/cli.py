@@ -85,6 +85,7 @@ def cmd_devices(args: argparse.Namespace, out: TextIO) -> int:
     except (RuntimeError, ValueError) as exc:  # a bad JAXCORE_DEFAULT_DEVICE is shown, not fatal here
         default, default_error = None, str(exc)
     smoke = {d.name: smoke_test(d.name) for d in infos if d.status == "ready"}
+    status = 0 if all(ok for ok, _ in smoke.values()) and not default_error else 1
     if args.json:
         doc: dict[str, Any] = {
             "default": default,
@@ -98,7 +99,7 @@ def cmd_devices(args: argparse.Namespace, out: TextIO) -> int:
             "plugins": [asdict(p) for p in plugins],
         }
         out.write(json.dumps(doc, indent=2) + "\n")
-        return 0 if all(ok for ok, _ in smoke.values()) and not default_error else 1
+        return status
 
     rows: list[tuple[str, ...]] = [
         ("DEVICE", "PLUGIN", "PRIORITY", "STATUS", "DTYPES", "ROUTINES", "MAX_ARGS")
@@ -139,7 +140,7 @@ def cmd_devices(args: argparse.Namespace, out: TextIO) -> int:
     env = registry.current().settings.env
     if env:
         out.write("\nsettings: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())) + "\n")
-    return 0 if all(ok for ok, _ in smoke.values()) and not default_error else 1
+    return status
 
 
 def _info_dict(d: registry.DeviceInfo) -> dict[str, Any]:

@@ -122,8 +122,6 @@ def const_value(dtype: DType, value: float | int | bool) -> float | int:
         if dtype == DType.int32:
             return ((int(v) + 2**31) % 2**32) - 2**31
         return int(v) % 2**32
-    if isinstance(value, bool):
-        return float(value)
     return float(value)
 
 

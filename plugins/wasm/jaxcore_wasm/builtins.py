@@ -493,28 +493,19 @@ def unary(mod: Module, op: str, ty: str) -> str:
         core = _erf_core(mod, hi, op == "Erfc")
     else:
         raise KeyError(op)
-    if hi:
-        return core
-    name = f"{core}_f32"
-    if name not in mod.helpers:
-        f = Fn(name, F32, [(F32, "%x")], _ATTRS, "internal")
-        d = f.cast("fpext", F32, "%x", F64)
-        r = f.call(F64, core, [(F64, d)])
-        f.raw(f"ret float {f.cast('fptrunc', F64, r, F32)}")
-        mod.helpers[name] = f.render()
-    return name
+    return core if hi else _via_double(mod, core, f"{core}_f32", ["%x"])
 
 
 def fmod(mod: Module, ty: str) -> str:
     core = _fmod_core(mod)
-    if ty == F64:
-        return core
-    name = "jc_fmod_f32"
+    return core if ty == F64 else _via_double(mod, core, "jc_fmod_f32", ["%a", "%b"])
+
+
+def _via_double(mod: Module, core: str, name: str, params: list[str]) -> str:
+    """The float helper `name`: widens its arguments, calls the double helper `core`, rounds once."""
     if name not in mod.helpers:
-        f = Fn(name, F32, [(F32, "%a"), (F32, "%b")], _ATTRS, "internal")
-        r = f.call(
-            F64, core, [(F64, f.cast("fpext", F32, "%a", F64)), (F64, f.cast("fpext", F32, "%b", F64))]
-        )
+        f = Fn(name, F32, [(F32, p) for p in params], _ATTRS, "internal")
+        r = f.call(F64, core, [(F64, f.cast("fpext", F32, p, F64)) for p in params])
         f.raw(f"ret float {f.cast('fptrunc', F64, r, F32)}")
         mod.helpers[name] = f.render()
     return name
