@@ -36,7 +36,8 @@ def value_range(e: AluExp) -> Range:
     if math.isnan(lo) or math.isnan(hi):
         lo, hi = -_INF, _INF
     if e.dtype == DType.bool:
-        lo, hi = min(max(lo, 0), 1), min(max(hi, 0), 1)
+        # A bool op's value is (its integer result != 0): 0 is possible iff the raw range holds 0.
+        lo, hi = (0 if lo <= 0 <= hi else 1), (0 if lo == hi == 0 else 1)
     elif e.dtype == DType.uint32:
         lo = max(lo, 0)
     r = (lo, hi)
@@ -67,10 +68,12 @@ def _range_inner(e: AluExp) -> Range:
         if op == AluOp.Mod:
             dlo, dhi = s[1]
             if dlo <= 0 <= dhi:
+                if is_float(e.dtype):
+                    return (-_INF, _INF)  # fmod(x, 0) is NaN
                 dlo, dhi = 0, max(-dlo, dhi)
             elif dhi < 0:
                 dlo, dhi = -dhi, -dlo
-            m = dhi if is_float(e.dtype) else dhi - 1
+            m = dhi if is_float(e.dtype) else max(dhi - 1, 0)  # integer x % 0 is 0
             return (min(max(s[0][0], -m), 0), min(max(s[0][1], 0), m))
         if op == AluOp.Min:
             return (min(s[0][0], s[1][0]), min(s[0][1], s[1][1]))

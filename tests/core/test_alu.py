@@ -305,3 +305,22 @@ def test_substitute_rewrite_collect() -> None:
     doubled = e.rewrite(lambda n: i32(n.arg * 2) if n.op == AluOp.Const else None)
     assert str(doubled) == "(($gidx:int32 * 4) + $ridx:int32)"
     assert e.distinct_ops()[AluOp.Variable] == {DType.int32}
+
+
+def test_ranges_that_once_folded_wrongly() -> None:
+    # fmod by a zero divisor is NaN, so nothing may fold it to a constant.
+    fx = A.cast(DType.float32, x)
+    e = A.mod(fx, A.f32(0)).simplify()
+    assert math.isnan(e.evaluate({"x": 3})) and e.simplify().key() == e.key()
+    # bool Sub is (x - y) != 0: false - true is true.
+    bx = A.cmplt(x, i32(5))
+    assert A.sub(bx, A.bool_(True)).simplify().evaluate({"x": 7}) == 1
+    assert A.mod(x, i32(0)).simplify().evaluate({"x": 7}) == 0
+
+
+def test_simplify_is_idempotent_on_random_expressions() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        e = _random_int_exp(rng, 4)
+        once = e.simplify()
+        assert once.simplify().key() == once.key(), str(e)
