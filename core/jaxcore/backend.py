@@ -9,7 +9,6 @@ defaults and tracing, so that no plugin writes them again.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -149,6 +148,13 @@ class BackendStats:
     kernel_cache_hits: int = 0
     dispatches: int = 0
     extra: dict[str, int] = field(default_factory=dict)
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Run blocking work off the event loop; asyncio is imported here, where only async callers pay."""
+    import asyncio
+
+    return await asyncio.to_thread(fn, *args)
 
 
 class BaseBackend:
@@ -325,13 +331,13 @@ class BaseBackend:
         return self._cached(self._routine_cache, routine.key(), build)
 
     async def prepare_kernel_async(self, kernel: Kernel) -> Executable:
-        return await asyncio.to_thread(self.prepare_kernel, kernel)
+        return await _in_thread(self.prepare_kernel, kernel)
 
     async def prepare_routine_async(self, routine: Routine) -> Executable:
-        return await asyncio.to_thread(self.prepare_routine, routine)
+        return await _in_thread(self.prepare_routine, routine)
 
     async def read_async(self, slot: Slot, start: int = 0, count: int | None = None) -> bytes:
-        return await asyncio.to_thread(self.read, slot, start, count)
+        return await _in_thread(self.read, slot, start, count)
 
     # ---- dispatch ------------------------------------------------------------------------
     def dispatch(self, exe: Executable, inputs: list[Slot], outputs: list[Slot]) -> None:
