@@ -73,6 +73,11 @@ class Settings:
             env=MappingProxyType(env),
         )
 
+    def plugin_flag(self, name: str, key: str, default: bool) -> bool:
+        """A boolean plugin setting (`JAXCORE_WASM_DISK_CACHE=0`), parsed like the core's own flags."""
+        var = f"{PREFIX}{name.upper().replace('-', '_')}_{key.upper()}"
+        return _flag(self.env, var) if self.env.get(var, "").strip() else default
+
     def plugin(self, name: str) -> dict[str, str]:
         """Plugin-specific settings: `JAXCORE_WASM_THREADS=4` gives `plugin("wasm") == {"threads": "4"}`."""
         pre = f"{PREFIX}{name.upper().replace('-', '_')}_"

@@ -73,8 +73,7 @@ def default_dir() -> Path:
 
 
 def disk_enabled() -> bool:
-    flag = settings.current().plugin("wasm").get("disk_cache", "1")
-    return flag.strip().lower() not in ("0", "false", "no", "off")
+    return settings.current().plugin_flag("wasm", "disk_cache", default=True)
 
 
 class DiskCache:

@@ -28,7 +28,6 @@ from jaxcore_wasm.toolchain import TRIPLE, datalayout
 # Reductions with at most this many outputs over at least SPLIT_MIN_REDUCE items get split-K entries.
 SPLIT_MAX_OUTPUTS = 64
 SPLIT_MIN_REDUCE = 1 << 15
-MATMUL_ENABLED = settings.current().plugin(DEVICE).get("matmul", "1").strip() not in ("0", "false", "off")
 MATMUL_MIN_WORK = 1 << 15
 REDUCE_INTERLEAVE = 4  # vector accumulators per reduction loop (hides the add latency)
 INTERCHANGE = True
@@ -356,7 +355,8 @@ def generate(kernel: Kernel) -> tuple[str, KernelPlan]:
     w = _KernelWriter(kernel)
     red = kernel.reduction
     mm = None
-    if red is not None and MATMUL_ENABLED and kernel.size * red.size >= MATMUL_MIN_WORK:
+    matmul_enabled = settings.current().plugin_flag(DEVICE, "matmul", default=True)
+    if red is not None and matmul_enabled and kernel.size * red.size >= MATMUL_MIN_WORK:
         mm = matmul.detect(kernel, w.tuned.exp, w.tuned.epilogue)
     if mm is not None:
         if not mm.direct:
