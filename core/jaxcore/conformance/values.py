@@ -56,8 +56,13 @@ SHIFT_COUNTS: list[int] = [0, 1, 7, 8, 16, 31, 32, 33, 63, 64, -1, -31, -32, -33
 
 _SPECIAL = [0.0, -0.0, INF, -INF, NAN]
 
-# Inputs per float unary op (the contract bounds Sin/Cos accuracy on |x| <= 10, as jax-js does).
+# Inputs per float unary op. Sin/Cos are held to their tolerance at every finite argument: the large
+# ones catch an argument reduction that runs out of pi's bits (Cody-Waite beyond ~1e6; 1e22 lies near
+# a multiple of pi/2, sin(1e22) = -0.8522008497671888; 6381956970095103 * 2^797 is the double closest
+# to a multiple of pi/2). Values beyond a dtype's range round to inf there, where the result is NaN.
 _PERIODIC = [*np.linspace(-10, 10, 41), math.pi, -math.pi, math.pi / 2, 2 * math.pi, 1e-3, 1e-20]
+_PERIODIC += [1e5, -3e5, 1.6e6, 2.0**20 + 0.5, 1e7, -1e9, 2.0**31, 1e15, 1e22, -1e22, 3e30, 3e38, -3e38]
+_PERIODIC += [1e100, -1e200, 1e300, 6381956970095103 * 2.0**797, F64_MAX]
 _ROUNDING = [0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 2.3, -2.3, 3.7, -2.8, 8388607.5, -8388607.5]
 _ROUNDING += [1e20, 1e-20, -1e-20]
 _ERF = [-10.0, -5.0, -3.0, -2.0, -1.0, -0.5, -0.1, 1e-3, 0.1, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 2.5, 3.0]

@@ -9,6 +9,8 @@ Algorithms (standard ones, written from their math):
 - exp: k = nearest(x/ln2), r = x - k*ln2 (two-part ln2), Taylor of e^r, scale by 2^k in two steps.
 - log: x = 2^e * m, m in [sqrt(1/2), sqrt(2)), s = f/(2+f), log(1+f) = f - s*(f - R(s^2)).
 - sin/cos: k = nearest(x*2/pi), r = x - k*pi/2 (three-part pi/2), Taylor on |r| <= pi/4, quadrant.
+  That is exact only while k < 2^20, so |x| > 2^20 branches to an exact Payne-Hanek reduction
+  (`_trig_big`, out of line; see there).
 - atan: fold to [0, 1] by 1/x, then to [0, tan(pi/12)] by the pi/6 addition formula, odd Taylor.
 - asin(x) = atan(x / sqrt((1-x)(1+x))).
 - erf/erfc: Taylor of erf on |x| <= 1; for |x| > 1, erfc = exp(-x^2) * G(x) with G Chebyshev-
@@ -20,6 +22,7 @@ Algorithms (standard ones, written from their math):
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from jaxcore_wasm.irtext import F32, F64, I1, I32, I64, Fn, Module, fconst, iconst
 
@@ -109,10 +112,17 @@ class _W:
     """Convenience wrapper: arithmetic in one float type (double unless told) with float literals."""
 
     def __init__(
-        self, mod: Module, name: str, ret: str, params: list[tuple[str, str]], ty: str = F64
+        self,
+        mod: Module,
+        name: str,
+        ret: str,
+        params: list[tuple[str, str]],
+        ty: str = F64,
+        attrs: str = _ATTRS,
+        linkage: str = "internal",
     ) -> None:
         self.mod, self.ty = mod, ty
-        self.f = Fn(name, ret, params, _ATTRS, "internal")
+        self.f = Fn(name, ret, params, attrs, linkage)
 
     def c(self, v: float) -> str:
         return fconst(v, self.ty)
@@ -224,30 +234,218 @@ def _log_core(mod: Module, hi: bool) -> str:
     return w.done()
 
 
-def _sincos_core(mod: Module, hi: bool, cos: bool) -> str:
-    name = f"jc_{'cos' if cos else 'sin'}_core_{'hi' if hi else 'lo'}"
-    if name in mod.helpers:
-        return name
-    w = _W(mod, name, F64, [(F64, "%x")])
+def _sincos_poly(w: _W, r: str, rl: str | None, q: str, hi: bool) -> str:
+    """sin of (quadrant q) * pi/2 + r (+ rl, a tail below r's ulp), |r| <= pi/4: Taylor of sin or cos."""
     f = w.f
-    k = w.call1("llvm.roundeven.f64", w.mul("%x", w.c(TWO_OVER_PI)))
-    r = w.sub(w.sub(w.sub("%x", w.mul(k, w.c(PIO2_1))), w.mul(k, w.c(PIO2_2))), w.mul(k, w.c(PIO2_3)))
-    # quadrant = k mod 4, taken exactly in floating point (k may exceed the i32 range)
-    kq = w.sub(k, w.mul(w.call1("llvm.floor.f64", w.mul(k, w.c(0.25))), w.c(4.0)))
-    q = f.call(I32, mod.intrinsic("llvm.fptosi.sat.i32.f64"), [(F64, kq)])
-    if cos:
-        q = f.bin("add", I32, q, "1")
     z = w.mul(r, r)
     ns, nc = (8, 9) if hi else (5, 6)
     sp = w.horner(z, [(-1.0) ** i / math.factorial(2 * i + 1) for i in range(ns)])
     sinr = w.mul(r, sp)
     cosr = w.horner(z, [(-1.0) ** i / math.factorial(2 * i) for i in range(nc)])
+    if rl is not None:  # sin(r + rl) = sin r + rl cos r, cos(r + rl) = cos r - rl sin r
+        sinr, cosr = w.add(sinr, w.mul(rl, cosr)), w.sub(cosr, w.mul(rl, sinr))
     odd = f.icmp("ne", I32, f.bin("and", I32, q, "1"), "0")
     v = w.sel(odd, cosr, sinr)
     neg = f.icmp("ne", I32, f.bin("and", I32, q, "2"), "0")
-    v = w.sel(neg, w.sub(w.c(-0.0), v), v)
-    w.ret(v)
+    return w.sel(neg, w.sub(w.c(-0.0), v), v)
+
+
+def _sincos_core(mod: Module, hi: bool, cos: bool) -> str:
+    name = f"jc_{'cos' if cos else 'sin'}_core_{'hi' if hi else 'lo'}"
+    if name in mod.helpers:
+        return name
+    big_fn = _trig_big(mod, cos)
+    w = _W(mod, name, F64, [(F64, "%x")])
+    f = w.f
+    # |x| > 2^20 (and +-inf) take the exact reduction; NaN compares false and stays here
+    l_big, l_fast, l_out = f.label("big"), f.label("fast"), f.label("out")
+    f.cbr(w.cmp("ogt", w.call1("llvm.fabs.f64", "%x"), w.c(TRIG_BIG)), l_big, l_fast)
+    f.start(l_big)
+    v_big = f.call(F64, big_fn, [(F64, "%x")])
+    f.br(l_out)
+    f.start(l_fast)
+    k = w.call1("llvm.roundeven.f64", w.mul("%x", w.c(TWO_OVER_PI)))
+    r = w.sub(w.sub(w.sub("%x", w.mul(k, w.c(PIO2_1))), w.mul(k, w.c(PIO2_2))), w.mul(k, w.c(PIO2_3)))
+    # quadrant = k mod 4, taken exactly in floating point
+    kq = w.sub(k, w.mul(w.call1("llvm.floor.f64", w.mul(k, w.c(0.25))), w.c(4.0)))
+    q = f.call(I32, mod.intrinsic("llvm.fptosi.sat.i32.f64"), [(F64, kq)])
+    if cos:
+        q = f.bin("add", I32, q, "1")
+    v = _sincos_poly(w, r, None, q, hi)
+    b_fast = f.block
+    f.br(l_out)
+    f.start(l_out)
+    w.ret(f.phi(F64, [(v_big, l_big), (v, b_fast)]))
     return w.done()
+
+
+# ---- sin/cos of |x| > 2^20: Payne-Hanek reduction -------------------------------------------------
+#
+# Why: Cody-Waite (x - k*pi/2 with a three-part pi/2) is exact only while k*PIO2_1 is, i.e. k < 2^20;
+# beyond that the reduced argument, and so the result, is wrong. Here x*2/pi mod 4 is formed exactly
+# from a table of 2/pi in 24-bit chunks d_i (2/pi = sum d_i 2^(-24(i+1))), in double arithmetic only
+# (no i128: wasm has no __multi3):
+# - x = m 2^e with m < 2^53 an integer, m = a 2^26 + b (a < 2^27, b < 2^26), so every product
+#   a*d_i, b*d_i is exact in a double (< 2^51);
+# - chunks whose products are multiples of 4 for this exponent are skipped (the start chunk j comes
+#   from e), and nine chunks d_j.. d_j+8 follow: their tail is < 2^-137, far below the 2^-62 of the
+#   closest a double comes to a multiple of pi/2 (x = 6381956970095103 2^797), so the fraction keeps
+#   > 53 good bits even there;
+# - each of the 17 products t splits exactly into an integer n (kept mod 4), a part on a 2^-50 grid,
+#   one on a 2^-98 grid and a tail; the three grids' sums are exact or (the tail) far below 2^-140,
+#   and the fraction f in [-1/2, 1/2] comes out as a double-double, times pi/2 in double-double.
+# The chunks sit in a switch on j (a kernel has no data segment), which is why this is a function of
+# its own (noinline, no-jump-tables: no lookup table either; optnone: LLVM's SLP vectoriser would
+# spend ~50 ms per kernel on it, and Cranelift optimises it anyway). A plain call under a branch
+# would stop LLVM vectorising the kernel loop (2.5x slower sin), so the call names masked vector
+# variants (vector-function-abi-variant): the vectoriser calls one per vector, toolchain.compile_ir
+# inlines it afterwards, and the common path pays a test of the lane mask (and the loop now holds a
+# call, which costs Cranelift's register allocation some 10-20% of a sin-only loop).
+
+
+def _atan_inv(n: int, one: int) -> int:
+    """atan(1/n) in fixed point (`one` = 1.0), by its alternating series."""
+    total, term, k = 0, one // n, 1
+    while term:
+        total += term // k if k % 4 == 1 else -(term // k)
+        term //= n * n
+        k += 2
+    return total
+
+
+def _two_over_pi_chunks(count: int) -> tuple[int, ...]:
+    """The first `count` 24-bit chunks of 2/pi (pi by Machin's formula in Python integers)."""
+    bits, guard = 24 * count, 64
+    one = 1 << (bits + guard)
+    pi = 16 * _atan_inv(5, one) - 4 * _atan_inv(239, one)
+    frac = ((2 * one * one) // pi) >> guard  # floor(2/pi 2^bits), correct but for the last guard bits
+    return tuple((frac >> (24 * (count - 1 - i))) & 0xFFFFFF for i in range(count))
+
+
+TRIG_BIG = 2.0**20
+# two zero chunks in front: for |x| just above 2^20 the start chunk j is -2 or -1
+TWO_OVER_PI_CHUNKS = (0, 0, *_two_over_pi_chunks(49))
+_NCHUNK = 9
+# pi/2 as hi + lo, hi split in two 26-bit halves (Dekker's exact product); exact from the same integers
+_PI_FIX = 16 * _atan_inv(5, 1 << 200) - 4 * _atan_inv(239, 1 << 200)  # pi 2^200
+PIO2_HI = PI_OVER_2
+PIO2_LO = float(Fraction(_PI_FIX, 1 << 201) - Fraction(PIO2_HI))
+PIO2_H1 = PIO2_HI * 134217729.0 - (PIO2_HI * 134217729.0 - PIO2_HI)  # Veltkamp: 26 bits
+PIO2_H2 = PIO2_HI - PIO2_H1
+
+
+def _vector_variant(mod: Module, scalar: str, n: int) -> str:
+    """`<n x double> scalar_v<n>(<n x double> x, <n x i1> mask)`: `scalar` on the set lanes only.
+
+    Not internal, so that it outlives the optimiser until the vectoriser calls it; always inlined by
+    toolchain.compile_ir's second pass, after which the vector loop tests the mask and calls `scalar`
+    per set lane (an unused copy stays in the object: a few hundred bytes).
+    """
+    vt = f"<{n} x double>"
+    name = f"{scalar}_v{n}"
+    f = Fn(name, vt, [(vt, "%x"), (f"<{n} x i1>", "%m")], "alwaysinline nounwind", "hidden")
+    bits = f.cast("bitcast", f"<{n} x i1>", "%m", f"i{n}")
+    l_any, l_end = f.label("any"), f.label("end")
+    f.cbr(f.icmp("eq", f"i{n}", bits, "0"), l_end, l_any)
+    f.start(l_any)
+    acc = "%x"
+    for j in range(n):
+        l_do, l_next = f.label("do"), f.label("next")
+        pre = f.block
+        f.cbr(f.emit(f"extractelement <{n} x i1> %m, i32 {j}"), l_do, l_next)
+        f.start(l_do)
+        xj = f.emit(f"extractelement {vt} %x, i32 {j}")
+        yj = f.emit(f"call double @{scalar}(double {xj})")
+        upd = f.emit(f"insertelement {vt} {acc}, double {yj}, i32 {j}")
+        f.br(l_next)
+        f.start(l_next)
+        acc = f.phi(vt, [(acc, pre), (upd, l_do)])
+    last = f.block
+    f.br(l_end)
+    f.start(l_end)
+    f.raw(f"ret {vt} {f.phi(vt, [('%x', 'entry'), (acc, last)])}")
+    mod.helpers[name] = f.render()
+    return name
+
+
+def _trig_big(mod: Module, cos: bool) -> str:
+    """sin or cos of a double with |x| > 2^20 (or +-inf: NaN), reduced exactly; see above."""
+    name = f"jc_{'cos' if cos else 'sin'}_big"
+    if name in mod.helpers:
+        return name
+    widths = (2, 4, 8)
+    variants = ",".join(f"_ZGV_LLVM_M{n}v_{name}({name}_v{n})" for n in widths)
+    attrs = "noinline optnone nounwind willreturn memory(none) "
+    attrs += f'"no-jump-tables"="true" "vector-function-abi-variant"="{variants}"'
+    w = _W(mod, name, F64, [(F64, "%x")], attrs=attrs)
+    f = w.f
+    bits = f.cast("bitcast", F64, w.call1("llvm.fabs.f64", "%x"), I64)
+    ex = f.bin("lshr", I64, bits, "52")
+    ex = f.select(f.icmp("ugt", I64, ex, "2046"), I64, "2046", ex)  # inf: any chunks, NaN below
+    # |x| = m 2^(E-1075), m in [2^52, 2^53) an integer; j+2 = (E-1005)/24 - 1 (the padded index)
+    mbits = f.bin("or", I64, f.bin("and", I64, bits, str((1 << 52) - 1)), str(1075 << 52))
+    m = f.cast("bitcast", I64, mbits, F64)
+    jj = f.bin("sub", I64, f.bin("udiv", I64, f.bin("sub", I64, ex, "1005"), "24"), "1")
+    sh = f.bin("sub", I64, f.bin("sub", I64, ex, "1051"), f.bin("mul", I64, jj, "24"))  # in [-22, 1]
+    # chunks j.. j+8, chunk k scaled by 2^(-24k), from a switch (no data segment)
+    l_tab = [f.label("c") for _ in range(len(TWO_OVER_PI_CHUNKS) - _NCHUNK + 1)]
+    l_join = f.label("chunks")
+    cases = " ".join(f"i64 {i}, label %{lab}" for i, lab in enumerate(l_tab) if i)
+    f.raw(f"switch i64 {jj}, label %{l_tab[0]} [ {cases} ]")
+    for lab in l_tab:
+        f.start(lab)
+        f.br(l_join)
+    f.start(l_join)
+    chunks = [
+        f.phi(F64, [(w.c(TWO_OVER_PI_CHUNKS[i + k] * 2.0 ** (-24 * k)), lab) for i, lab in enumerate(l_tab)])
+        for k in range(_NCHUNK)
+    ]
+    a = w.call1("llvm.floor.f64", w.mul(m, w.c(2.0**-26)))
+    b = w.sub(m, w.mul(a, w.c(2.0**26)))
+    a2 = w.mul(a, w.pow2(f.bin("add", I64, sh, "26")))
+    b2 = w.mul(b, w.pow2(sh))
+    terms = [w.mul(b2, chunks[0])]  # a * chunk 0 is a multiple of 4
+    for c in chunks[1:]:
+        terms += [w.mul(a2, c), w.mul(b2, c)]
+    nq, hs, ms, ls = w.c(0.0), w.c(0.0), w.c(0.0), w.c(0.0)
+    for t in terms:
+        n = w.call1("llvm.roundeven.f64", t)
+        fr = w.sub(t, n)
+        nq = w.add(nq, w.sub(n, w.mul(w.call1("llvm.floor.f64", w.mul(n, w.c(0.25))), w.c(4.0))))
+        h = w.mul(w.call1("llvm.roundeven.f64", w.mul(fr, w.c(2.0**50))), w.c(2.0**-50))
+        g = w.sub(fr, h)
+        mm = w.mul(w.call1("llvm.roundeven.f64", w.mul(g, w.c(2.0**98))), w.c(2.0**-98))
+        hs, ms, ls = w.add(hs, h), w.add(ms, mm), w.add(ls, w.sub(g, mm))
+    n = w.call1("llvm.roundeven.f64", hs)
+    hs, nq = w.sub(hs, n), w.add(nq, n)
+    # fraction as a double-double (two-sum), then times pi/2 (Dekker's product)
+    fh = w.add(hs, ms)
+    bb = w.sub(fh, hs)
+    fl = w.add(w.add(w.sub(hs, w.sub(fh, bb)), w.sub(ms, bb)), ls)
+    p = w.mul(fh, w.c(PIO2_HI))
+    cs = w.mul(fh, w.c(134217729.0))
+    f1 = w.sub(cs, w.sub(cs, fh))
+    f2 = w.sub(fh, f1)
+    err = w.add(w.sub(w.mul(f1, w.c(PIO2_H1)), p), w.add(w.mul(f1, w.c(PIO2_H2)), w.mul(f2, w.c(PIO2_H1))))
+    err = w.add(err, w.mul(f2, w.c(PIO2_H2)))
+    rl = w.add(err, w.add(w.mul(fh, w.c(PIO2_LO)), w.mul(fl, w.c(PIO2_HI))))
+    rh = w.add(p, rl)
+    rl = w.sub(rl, w.sub(rh, p))
+    qd = w.sub(nq, w.mul(w.call1("llvm.floor.f64", w.mul(nq, w.c(0.25))), w.c(4.0)))
+    q = f.call(I32, mod.intrinsic("llvm.fptosi.sat.i32.f64"), [(F64, qd)])
+    # x < 0: x 2/pi = -(q + f)
+    neg = w.cmp("olt", "%x", w.c(0.0))
+    q = f.select(neg, I32, f.bin("and", I32, f.bin("sub", I32, "0", q), "3"), q)
+    rh = w.sel(neg, w.sub(w.c(-0.0), rh), rh)
+    rl = w.sel(neg, w.sub(w.c(-0.0), rl), rl)
+    if cos:
+        q = f.bin("add", I32, q, "1")
+    v = _sincos_poly(w, rh, rl, q, True)
+    w.ret(w.add(v, w.sub("%x", "%x")))  # +-inf: NaN
+    w.done()
+    for n in widths:
+        _vector_variant(mod, name, n)
+    return name
 
 
 def _atan_core(mod: Module, hi: bool) -> str:
