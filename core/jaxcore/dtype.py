@@ -125,22 +125,21 @@ def const_value(dtype: DType, value: float | int | bool) -> float | int:
     return float(value)
 
 
+# numpy's ufuncs already compute these natively per dtype: wrapping ints, rounding floats, NaN-propagating
+# minimum/maximum. Idiv and Mod need the contract's C-style, zero-safe versions below.
+_ARITH_UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum, "max": np.maximum}
+_BIT_UFUNCS = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
+
+
 def arith(op: str, a: np.ndarray, b: np.ndarray, dtype: DType) -> np.ndarray:
     """Binary arithmetic `op` in {add, sub, mul, idiv, mod, min, max} natively in `dtype`."""
     with _errstate():
         if dtype == DType.bool:
             r = arith(op, a.astype(np.int32), b.astype(np.int32), DType.int32)
             return normalize_bool(r)
-        if op == "add":
-            return np.add(a, b)
-        if op == "sub":
-            return np.subtract(a, b)
-        if op == "mul":
-            return np.multiply(a, b)
-        if op == "min":
-            return np.minimum(a, b)
-        if op == "max":
-            return np.maximum(a, b)
+        ufunc = _ARITH_UFUNCS.get(op)
+        if ufunc is not None:
+            return ufunc(a, b)
         if op == "idiv":
             return _idiv(a, b, dtype)
         if op == "mod":
@@ -175,13 +174,10 @@ def _mod(a: np.ndarray, b: np.ndarray, dtype: DType) -> np.ndarray:
 
 
 def bit_combine(mode: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if mode == "and":
-        return np.bitwise_and(a, b)
-    if mode == "or":
-        return np.bitwise_or(a, b)
-    if mode == "xor":
-        return np.bitwise_xor(a, b)
-    raise ValueError(f"unknown BitCombine mode {mode!r}")
+    try:
+        return _BIT_UFUNCS[mode](a, b)
+    except KeyError:
+        raise ValueError(f"unknown BitCombine mode {mode!r}") from None
 
 
 def bit_shift(mode: str, a: np.ndarray, b: np.ndarray, dtype: DType) -> np.ndarray:
