@@ -8,9 +8,10 @@ suite's cases (`jaxcore.conformance.cases()`), and this file
 - defaults ``--jaxcore-device`` to ``all`` (every ready device);
 - makes every device plugin under ``plugins/*`` known to the registry, even when it is importable
   but not pip-installed (its ``[project.entry-points.jaxcore]`` table says which module to load);
-- with ``CI=true``, requires every in-tree device (``--jaxcore-require``): one that is missing fails
-  the session with the registry's reason, never a skip. Elsewhere a missing device is listed with
-  its reason under the summary table.
+- with ``CI=true``, derandomises Hypothesis (the same examples every run) and requires every
+  in-tree device (``--jaxcore-require``): one that is missing fails the session with the
+  registry's reason, never a skip. Elsewhere a missing device is listed with its reason under the
+  summary table.
 
 In-tree device names are the entry-point names in ``plugins/*/pyproject.toml`` (``cpu = ...``,
 ``wasm = ...``) plus whatever devices those plugins register.
@@ -26,6 +27,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from jaxcore.conformance import plugin_autoloaded
 
@@ -36,6 +38,13 @@ pytest_plugins = [] if plugin_autoloaded() else ["jaxcore.conformance.plugin"]
 
 def running_in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+# In CI the property tests draw the same examples every run, so a red main always points at a change,
+# never at a lucky draw; developers' runs keep exploring new examples (and keep finding bugs).
+settings.register_profile("ci", derandomize=True, database=None)
+if running_in_ci():
+    settings.load_profile("ci")
 
 
 def in_tree_plugins() -> list[tuple[Path, str, dict[str, str]]]:
