@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kernel_reference import scalar_reference
 
 from jaxcore.alu import AluExp, AluOp, AluVar
 from jaxcore.dtype import DType, is_float, to_numpy
@@ -86,34 +87,6 @@ def kernels(draw: st.DrawFn) -> Kernel:
     return Kernel(len(DTYPES), size, draw(expressions(dtype, 3, True)), red)
 
 
-def _scalar_reference(kernel: Kernel, inputs: list[np.ndarray]) -> np.ndarray:
-    def globals_(gid: int, i: int) -> np.ndarray:
-        return inputs[gid][i]
-
-    out = np.zeros(kernel.size, to_numpy(kernel.dtype))
-    red = kernel.reduction
-    for g in range(kernel.size):
-        if red is None:
-            out[g] = kernel.exp.evaluate({"gidx": g}, globals_)
-            continue
-        acc = AluExp.const(red.dtype, red.identity)
-        for r in range(red.size):
-            item = AluExp.const(
-                red.dtype, AluExp.cast(red.dtype, kernel.exp).evaluate({"gidx": g, "ridx": r}, globals_)
-            )
-            op = {AluOp.Add: AluExp.add, AluOp.Mul: AluExp.mul, AluOp.Min: AluExp.min, AluOp.Max: AluExp.max}
-            if red.dtype == DType.bool:
-                op = {
-                    AluOp.Add: AluExp.max,
-                    AluOp.Mul: AluExp.min,
-                    AluOp.Min: AluExp.min,
-                    AluOp.Max: AluExp.max,
-                }
-            acc = AluExp.const(red.dtype, op[red.op](acc, item).evaluate())
-        out[g] = red.epilogue.evaluate({"acc": acc.arg, "gidx": g}, globals_)
-    return out
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kernels(), st.integers(0, 2**31))
 def test_cpu_backend_matches_scalar_evaluate(kernel: Kernel, seed: int) -> None:
@@ -123,5 +96,5 @@ def test_cpu_backend_matches_scalar_evaluate(kernel: Kernel, seed: int) -> None:
     out = backend.malloc(kernel.bytes)
     backend.dispatch(backend.prepare_kernel(kernel), slots, [out])
     got = np.frombuffer(backend.read(out), to_numpy(kernel.dtype))
-    expected = _scalar_reference(kernel, inputs)
+    expected = scalar_reference(kernel, inputs)
     np.testing.assert_array_equal(got, expected, err_msg=str(kernel))
