@@ -8,7 +8,7 @@ STAMP := $(VENV)/.jaxcore-installed
 PACKAGES := -e "core[test]" -e plugins/cpu -e plugins/wasm
 BENCH_ARGS ?=
 
-.PHONY: bench test venv clean-venv
+.PHONY: bench test venv wheels clean-venv
 
 venv: $(STAMP)
 
@@ -27,6 +27,10 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
+
+# every distribution (core and each plugin) as a wheel in dist/
+wheels: $(STAMP)
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w dist core plugins/*/
 
 clean-venv:
 	rm -rf $(VENV)
