@@ -30,7 +30,7 @@ test: $(STAMP)
 
 # every distribution (core and each plugin) as a wheel in dist/
 wheels: $(STAMP)
-	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w dist core plugins/*/
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w dist ./core plugins/*/
 
 clean-venv:
 	rm -rf $(VENV)
