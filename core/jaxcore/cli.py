@@ -117,6 +117,10 @@ def cmd_devices(args: argparse.Namespace, out: TextIO) -> int:
         rows.append((f"{mark}{d.name}", plugin, str(d.priority), d.status, dtypes, routines, max_args))
         extra = [f"reason: {d.reason}"] if d.reason else []
         extra += [f"fix: {d.hint}"] if d.hint else []
+        if d.conflicts:
+            extra.append(
+                f"conflict: also registered by {', '.join(d.conflicts)} (ignored; {registry.OWNER_RULE})"
+            )
         if extra:
             notes[len(rows) - 1] = extra
     if len(rows) == 1:

@@ -44,7 +44,7 @@ from jaxcore.settings import Settings
 ENTRY_POINT_GROUP = "jaxcore"
 Status = Literal["ready", "unavailable", "error", "not-initialised"]
 _NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")
-_OWNER_RULE = (
+OWNER_RULE = (
     "a device name goes to the plugin whose entry point is named after it, else to the plugin "
     "loaded first (entry points in name order, then register_plugin calls in order)"
 )
@@ -497,7 +497,7 @@ class Registry:
         if lost is not None:
             lost.error = (
                 f"device '{dev.name}' is already registered by plugin '{winner.source}', which keeps it "
-                f"({_OWNER_RULE})"
+                f"({OWNER_RULE})"
             )
             lost.hint = f"uninstall one of '{winner.source}' and '{loser.source}'"
 
@@ -602,8 +602,10 @@ class Registry:
 
     def _await_init(self, dev: _Device) -> None:
         job = dev.job
-        if job is None or dev.settled or job.thread is threading.current_thread():
-            return  # nothing to wait for, or a factory asking for its own device (it is not ready)
+        if job is None or dev.settled:
+            return
+        if job.thread is threading.current_thread() and not job.done.is_set():
+            return  # a factory asking for its own device: it is not ready, and waiting would never end
         job.wait()
         with self._lock:
             self._finish_init(dev, job)
