@@ -78,6 +78,7 @@ from jaxcore.routine import (
     RoutineType,
     ScatterOp,
     ScatterParams,
+    Shape,
     TriangularSolveParams,
 )
 from jaxcore.settings import Settings
@@ -133,6 +134,7 @@ __all__ = [
     "ScatterOp",
     "ScatterParams",
     "Settings",
+    "Shape",
     "ShapeTracker",
     "Slot",
     "SlotError",
