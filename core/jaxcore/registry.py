@@ -355,7 +355,7 @@ class Registry:
         job.phase = "import"
         try:
             obj = loader()
-        except BaseException as exc:  # noqa: BLE001 - SystemExit included: the plugin's failure, not ours
+        except (Exception, SystemExit) as exc:  # sys.exit() in a plugin is the plugin's failure, not ours
             raise _Failure(
                 f"import failed: {_describe(exc)}", self._import_hint(rec, load.key, exc), exc
             ) from exc
@@ -380,7 +380,7 @@ class Registry:
         try:
             for impl in impls:
                 impl.function(**{a: register for a in impl.argnames})
-        except BaseException as exc:  # noqa: BLE001 - SystemExit included
+        except (Exception, SystemExit) as exc:
             hint = f"a bug in plugin '{rec.name}': report it to its authors, or uninstall it"
             raise _Failure(f"jaxcore_register_devices raised {_describe(exc)}", hint, exc) from exc
         return staged
