@@ -183,7 +183,7 @@ def cmd_new_plugin(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"  {rel}\n")
     out.write(
         f"\nnext:\n  pip install -e {root}\n  jaxcore devices\n  jaxcore conformance {args.name}\n"
-        f"then implement the hooks in {root / ('jaxcore_' + args.name) / 'backend.py'} "
+        f"then implement the hooks in {root / ('jaxcore_' + args.name.replace('-', '_')) / 'backend.py'} "
         "(each raises NotImplementedError naming itself until then).\n"
     )
     return 0
@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("devices", nargs="*", help="devices to test (default: every ready device)")
     c.set_defaults(func=cmd_conformance, pytest_args=[])
     n = sub.add_parser("new-plugin", help="write a new device plugin package, ready to pip install")
-    n.add_argument("name", help="the device name (lowercase letters, digits, '_')")
+    n.add_argument("name", help="the device name (lowercase letters, digits, '-', '_')")
     n.add_argument("--dir", default=".", help="where to create jaxcore-NAME/ (default: here)")
     n.set_defaults(func=cmd_new_plugin)
     b = sub.add_parser("bench", help="run the standard workloads against numpy")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from jaxcore.backend import API_VERSION
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")  # a device name, as the registry accepts it
 
 _PYPROJECT = """\
 [build-system]
@@ -33,7 +33,7 @@ test = ["pytest>=8"]
 # The whole integration: jaxcore finds the plugin through this entry-point group. The entry point is
 # named after the device, so the device name is this plugin's even if another plugin registers it too.
 [project.entry-points.jaxcore]
-{name} = "{pkg}.plugin"
+"{name}" = "{pkg}.plugin"
 
 [tool.setuptools.packages.find]
 include = ["{pkg}*"]
@@ -176,11 +176,11 @@ def package_files(name: str) -> dict[str, str]:
     """Relative path -> text of every file in the plugin package for device `name`."""
     if not _NAME.match(name):
         raise ValueError(
-            f"plugin name must be a device name that is also a Python identifier "
-            f"(lowercase letters, digits and '_', starting with a letter), got {name!r}"
+            f"plugin name must be a device name (lowercase letters, digits, '-' and '_', starting with a "
+            f"letter), got {name!r}"
         )
-    pkg = f"jaxcore_{name}"
-    cls = "".join(part.capitalize() for part in name.split("_")) + "Backend"
+    pkg = "jaxcore_" + name.replace("-", "_")
+    cls = "".join(part.capitalize() for part in re.split(r"[-_]", name)) + "Backend"
     fields = {"name": name, "pkg": pkg, "cls": cls, "api": API_VERSION}
     return {
         "pyproject.toml": _PYPROJECT.format(**fields),

@@ -88,15 +88,19 @@ def test_the_conformance_suite_runs_and_names_the_missing_hook(
 
 
 def test_bad_names_and_existing_directories(tmp_path: Path) -> None:
-    for bad in ("Demo", "my-dev", "9lives", ""):
+    for bad in ("Demo", "my dev", "9lives", "", "-x"):
         with pytest.raises(ValueError, match="plugin name"):
             scaffold.package_files(bad)
     scaffold.new_plugin("twice", tmp_path)
     out = io.StringIO()
     assert cli.main(["new-plugin", "twice", "--dir", str(tmp_path)], out=out) == 2
     assert "already exists" in out.getvalue()
-    files = scaffold.package_files("my_dev")
+    files = scaffold.package_files("my-dev")
     assert "class MyDevBackend(BaseBackend):" in files["jaxcore_my_dev/backend.py"]
+    meta = tomllib.loads(files["pyproject.toml"])
+    assert meta["project"]["name"] == "jaxcore-my-dev"
+    assert meta["project"]["entry-points"]["jaxcore"] == {"my-dev": "jaxcore_my_dev.plugin"}
+    assert 'register("my-dev", _create' in files["jaxcore_my_dev/plugin.py"]
     for rel, text in files.items():
         if rel.endswith(".py"):
             compile(text, rel, "exec")
