@@ -6,11 +6,18 @@ import math
 
 import numpy as np
 
-from jaxcore.backend import BaseBackend, Capabilities, Executable
-from jaxcore.dtype import DType, to_numpy
-from jaxcore.host_routines import run_routine
-from jaxcore.kernel import Kernel
-from jaxcore.routine import Routine, Routines, Shape
+from jaxcore.plugin import (
+    BaseBackend,
+    Capabilities,
+    DType,
+    Executable,
+    Kernel,
+    Routine,
+    Routines,
+    Shape,
+    run_routine,
+    to_numpy,
+)
 from jaxcore_cpu.executor import KernelPlan, plan_kernel, run_kernel
 
 CAPABILITIES = Capabilities(

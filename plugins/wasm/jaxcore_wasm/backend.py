@@ -18,11 +18,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from jaxcore import settings
-from jaxcore.backend import BaseBackend, Capabilities, Executable
-from jaxcore.dtype import DType, to_numpy
-from jaxcore.host_routines import run_routine
-from jaxcore.kernel import Kernel
-from jaxcore.routine import Routine, Routines
+from jaxcore.plugin import (
+    BaseBackend,
+    Capabilities,
+    DType,
+    Executable,
+    Kernel,
+    Routine,
+    Routines,
+    run_routine,
+    to_numpy,
+)
 from jaxcore_wasm import codegen, matmul, runtime
 from jaxcore_wasm.codegen import KernelPlan
 from jaxcore_wasm.compiler import compiler

@@ -12,9 +12,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxcore.alu import AluExp, AluOp
-from jaxcore.backend import UnsupportedOpError
-from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, byte_width, is_float
+from jaxcore.plugin import (
+    INT32_MAX,
+    INT32_MIN,
+    UINT32_MAX,
+    AluExp,
+    AluOp,
+    DType,
+    UnsupportedOpError,
+    byte_width,
+    is_float,
+)
 from jaxcore_wasm import builtins
 from jaxcore_wasm.irtext import F32, F64, I1, I32, Fn, Module, fconst, iconst, suffix
 
