@@ -8,6 +8,9 @@ suite's cases (`jaxcore.conformance.cases()`), and this file
 - defaults ``--jaxcore-device`` to ``all`` (every ready device);
 - makes every device plugin under ``plugins/*`` known to the registry, even when it is importable
   but not pip-installed (its ``[project.entry-points.jaxcore]`` table says which module to load);
+- points ``JAXCORE_CACHE_DIR`` at a fresh temporary directory for the whole session (set here, at
+  import, before any device plugin loads), so tests never read or write the user's disk cache and
+  a stale compiled kernel from an earlier checkout can never be served;
 - with ``CI=true``, derandomises Hypothesis (the same examples every run) and requires every
   in-tree device (``--jaxcore-require``): one that is missing fails the session with the
   registry's reason, never a skip. Elsewhere a missing device is listed with its reason under the
@@ -22,16 +25,25 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from jaxcore import settings as jaxcore_settings
 from jaxcore.conformance import plugin_autoloaded
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The session's own disk cache: set before pytest_configure registers the device plugins, and
+# settings re-read in case anything read the environment while pytest was importing plugins.
+SESSION_CACHE_DIR = tempfile.mkdtemp(prefix="jaxcore-test-cache-")
+os.environ["JAXCORE_CACHE_DIR"] = SESSION_CACHE_DIR
+jaxcore_settings.reload()
 
 pytest_plugins = [] if plugin_autoloaded() else ["jaxcore.conformance.plugin"]
 
@@ -96,6 +108,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 _PROBLEMS = pytest.StashKey[list[str]]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(SESSION_CACHE_DIR, ignore_errors=True)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

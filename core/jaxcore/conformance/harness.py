@@ -189,30 +189,14 @@ def _dt_name(x: np.ndarray) -> str:
 
 
 def undeclared(backend: Backend, source: Kernel | Routine) -> str | None:
-    """Why `backend` declares it cannot run `source` (an undeclared dtype, an `unsupported_ops`
-    pair, or a routine it does not list), or None if its capabilities cover it.
+    """Why `backend` declares it cannot run `source`, or None if its capabilities cover it.
 
-    `unsupported_ops` may also hold (routine name, dtype) pairs for a routine that is declared but
-    cannot run in one of the declared dtypes.
+    The rule is `Capabilities.undeclared`, the same one `BaseBackend` applies at prepare time:
+    comparisons by their operands' dtype, index arithmetic (int32 on every device) exempt, a
+    routine by its name and its input and output dtypes.
     """
-    caps = backend.capabilities
-    if isinstance(source, Kernel):
-        for node in source.nodes():
-            if node.dtype not in caps.dtypes:
-                return f"dtype {node.dtype} is not declared"
-            if (node.op, node.dtype) in caps.unsupported_ops:
-                return f"{node.op}<{node.dtype}> is in unsupported_ops"
-            if node.op in (AluOp.Cmplt, AluOp.Cmpne) and (node.op, node.src[0].dtype) in caps.unsupported_ops:
-                return f"{node.op}<{node.src[0].dtype}> is in unsupported_ops"
-        return None
-    if source.name not in caps.routines:
-        return f"routine {source.name} is not declared"
-    for dt in (*source.type.input_dtypes, *source.type.output_dtypes):
-        if dt not in caps.dtypes:
-            return f"dtype {dt} is not declared"
-        if (source.name, dt) in caps.unsupported_ops or (str(source.name), dt) in caps.unsupported_ops:
-            return f"{source.name}<{dt}> is in unsupported_ops"
-    return None
+    gap = backend.capabilities.undeclared(source)
+    return None if gap is None else gap.reason
 
 
 def expect_unsupported(backend: Backend, source: Kernel | Routine) -> Exception:
