@@ -132,16 +132,37 @@ _INDEX_VARIABLES = frozenset({"gidx", "ridx"})
 _READS = (AluOp.GlobalIndex, AluOp.GlobalView)
 
 
+def _positional(kernel: Kernel) -> set[str]:
+    """Keys of the int32/bool nodes computed from gidx/ridx (and constants) alone: the position."""
+    pos: set[str] = set()
+    for node in kernel.nodes():  # post-order: sources first
+        if node.op == AluOp.Variable:
+            ok = node.arg in _INDEX_VARIABLES
+        elif node.op in _READS or node.op == AluOp.Const or node.dtype not in _INDEX_DTYPES:
+            ok = False
+        else:
+            srcs = [s.key() for s in node.src]
+            ok = any(k in pos for k in srcs) and all(
+                k in pos or s.op == AluOp.Const for k, s in zip(srcs, node.src)
+            )
+        if ok:
+            pos.add(node.key())
+    return pos
+
+
 def _index_only(kernel: Kernel) -> set[str]:
-    """Keys of the nodes that are index arithmetic: reached only through the index operands of
-    GlobalIndex/GlobalView, int32 or bool, and not themselves buffer reads; plus gidx/ridx."""
+    """Keys of the nodes that are index arithmetic (see `Capabilities`): int32 or bool, not buffer
+    reads, and reached only through the index operands of GlobalIndex/GlobalView or below a
+    non-result node that computes from the position (gidx/ridx) alone."""
     roots = [kernel.exp] + ([kernel.reduction.epilogue] if kernel.reduction else [])
+    positional = _positional(kernel)
     value: set[str] = set()
     index: dict[str, AluExp] = {}
     stack: list[tuple[AluExp, bool]] = [(r, False) for r in roots]
     while stack:
         node, in_index = stack.pop()
         k = node.key()
+        in_index = in_index or (k in positional and node not in roots)
         seen = index if in_index else value
         if k in seen:
             continue
@@ -151,13 +172,7 @@ def _index_only(kernel: Kernel) -> set[str]:
             value.add(k)
         below_is_index = in_index or node.op in _READS
         stack.extend((src, below_is_index) for src in node.src)
-    exempt = {
-        k for k, n in index.items() if k not in value and n.dtype in _INDEX_DTYPES and n.op not in _READS
-    }
-    for k, n in index.items():
-        if n.op == AluOp.Variable and n.arg in _INDEX_VARIABLES:
-            exempt.add(k)
-    return exempt
+    return {k for k, n in index.items() if k not in value and n.dtype in _INDEX_DTYPES and n.op not in _READS}
 
 
 def _is_index_variable(node: AluExp) -> bool:
@@ -173,11 +188,13 @@ class Capabilities:
 
     - every node needs its dtype in `dtypes`, and (op, dtype) not in `unsupported_ops`; a
       comparison (Cmplt, Cmpne) is declared by its operands' dtype, since its own is always bool;
-    - index arithmetic is not governed by `dtypes`: it is int32 on every device, and every device
-      must compute it. That is `gidx`/`ridx`, and the int32 (and bool, for conditions) nodes that
-      only feed the index operands of GlobalIndex/GlobalView. A buffer read is data, never index
-      arithmetic: a gather through an int32 buffer needs int32 declared. So a float32-only device
-      runs every float32 kernel, however its indices are computed;
+    - index arithmetic is not governed by `dtypes` or `unsupported_ops`: it is int32 on every
+      device, and every device must compute it. That is `gidx`/`ridx`; the int32 (and bool, for
+      conditions) nodes that only feed the index operands of GlobalIndex/GlobalView; and the
+      int32/bool nodes computed from gidx/ridx and constants alone (a view's mask, a Where that
+      selects by position), unless such a node is the kernel's result. A buffer read is data,
+      never index arithmetic: a gather through an int32 buffer needs int32 declared. So a
+      float32-only device runs every float32 kernel, however its indices are computed;
     - a routine needs its name in `routines`, each input and output dtype in `dtypes`, and no
       (routine name, dtype) pair in `unsupported_ops`.
 
