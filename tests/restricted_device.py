@@ -57,4 +57,11 @@ def _factory(name: str, caps: Capabilities) -> jaxcore.hookspecs.BackendFactory:
 @jaxcore.hookimpl
 def jaxcore_register_devices(register: RegisterDevice) -> None:
     for name, caps in DEVICES.items():
-        register(name, _factory(name, caps), api_version=1, priority=-100, plugin="jaxcore-test-restricted")
+        register(
+            name,
+            _factory(name, caps),
+            api_version=1,
+            priority=-100,
+            plugin="jaxcore-test-restricted",
+            version="test",
+        )

@@ -13,7 +13,8 @@ Useful options: ``--jaxcore-reference=NAME`` (differential reference), ``--jaxco
 and the usual ``-k``/``-x``; ``-k "wasm and not differential"`` selects by device and area.
 
 Cases are grouped by area (``test_ops``, ``test_casts``, ``test_reductions``, ``test_views``,
-``test_protocol``, ``test_routines``, ``test_async``, ``test_unsupported``, ``test_differential``).
+``test_protocol``, ``test_routines``, ``test_async``, ``test_aliasing``, ``test_unsupported``,
+``test_differential``).
 Expectations come from numpy/scipy/Python (`oracle`), never from a device; tolerances come from one
 table (`tolerances`). What a device cannot do is read from its `Capabilities`: for everything it does
 not declare, the suite checks that preparing it raises `UnsupportedOpError`/`UnsupportedRoutineError`
@@ -48,6 +49,7 @@ AREAS = (
     "protocol",
     "routines",
     "async",
+    "aliasing",
     "unsupported",
     "differential",
 )
