@@ -48,6 +48,23 @@ def garbage(nbytes: int) -> bytes:
     return bytes([GARBAGE_BYTE]) * nbytes
 
 
+# The kernel or routine the running case last handed to a helper: a failure report leads with it.
+_last_source: list[Kernel | Routine] = []
+
+
+def note_source(source: Kernel | Routine) -> None:
+    """Remember `source` as what the running case computes (the failure report shows it)."""
+    _last_source[:] = [source]
+
+
+def last_source() -> Kernel | Routine | None:
+    return _last_source[0] if _last_source else None
+
+
+def forget_source() -> None:
+    _last_source.clear()
+
+
 def _upload(backend: Backend, arrays: Sequence[np.ndarray], slots: list[int]) -> list[int]:
     out = []
     for a in arrays:
@@ -66,6 +83,7 @@ def run_kernel(
     Buffers are malloc'd with their initial data (the output with garbage unless `prefill=False`)
     and released with dec_ref whatever happens, so a failing case leaks nothing.
     """
+    note_source(kernel)
     exe = backend.prepare_kernel(kernel)
     slots: list[int] = []
     try:
@@ -87,6 +105,7 @@ def run_routine(
 
     Outputs start as garbage (unless `prefill=False`): routines must write every element.
     """
+    note_source(routine)
     exe = backend.prepare_routine(routine)
     t = routine.type
     slots: list[int] = []
@@ -205,6 +224,7 @@ def expect_unsupported(backend: Backend, source: Kernel | Routine) -> Exception:
     The contract: a backend that cannot do something says so at prepare time, never with a wrong
     answer later.
     """
+    note_source(source)
     is_kernel = isinstance(source, Kernel)
     errors: tuple[type[Exception], ...] = (
         (UnsupportedOpError,) if is_kernel else (UnsupportedOpError, UnsupportedRoutineError)
@@ -225,6 +245,7 @@ def expect_unsupported(backend: Backend, source: Kernel | Routine) -> Exception:
 
 def skip_if_undeclared(backend: Backend, source: Kernel | Routine) -> None:
     """For a case the backend declares it cannot run: check it raises at prepare, then skip the case."""
+    note_source(source)
     why = undeclared(backend, source)
     if why is None:
         return
