@@ -508,26 +508,31 @@ class BaseBackend:
     def dispatch(self, exe: Executable, inputs: list[Slot], outputs: list[Slot]) -> None:
         """Run `exe`; the result is as if every input were read before any output is written,
         so an output slot may also be an input (in-place updates)."""
-        in_slots, out_slots = self._slots(inputs, "inputs"), self._slots(outputs, "outputs")
-        in_handles, out_handles = self._validate_dispatch(exe, in_slots, out_slots)
+        inputs, outputs = list(inputs), list(outputs)
+        in_handles, out_handles = self._validate_dispatch(exe, inputs, outputs)
         self.stats.dispatches += 1
-        aliased = (
-            []
-            if self.capabilities.handles_aliasing
-            else [i for i, s in enumerate(out_slots) if s in in_slots and exe._io_bytes[1][i]]
-        )
+        aliased = None
+        if not self.capabilities.handles_aliasing:
+            for slot in outputs:  # a loop, not any(): this is the dispatch hot path
+                if slot in inputs:
+                    aliased = [i for i, s in enumerate(outputs) if s in inputs and exe._io_bytes[1][i]]
+                    break
         if not tracing.is_tracing():
-            self._run_aliasing(exe, in_handles, out_handles, aliased)
+            if aliased:
+                self._run_aliased(exe, in_handles, out_handles, aliased)
+            else:
+                self._run(exe, in_handles, out_handles)
             return
         start = time.perf_counter()
-        device_time = self._run_aliasing(exe, in_handles, out_handles, aliased)
+        if aliased:
+            device_time = self._run_aliased(exe, in_handles, out_handles, aliased)
+        else:
+            device_time = self._run(exe, in_handles, out_handles)
         end = time.perf_counter()
         tracing.record_dispatch(self.name, exe.source, start, end, device_time)
 
-    def _run_aliasing(self, exe: Executable, ins: list[Any], outs: list[Any], aliased: list[int]) -> Any:
+    def _run_aliased(self, exe: Executable, ins: list[Any], outs: list[Any], aliased: list[int]) -> Any:
         """`_run`, with each output in `aliased` (also an input) computed into a temporary, then copied."""
-        if not aliased:
-            return self._run(exe, ins, outs)
         sizes = exe._io_bytes[1]
         temps = {i: self._alloc(sizes[i]) for i in aliased}
         try:
@@ -540,21 +545,6 @@ class BaseBackend:
                 self._free(tmp)
         return device_time
 
-    @staticmethod
-    def _slots(slots: object, what: str) -> list[Slot]:
-        """A dispatch's slot list as plain ints (numpy integers too); anything else is a SlotError."""
-        if isinstance(slots, str | bytes) or not hasattr(slots, "__iter__"):
-            raise TypeError(f"dispatch {what} must be a list of slots, got {type(slots).__name__}")
-        out = []
-        for s in slots:  # type: ignore[attr-defined]
-            if isinstance(s, bool):
-                raise SlotError(s, "a bool is not a slot")
-            try:
-                out.append(operator.index(s))
-            except TypeError:
-                raise SlotError(s, f"a slot is an integer, not {type(s).__name__}") from None
-        return out
-
     def _validate_dispatch(
         self, exe: Executable, inputs: list[Slot], outputs: list[Slot]
     ) -> tuple[list[Any], list[Any]]:
@@ -562,7 +552,7 @@ class BaseBackend:
             raise TypeError(
                 f"dispatch takes an Executable from this backend's prepare_*, got {type(exe).__name__}"
             )
-        if not exe.prepared_by(self):
+        if exe._owner() is not self:
             raise ValueError(
                 f"this Executable was prepared by {_describe(exe._owner(), exe.backend)}, not by "
                 f"{_describe(self, self.name)} that dispatches it: prepare it on the backend that runs it"
