@@ -38,6 +38,12 @@ def test_right(backend):
 
 
 @pytest.mark.jaxcore
+def test_crash(backend):
+    k = harness.map_kernel(["float32"], 4, lambda x: AluExp.mul(x, AluExp.f32(2)))
+    harness.run_kernel(backend, k, [np.arange(2, dtype=np.float32)])
+
+
+@pytest.mark.jaxcore
 def test_not_declared(backend):
     harness.skip_if_undeclared(backend, Routine.build(Routines.Fft, [(4,), (4,)], ["float64", "float64"]))
 '''
@@ -73,8 +79,20 @@ def run_suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
 
-def test_a_failure_leads_with_the_case_and_reruns_alone(tmp_path: Path) -> None:
-    res = run_suite(tmp_path, "--jaxcore-device=small")
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One run of the cases but the crash, with a JSON report (two tests read it)."""
+    tmp_path = tmp_path_factory.mktemp("plain")
+    res = run_suite(
+        tmp_path, "--jaxcore-device=small", f"--jaxcore-report={tmp_path / 'report.json'}", "-k", "not crash"
+    )
+    return tmp_path, res
+
+
+def test_a_failure_leads_with_the_case_and_reruns_alone(
+    plain_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    tmp_path, res = plain_run
     out = res.stdout
     assert res.returncode == 1, out + res.stderr
     failure = out[out.index("case: custom::test_wrong[small]") :]
@@ -89,10 +107,8 @@ def test_a_failure_leads_with_the_case_and_reruns_alone(tmp_path: Path) -> None:
     assert "1 failed" in again.stdout and "passed" not in again.stdout.split("\n")[-2], again.stdout
 
 
-def test_json_report(tmp_path: Path) -> None:
-    report = tmp_path / "report.json"
-    run_suite(tmp_path, "--jaxcore-device=small", f"--jaxcore-report={report}")
-    data = json.loads(report.read_text())
+def test_json_report(plain_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    data = json.loads((plain_run[0] / "report.json").read_text())
     assert data["devices"] == ["small"]
     assert data["areas"]["custom"]["small"] == {
         "passed": 1, "failed": 1, "unsupported-declared": 1, "known-failing": 0, "skipped": 0
@@ -112,9 +128,8 @@ def test_known_failures_are_listed_never_passed(tmp_path: Path, pattern: str) ->
     known = tmp_path / "known.txt"
     known.write_text(f"# working on it\n{pattern}\ncustom::test_right[small]  # fixed already\n")
     report = tmp_path / "report.json"
-    res = run_suite(
-        tmp_path, "--jaxcore-device=small", f"--jaxcore-known-failures={known}", f"--jaxcore-report={report}"
-    )
+    args = [f"--jaxcore-known-failures={known}", f"--jaxcore-report={report}", "-k", "not crash"]
+    res = run_suite(tmp_path, "--jaxcore-device=small", *args)
     assert res.returncode == 0, res.stdout
     assert "known-failing: custom::test_wrong[small]" in res.stdout, res.stdout
     assert "known failure now passes (remove it from the list): custom::test_right[small]" in res.stdout
@@ -126,3 +141,12 @@ def test_known_failures_are_listed_never_passed(tmp_path: Path, pattern: str) ->
 def test_missing_known_failures_file_is_a_usage_error(tmp_path: Path) -> None:
     res = run_suite(tmp_path, "--jaxcore-device=small", f"--jaxcore-known-failures={tmp_path / 'nope.txt'}")
     assert res.returncode == 4 and "--jaxcore-known-failures" in res.stdout + res.stderr
+
+
+def test_an_error_inside_the_device_shows_its_frames_not_pytests(tmp_path: Path) -> None:
+    res = run_suite(tmp_path, "--jaxcore-device=small", "-k", "crash")
+    out = res.stdout
+    failure = out[out.index("case: custom::test_crash[small]") : out.index("jaxcore conformance:")]
+    assert "ValueError: input 0 (slot 1) has 8 bytes; at least 16 are needed" in failure, failure
+    assert "test_cases.py:" in failure and "in dispatch" in failure, failure
+    assert "_pytest" not in failure and "pluggy" not in failure, failure

@@ -407,6 +407,10 @@ def failure_report(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseExceptio
             lines.append(f"  (at {where.path}:{where.lineno + 1})")
     else:
         lines.append(f"{type(exc).__name__}: {exc}")
+        code = getattr(getattr(item, "function", None), "__code__", None)
+        tb = excinfo.traceback
+        start = next((i for i, entry in enumerate(tb) if entry.frame.code.raw is code), 0)
+        excinfo.traceback = tb[start:]  # from the case down: pytest's own frames say nothing
         lines.append(str(excinfo.getrepr(style="short", chain=False)))
     if rerun:
         lines.append(f"rerun: {rerun}")
