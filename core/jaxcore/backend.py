@@ -564,6 +564,10 @@ class BaseBackend:
         need_in, need_out, exact_in = exe._io_bytes
         if len(inputs) != len(need_in) or len(outputs) != len(need_out):
             raise ValueError(_wrong_count(exe.source, len(inputs), len(outputs)))
+        if len(outputs) > 1 and len(set(outputs)) != len(outputs):
+            raise ValueError(
+                f"output slots must be distinct (one slot cannot hold two results), got {outputs}"
+            )
         with self._lock:
             in_bufs = [self._buffer(s) for s in inputs]
             out_bufs = [self._buffer(s) for s in outputs]

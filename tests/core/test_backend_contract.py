@@ -216,6 +216,15 @@ def test_default_copy_buffer_goes_through_copyout_and_copyin() -> None:
     assert calls == ["out", "in"] and bytes(dst) == f32(5, 6)
 
 
+def test_two_outputs_in_one_slot_are_refused() -> None:
+    b = CpuBackend()
+    x = b.malloc(8, f32(2, 1))
+    exe = b.prepare_routine(Routine.build(Routines.Argsort, [(2,)], [F32]))
+    with pytest.raises(ValueError, match="distinct"):
+        b.dispatch(exe, [x], [x, x])
+    assert b.read(x) == f32(2, 1)
+
+
 # ---- Executables belong to their backend ----------------------------------------------------------
 
 
