@@ -14,10 +14,10 @@ import operator
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import InitVar, dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, SupportsIndex, TypeVar, runtime_checkable
 
 from jaxcore import tracing
 from jaxcore.alu import AluExp, AluGroup, AluOp
@@ -154,7 +154,9 @@ def _index_only(kernel: Kernel) -> set[str]:
     """Keys of the nodes that are index arithmetic (see `Capabilities`): int32 or bool, not buffer
     reads, and reached only through the index operands of GlobalIndex/GlobalView or below a
     non-result node that computes from the position (gidx/ridx) alone."""
-    roots = [kernel.exp] + ([kernel.reduction.epilogue] if kernel.reduction else [])
+    roots = [kernel.exp] + (
+        [kernel.reduction.epilogue] if kernel.reduction and kernel.reduction.epilogue else []
+    )
     positional = _positional(kernel)
     value: set[str] = set()
     index: dict[str, AluExp] = {}
@@ -276,18 +278,26 @@ class Backend(Protocol):
     @property
     def max_args(self) -> int: ...
 
-    def malloc(self, size: int, initial_data: bytes | bytearray | memoryview | None = None) -> Slot: ...
-    def inc_ref(self, slot: Slot) -> None: ...
-    def dec_ref(self, slot: Slot) -> None: ...
-    def read(self, slot: Slot, start: int = 0, count: int | None = None) -> bytes: ...
+    def malloc(
+        self, size: SupportsIndex, initial_data: bytes | bytearray | memoryview | None = None
+    ) -> Slot: ...
+    def inc_ref(self, slot: SupportsIndex) -> None: ...
+    def dec_ref(self, slot: SupportsIndex) -> None: ...
+    def read(
+        self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
+    ) -> bytes: ...
     def prepare_kernel(self, kernel: Kernel) -> Executable: ...
     def prepare_routine(self, routine: Routine) -> Executable: ...
-    def dispatch(self, exe: Executable, inputs: list[Slot], outputs: list[Slot]) -> None:
+    def dispatch(
+        self, exe: Executable, inputs: Sequence[SupportsIndex], outputs: Sequence[SupportsIndex]
+    ) -> None:
         """Run `exe` (prepared by this very backend) on `inputs` into `outputs`. An output may also
         be an input: the result is as if every input were read before any output is written."""
         ...
 
-    async def read_async(self, slot: Slot, start: int = 0, count: int | None = None) -> bytes: ...
+    async def read_async(
+        self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
+    ) -> bytes: ...
     async def prepare_kernel_async(self, kernel: Kernel) -> Executable: ...
     async def prepare_routine_async(self, routine: Routine) -> Executable: ...
 
@@ -351,7 +361,8 @@ class BaseBackend:
     def _compile_routine(self, routine: Routine) -> Any:
         raise UnsupportedRoutineError(routine.name, self.name)
 
-    def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> None:
+    def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> float | None:
+        """Run a compiled kernel or routine on handles; may return the device time in seconds."""
         raise NotImplementedError
 
     def _synchronize(self, handle: Any | None = None) -> None:
@@ -369,7 +380,7 @@ class BaseBackend:
     def max_args(self) -> int:
         return self.capabilities.max_args
 
-    def malloc(self, size: int, initial_data: bytes | bytearray | memoryview | None = None) -> Slot:
+    def malloc(self, size: SupportsIndex, initial_data: bytes | bytearray | memoryview | None = None) -> Slot:
         size = _count("malloc size", size)
         if size > self.capabilities.max_buffer_bytes:
             raise MemoryError(
@@ -392,7 +403,7 @@ class BaseBackend:
             self._buffers[slot] = _Buffer(handle, size)
         return slot
 
-    def _buffer(self, slot: Slot) -> _Buffer:
+    def _buffer(self, slot: object) -> _Buffer:
         if type(slot) is int:
             buf = self._buffers.get(slot)
             if buf is not None:
@@ -404,7 +415,7 @@ class BaseBackend:
         if isinstance(slot, bool):
             raise SlotError(slot, "a bool is not a slot")
         try:
-            index = operator.index(slot)  # type: ignore[call-overload]
+            index = operator.index(slot)  # type: ignore[arg-type]
         except TypeError:
             raise SlotError(slot, f"a slot is an integer, not {type(slot).__name__}") from None
         buf = None if type(slot) is int else self._buffers.get(index)
@@ -412,28 +423,30 @@ class BaseBackend:
             raise SlotError(slot, "freed" if 0 < index < self._next_slot else "never allocated")
         return buf
 
-    def inc_ref(self, slot: Slot) -> None:
+    def inc_ref(self, slot: SupportsIndex) -> None:
         with self._lock:
             self._buffer(slot).refs += 1
 
-    def dec_ref(self, slot: Slot) -> None:
+    def dec_ref(self, slot: SupportsIndex) -> None:
         with self._lock:
             buf = self._buffer(slot)
             buf.refs -= 1
             if buf.refs > 0:
                 return
-            del self._buffers[slot]
+            del self._buffers[operator.index(slot)]
         self._synchronize(buf.handle)
         self._free(buf.handle)
 
-    def size_of(self, slot: Slot) -> int:
+    def size_of(self, slot: SupportsIndex) -> int:
         """The byte size of a live slot."""
         return self._buffer(slot).size
 
     def live_slots(self) -> int:
         return len(self._buffers)
 
-    def read(self, slot: Slot, start: int = 0, count: int | None = None) -> bytes:
+    def read(
+        self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
+    ) -> bytes:
         buf = self._buffer(slot)
         start = _integer("read start", start)
         count = buf.size - start if count is None else _integer("read count", count)
@@ -505,11 +518,15 @@ class BaseBackend:
     async def prepare_routine_async(self, routine: Routine) -> Executable:
         return await _in_thread(self.prepare_routine, routine)
 
-    async def read_async(self, slot: Slot, start: int = 0, count: int | None = None) -> bytes:
+    async def read_async(
+        self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
+    ) -> bytes:
         return await _in_thread(self.read, slot, start, count)
 
     # ---- dispatch ------------------------------------------------------------------------
-    def dispatch(self, exe: Executable, inputs: list[Slot], outputs: list[Slot]) -> None:
+    def dispatch(
+        self, exe: Executable, inputs: Sequence[SupportsIndex], outputs: Sequence[SupportsIndex]
+    ) -> None:
         """Run `exe`; the result is as if every input were read before any output is written,
         so an output slot may also be an input (in-place updates)."""
         inputs, outputs = list(inputs), list(outputs)
@@ -535,7 +552,9 @@ class BaseBackend:
         end = time.perf_counter()
         tracing.record_dispatch(self.name, exe.source, start, end, device_time)
 
-    def _run_aliased(self, exe: Executable, ins: list[Any], outs: list[Any], aliased: list[int]) -> Any:
+    def _run_aliased(
+        self, exe: Executable, ins: list[Any], outs: list[Any], aliased: list[int]
+    ) -> float | None:
         """`_run`, with each output in `aliased` (also an input) computed into a temporary, then copied."""
         sizes = exe._io_bytes[1]
         temps = {i: self._alloc(sizes[i]) for i in aliased}
@@ -550,7 +569,7 @@ class BaseBackend:
         return device_time
 
     def _validate_dispatch(
-        self, exe: Executable, inputs: list[Slot], outputs: list[Slot]
+        self, exe: Executable, inputs: list[SupportsIndex], outputs: list[SupportsIndex]
     ) -> tuple[list[Any], list[Any]]:
         if not isinstance(exe, Executable):
             raise TypeError(
@@ -596,7 +615,7 @@ def _integer(what: str, value: object) -> int:
     if isinstance(value, bool):
         raise TypeError(f"{what} must be an integer, not bool")
     try:
-        return operator.index(value)  # type: ignore[call-overload]
+        return operator.index(value)  # type: ignore[arg-type]
     except TypeError:
         raise TypeError(f"{what} must be an integer, got {type(value).__name__}: {value!r}") from None
 

@@ -230,7 +230,9 @@ def expect_unsupported(backend: Backend, source: Kernel | Routine) -> Exception:
         (UnsupportedOpError,) if is_kernel else (UnsupportedOpError, UnsupportedRoutineError)
     )
     try:
-        exe = backend.prepare_kernel(source) if is_kernel else backend.prepare_routine(source)
+        exe = (
+            backend.prepare_kernel(source) if isinstance(source, Kernel) else backend.prepare_routine(source)
+        )
     except errors as exc:
         device = getattr(exc, "device", None)
         assert device == backend.name, f"{type(exc).__name__} names device {device!r}, not {backend.name!r}"
@@ -330,8 +332,8 @@ def minimal_kernel(op: AluOp, dtype: DType) -> Kernel | None:
     if op == AluOp.Where:
         return map_kernel([DType.bool, dtype, dtype], n, AluExp.where)
     if op == AluOp.Cast:
-        src = DType.int32 if dtype != DType.int32 else DType.float32
-        return map_kernel([src], n, lambda x: AluExp.cast(dtype, x))
+        cast_src = DType.int32 if dtype != DType.int32 else DType.float32
+        return map_kernel([cast_src], n, lambda x: AluExp.cast(dtype, x))
     if op == AluOp.Bitcast:
         partner = {DType.float32: DType.int32, DType.int32: DType.float32, DType.uint32: DType.float32}
         src = partner.get(dtype)

@@ -43,7 +43,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -189,9 +189,9 @@ class _State:
         else:
             names = _names(spec)
             for name in dict.fromkeys([*names, *required]):
-                why = _check_ready(name)
-                if why:
-                    errors.append(why)
+                not_ready = _check_ready(name)
+                if not_ready:
+                    errors.append(not_ready)
         if errors:
             pytest.exit(
                 "jaxcore conformance: requested device not available:\n  " + "\n  ".join(errors), returncode=4
@@ -364,7 +364,9 @@ def pytest_collection_modifyitems(
         callspec = getattr(item, "callspec", None)
         device = callspec.params.get("backend", "suite") if callspec is not None else "suite"
         cid = case_id(item)
-        item.user_properties.append((_PROPERTY, (area_of(fn), str(device), cid)))
+        item.user_properties.append(
+            (_PROPERTY, (area_of(fn) if fn is not None else "custom", str(device), cid))
+        )
         st.rerun[item.nodeid] = rerun_command(item, str(device))
         if any(pat.fullmatch(cid) or pat.fullmatch(item.nodeid) for pat in known):
             item.add_marker(pytest.mark.xfail(reason=f"known-failing (listed in {source})", strict=False))
@@ -419,7 +421,8 @@ def failure_report(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseExceptio
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     st = _CURRENT.get("state")
-    key = next((v for k, v in report.user_properties if k == _PROPERTY), None)
+    found = next((v for k, v in report.user_properties if k == _PROPERTY), None)
+    key = cast("tuple[str, ...] | None", found)
     if st is None or key is None:
         return
     message = ""
