@@ -48,13 +48,16 @@ def garbage(nbytes: int) -> bytes:
     return bytes([GARBAGE_BYTE]) * nbytes
 
 
-# The kernel or routine the running case last handed to a helper: a failure report leads with it.
+# The kernel or routine the running case last handed to a helper, and its inputs: a failure report
+# leads with the first, and `assert_close` lists the second beside mismatches when not given any.
 _last_source: list[Kernel | Routine] = []
+_last_inputs: list[np.ndarray] = []
 
 
-def note_source(source: Kernel | Routine) -> None:
-    """Remember `source` as what the running case computes (the failure report shows it)."""
+def note_source(source: Kernel | Routine, inputs: Sequence[np.ndarray] = ()) -> None:
+    """Remember `source` (and its inputs) as what the running case computes."""
     _last_source[:] = [source]
+    _last_inputs[:] = [np.asarray(a) for a in inputs]
 
 
 def last_source() -> Kernel | Routine | None:
@@ -63,6 +66,7 @@ def last_source() -> Kernel | Routine | None:
 
 def forget_source() -> None:
     _last_source.clear()
+    _last_inputs.clear()
 
 
 def _upload(backend: Backend, arrays: Sequence[np.ndarray], slots: list[int]) -> list[int]:
@@ -83,7 +87,7 @@ def run_kernel(
     Buffers are malloc'd with their initial data (the output with garbage unless `prefill=False`)
     and released with dec_ref whatever happens, so a failing case leaks nothing.
     """
-    note_source(kernel)
+    note_source(kernel, inputs)
     exe = backend.prepare_kernel(kernel)
     slots: list[int] = []
     try:
@@ -105,7 +109,7 @@ def run_routine(
 
     Outputs start as garbage (unless `prefill=False`): routines must write every element.
     """
-    note_source(routine)
+    note_source(routine, inputs)
     exe = backend.prepare_routine(routine)
     t = routine.type
     slots: list[int] = []
@@ -155,8 +159,11 @@ def assert_close(
     NaN must meet NaN and ±Inf the same Inf. Where the tolerance is exact, the sign of a zero must
     match too (`signed_zero=None` decides by op; Min/Max/Sort leave it open). `tol` overrides the
     table for one comparison (differential tests compare two approximations). Mismatches are listed
-    with their inputs so the failure report is a reproducible bug report.
+    with their inputs (by default those of the last `run_kernel`/`run_routine`, where they have the
+    output's size) so the failure report is a reproducible bug report.
     """
+    if not inputs:
+        inputs = list(_last_inputs)
     dtype = str(DType(dtype))
     op = str(op)
     actual, expected = np.asarray(actual), np.asarray(expected)

@@ -340,7 +340,7 @@ def case_id(item: pytest.Item) -> str:
 
 
 def rerun_command(item: pytest.Item, device: str) -> str:
-    """One command line that runs just this case again, from any directory."""
+    """One command line that runs just this case again (from the directory the suite ran in)."""
     from jaxcore.conformance import plugin_autoloaded
 
     args = [sys.executable, "-m", "pytest", f"{item.path}::{item.name}"]
