@@ -37,6 +37,7 @@ from jaxcore.backend import (
     Executable,
     Slot,
     SlotError,
+    Undeclared,
     UnsupportedOpError,
     UnsupportedRoutineError,
 )
@@ -142,6 +143,7 @@ __all__ = [
     "TuneResult",
     "TuneSize",
     "UnsupportedOpError",
+    "Undeclared",
     "UnsupportedRoutineError",
     "View",
     "arith",
