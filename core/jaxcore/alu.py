@@ -167,53 +167,30 @@ class AluExp:
         object.__setattr__(self, "op", op)
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "src", src)
+        if not all(isinstance(s, AluExp) for s in src):
+            bad = next(s for s in src if not isinstance(s, AluExp))
+            raise TypeError(f"{op} operands must be AluExp, got {type(bad).__name__}")
         n = _ARITY.get(op)
         if n is not None and len(src) != n:
             raise TypeError(f"{op} takes {n} operands, got {len(src)}")
-        if op in AluGroup.RequiredFloat and not is_float(dtype):
-            raise TypeError(f"Unsupported dtype for {op}: {dtype}")
-        if op == AluOp.BitCombine:
-            a, b = src[0].dtype, src[1].dtype
-            if a != b or is_float(a) or self.arg not in ("and", "or", "xor"):
-                raise TypeError(f"BitCombine[{self.arg}] requires matching integral dtype, got {a} and {b}")
-        elif op == AluOp.BitShift:
-            if any(s.dtype == DType.bool or is_float(s.dtype) for s in src) or self.arg not in ("shl", "shr"):
-                a, b = src[0].dtype, src[1].dtype
-                msg = f"BitShift[{self.arg}] requires two integral, non-bool dtypes, got {a} and {b}"
-                raise TypeError(msg)
-        elif op == AluOp.Bitcast:
-            s = src[0].dtype
-            if s == DType.bool or dtype == DType.bool or byte_width(s) != byte_width(dtype):
-                raise TypeError(f"Bitcast from {s} -> {dtype}")
-        elif op == AluOp.Threefry2x32:
-            if dtype != DType.uint32 or any(s.dtype != DType.uint32 for s in src):
-                raise TypeError("Threefry2x32 requires uint32 types")
-            if self.arg not in ("xor", 0, 1):
-                raise ValueError(f"Invalid Threefry2x32 mode: {self.arg}")
-        elif op == AluOp.Const:
-            if not isinstance(self.arg, int | float | np.number):
-                raise TypeError(f"Expected a number for constant, got {type(self.arg).__name__}: {self.arg}")
-        elif op in (AluOp.Cmplt, AluOp.Cmpne) and dtype != DType.bool:
-            raise TypeError(f"{op} produces bool, not {dtype}")
+        _check_types(self)
+        # The digest is made here, from the operands' digests, so no traversal ever recurses.
+        h = hashlib.blake2b(digest_size=16)
+        h.update(f"{op}|{dtype}|{_arg_key(self)}|{len(src)}".encode())
+        for s in src:
+            h.update(s._key.encode())
+        object.__setattr__(self, "_key", h.hexdigest())
 
     # ---- identity -------------------------------------------------------------------------
     def key(self) -> str:
         """A structural digest, stable across processes: equal keys mean equal expressions."""
-        d = self.__dict__.get("_key")
-        if d is None:
-            h = hashlib.blake2b(digest_size=16)
-            h.update(f"{self.op}|{self.dtype}|{_arg_key(self)}|{len(self.src)}".encode())
-            for s in self.src:
-                h.update(s.key().encode())
-            d = h.hexdigest()
-            object.__setattr__(self, "_key", d)
-        return d
+        return self._key  # type: ignore[attr-defined]
 
     def __hash__(self) -> int:
-        return int(self.key()[:15], 16)
+        return int(self._key[:15], 16)  # type: ignore[attr-defined]
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (isinstance(other, AluExp) and self.key() == other.key())
+        return self is other or (isinstance(other, AluExp) and self._key == other._key)  # type: ignore[attr-defined]
 
     # ---- constructors -------------------------------------------------------------------
     @staticmethod
@@ -375,20 +352,14 @@ class AluExp:
     def rewrite(self, fn: Callable[[AluExp], AluExp | None]) -> AluExp:
         """Post-order rebuild: `fn` may return a replacement for each node, or None to keep it."""
         memo: dict[str, AluExp] = {}
-
-        def go(node: AluExp) -> AluExp:
+        for node in self.nodes():
             k = node.key()
-            hit = memo.get(k)
-            if hit is not None:
-                return hit
-            new_src = tuple(go(s) for s in node.src)
+            new_src = tuple(memo[s.key()] for s in node.src)
             if any(a is not b for a, b in zip(new_src, node.src)):
                 node = AluExp(node.op, node.dtype, new_src, node.arg)
             out = fn(node)
             memo[k] = node if out is None else out
-            return memo[k]
-
-        return go(self)
+        return memo[self.key()]
 
     def substitute(self, mapping: Mapping[str, AluExp]) -> AluExp:
         """Replace Variables by name (never Specials); dtypes must agree."""
@@ -463,17 +434,93 @@ class AluExp:
     # ---- printing -----------------------------------------------------------------------
     def __str__(self) -> str:
         memo: dict[str, str] = {}
-
-        def go(e: AluExp) -> str:
-            k = e.key()
-            if k not in memo:
-                memo[k] = _format(e, [go(s) for s in e.src])
-            return memo[k]
-
-        return go(self)
+        for e in self.nodes():
+            memo[e.key()] = _format(e, [memo[s.key()] for s in e.src])
+        return memo[self.key()]
 
     def __repr__(self) -> str:
         return f"AluExp({self})"
+
+
+_INDEX_DTYPES = (DType.int32, DType.uint32)
+
+
+def _check_types(e: AluExp) -> None:
+    """The dtype rules of each op, checked when the node is built, so that no backend ever sees
+    an ill-typed tree (one would compute something, another fail deep in its compiler).
+
+    Arithmetic (Add..Max), comparisons and Where's branches take operands of one dtype (the
+    constructors lift Python numbers to it); the result is that dtype (bool for comparisons).
+    BitShift alone may mix int32 and uint32 (the count's sign does not matter: counts are mod 32).
+    """
+    op, dtype, src = e.op, e.dtype, e.src
+    d = [s.dtype for s in src]
+
+    def fail(rule: str) -> None:
+        got = ", ".join(map(str, d)) if d else "no operands"
+        raise TypeError(f"{op} -> {dtype} {rule}; got operands {got}")
+
+    if op in AluGroup.RequiredFloat and not is_float(dtype):
+        raise TypeError(f"Unsupported dtype for {op}: {dtype}")
+    if op in _ARITH:
+        if d[0] != dtype or d[1] != dtype:
+            fail("takes two operands of its own dtype")
+    elif op in AluGroup.Compare:
+        if dtype != DType.bool:
+            raise TypeError(f"{op} produces bool, not {dtype}")
+        if d[0] != d[1]:
+            fail("compares two operands of one dtype")
+    elif op == AluOp.BitCombine:
+        if d[0] != d[1] or is_float(d[0]) or e.arg not in ("and", "or", "xor"):
+            raise TypeError(f"BitCombine[{e.arg}] requires matching integral dtype, got {d[0]} and {d[1]}")
+        if dtype != d[0]:
+            fail("produces its operands' dtype")
+    elif op == AluOp.BitShift:
+        if any(t not in _INDEX_DTYPES for t in d) or e.arg not in ("shl", "shr"):
+            msg = f"BitShift[{e.arg}] requires two integral, non-bool dtypes, got {d[0]} and {d[1]}"
+            raise TypeError(msg)
+        if dtype != d[0]:
+            fail("produces its first operand's dtype")
+    elif op in AluGroup.Unary and op not in (AluOp.Cast, AluOp.Bitcast):
+        if d[0] != dtype:
+            fail("produces its operand's dtype")
+    elif op == AluOp.Bitcast:
+        s = d[0]
+        if s == DType.bool or dtype == DType.bool or byte_width(s) != byte_width(dtype):
+            raise TypeError(f"Bitcast from {s} -> {dtype}")
+    elif op == AluOp.Where:
+        if d[0] != DType.bool:
+            fail("needs a bool condition")
+        if d[1] != dtype or d[2] != dtype:
+            fail("takes two branches of its own dtype")
+    elif op == AluOp.Threefry2x32:
+        if dtype != DType.uint32 or any(t != DType.uint32 for t in d):
+            raise TypeError("Threefry2x32 requires uint32 types")
+        if e.arg not in ("xor", 0, 1):
+            raise ValueError(f"Invalid Threefry2x32 mode: {e.arg}")
+    elif op == AluOp.Const:
+        a = e.arg
+        if not isinstance(a, int | float | np.number):
+            raise TypeError(f"Expected a number for constant, got {type(a).__name__}: {a}")
+        if not is_float(dtype) and const_value(dtype, a) != a:
+            raise TypeError(f"Const {a!r} is not a value of {dtype} (build constants with AluExp.const)")
+    elif op == AluOp.Special:
+        a = e.arg
+        ok = isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str) and isinstance(a[1], int)
+        if not ok or a[1] < 0 or dtype not in _INDEX_DTYPES:
+            raise TypeError(f"Special needs an integer dtype and (name, n >= 0), got {dtype} and {a!r}")
+    elif op == AluOp.Variable:
+        if not isinstance(e.arg, str):
+            raise TypeError(f"Variable needs a name, got {e.arg!r}")
+    elif op == AluOp.GlobalIndex:
+        if d[0] not in _INDEX_DTYPES:
+            fail("needs an int32 or uint32 index")
+    elif op == AluOp.GlobalView:
+        if any(t != DType.int32 for t in d):
+            fail("needs int32 indices")
+
+
+_ARITH = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv, AluOp.Mod, AluOp.Min, AluOp.Max})
 
 
 def _lift(x: AluExp | float | int | bool, like: AluExp | float | int | bool) -> AluExp:

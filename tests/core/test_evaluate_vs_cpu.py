@@ -81,8 +81,9 @@ def kernels(draw: st.DrawFn) -> Kernel:
     red = Reduction(dtype, op, red_size)
     epilogue = red.epilogue
     if draw(st.booleans()):
-        read = AluExp.global_index(red.dtype, DTYPES.index(red.dtype), N_IN, AluVar.gidx)
-        epilogue = AluExp.where(AluExp.cmplt(read, AluVar.acc(red.dtype)), read, epilogue)
+        # (float16 sums accumulate in float32: the epilogue is float16, so the read is too.)
+        read = AluExp.global_index(epilogue.dtype, DTYPES.index(epilogue.dtype), N_IN, AluVar.gidx)
+        epilogue = AluExp.where(AluExp.cmplt(read, epilogue), read, epilogue)
         red = Reduction(red.dtype, op, red_size, epilogue)
     return Kernel(len(DTYPES), size, draw(expressions(dtype, 3, True)), red)
 
