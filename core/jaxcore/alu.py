@@ -111,10 +111,6 @@ def js_number_str(value: float | int) -> str:
     return r
 
 
-def _strip1(s: str) -> str:
-    return s[1:-1] if s.startswith("(") and s.endswith(")") else s
-
-
 def _unary_constructor(op: AluOp) -> staticmethod:
     """`AluExp.sin(a)` and friends: the op applied to `a`, in `a`'s dtype."""
 
@@ -433,13 +429,31 @@ class AluExp:
 
     # ---- printing -----------------------------------------------------------------------
     def __str__(self) -> str:
-        memo: dict[str, str] = {}
-        for e in self.nodes():
-            memo[e.key()] = _format(e, [memo[s.key()] for s in e.src])
-        return memo[self.key()]
+        return _print(self)
 
     def __repr__(self) -> str:
         return f"AluExp({self})"
+
+
+def pending(root: AluExp, done: Callable[[AluExp], bool]) -> list[AluExp]:
+    """The nodes under `root` (itself included) that are not `done`, operands before users.
+
+    Nodes that are done are not descended into, so repeated calls over a growing expression
+    cost only what is new. Iterative, so any depth is fine."""
+    out: list[AluExp] = []
+    seen: set[int] = set()
+    stack: list[tuple[AluExp, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            out.append(node)
+            continue
+        if id(node) in seen or done(node):
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((s, False) for s in reversed(node.src))
+    return out
 
 
 _INDEX_DTYPES = (DType.int32, DType.uint32)
@@ -542,33 +556,66 @@ def _arg_key(e: AluExp) -> str:
     return repr(a)
 
 
-def _format(e: AluExp, s: list[str]) -> str:
-    op = e.op
+# A node prints as literal text around its operands; an operand marked "strip" loses the
+# parentheses a binary operator prints around itself.
+_Piece = str | tuple[AluExp, bool]
+
+
+def _parenthesised(e: AluExp) -> bool:
+    return e.op in _SYMBOLS or e.op in (AluOp.BitCombine, AluOp.BitShift)
+
+
+def _template(e: AluExp) -> list[_Piece]:
+    op, s = e.op, e.src
     if op == AluOp.Const:
         if e.dtype == DType.bool:
-            return "true" if e.arg else "false"
-        return js_number_str(e.arg)
+            return ["true" if e.arg else "false"]
+        return [js_number_str(e.arg)]
     if op == AluOp.Variable:
-        return f"${e.arg}:{e.dtype}"
+        return [f"${e.arg}:{e.dtype}"]
     if op == AluOp.Special:
-        return f"#{e.arg[0]}{{{e.arg[1]}}}"
+        return [f"#{e.arg[0]}{{{e.arg[1]}}}"]
     if op == AluOp.GlobalIndex:
-        return f"G_{e.arg[0]}<{e.dtype}>[{_strip1(s[0])}]"
+        return [f"G_{e.arg[0]}<{e.dtype}>[", (s[0], True), "]"]
     if op == AluOp.GlobalView:
         st = e.arg[1]
         shape = ",".join(map(str, st.shape))
         strides = ",".join(map(str, st.last_strides))
         kind = "c" if st.contiguous else "nc"
-        return f"GV_{e.arg[0]}<{e.dtype}>{{{shape}:{strides}:{kind}}}[{', '.join(_strip1(x) for x in s)}]"
+        return [f"GV_{e.arg[0]}<{e.dtype}>{{{shape}:{strides}:{kind}}}[", *_listed(s), "]"]
     if op in _SYMBOLS:
-        return f"({s[0]} {_SYMBOLS[op]} {s[1]})"
+        return ["(", (s[0], False), f" {_SYMBOLS[op]} ", (s[1], False), ")"]
     if op in (AluOp.BitCombine, AluOp.BitShift):
-        return f"({s[0]} {_BIT_SYMBOLS[e.arg]} {s[1]})"
+        return ["(", (s[0], False), f" {_BIT_SYMBOLS[e.arg]} ", (s[1], False), ")"]
     if op == AluOp.Reciprocal:
-        return f"1/{s[0]}"
+        return ["1/", (s[0], False)]
     if op in (AluOp.Cast, AluOp.Bitcast):
-        return f"{op}<{e.dtype}>({_strip1(s[0])})"
-    return f"{op}({', '.join(_strip1(x) for x in s)})"
+        return [f"{op}<{e.dtype}>(", (s[0], True), ")"]
+    return [f"{op}(", *_listed(s), ")"]
+
+
+def _listed(src: tuple[AluExp, ...]) -> list[_Piece]:
+    out: list[_Piece] = []
+    for i, x in enumerate(src):
+        out += [", ", (x, True)] if i else [(x, True)]
+    return out
+
+
+def _print(root: AluExp) -> str:
+    """The text of an expression, written piece by piece: linear in its size at any depth."""
+    out: list[str] = []
+    stack: list[_Piece] = [(root, False)]
+    while stack:
+        piece = stack.pop()
+        if isinstance(piece, str):
+            out.append(piece)
+            continue
+        node, strip = piece
+        pieces = _template(node)
+        if strip and _parenthesised(node):
+            pieces = pieces[1:-1]
+        stack.extend(reversed(pieces))
+    return "".join(out)
 
 
 class AluVar:

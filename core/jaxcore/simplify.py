@@ -16,10 +16,9 @@ thousands of nodes deep.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import reduce
 
-from jaxcore.alu import AluExp, AluGroup, AluOp
+from jaxcore.alu import AluExp, AluGroup, AluOp, pending
 from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, is_float
 
 Range = tuple[float, float]
@@ -27,27 +26,6 @@ _INF = math.inf
 _BOUNDS: dict[DType, tuple[int, int]] = {DType.int32: (INT32_MIN, INT32_MAX), DType.uint32: (0, UINT32_MAX)}
 # Ops whose exact integer result can leave the dtype (Idiv only at INT32_MIN / -1).
 _WRAPPING = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv})
-
-
-def pending(root: AluExp, done: Callable[[AluExp], bool]) -> list[AluExp]:
-    """The nodes under `root` (itself included) that are not `done`, operands before users.
-
-    Nodes that are done are not descended into, so repeated calls over a growing expression
-    cost only what is new. Iterative, so any depth is fine."""
-    out: list[AluExp] = []
-    seen: set[int] = set()
-    stack: list[tuple[AluExp, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            out.append(node)
-            continue
-        if id(node) in seen or done(node):
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        stack.extend((s, False) for s in reversed(node.src))
-    return out
 
 
 def _trunc_div(a: float, b: float) -> float:

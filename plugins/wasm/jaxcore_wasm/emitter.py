@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxcore.alu import AluExp, AluOp
+from jaxcore.alu import AluExp, AluOp, pending
 from jaxcore.backend import UnsupportedOpError
 from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, byte_width, is_float
 from jaxcore_wasm import builtins
@@ -46,7 +46,9 @@ class Ranges:
     def get(self, e: AluExp) -> tuple[int, int] | None:
         k = e.key()
         if k not in self.memo:
-            self.memo[k] = self._compute(e)
+            # Operands first (post-order), so `_compute` never recurses down a deep expression.
+            for n in pending(e, lambda n: n.key() in self.memo):
+                self.memo[n.key()] = self._compute(n)
         return self.memo[k]
 
     def _compute(self, e: AluExp) -> tuple[int, int] | None:
@@ -131,8 +133,10 @@ class Emitter:
         k = e.key()
         v = self.memo.get(k)
         if v is None:
-            v = self._lower(e)
-            self.memo[k] = v
+            # Operands first, in the order `_lower` asks for them, so it never recurses deeply.
+            for n in pending(e, lambda n: n.key() in self.memo):
+                self.memo[n.key()] = self._lower(n)
+            v = self.memo[k]
         return v
 
     def _lower(self, e: AluExp) -> str:
