@@ -4,6 +4,11 @@ An `AluExp` computes one value per lane (output element, or output × reduction 
 are immutable and compared structurally through a content digest that is stable across
 processes, so the digest doubles as a compile-cache key on disk. Range analysis and the
 rewrite rules live in `simplify.py`.
+
+Every node is type-checked when it is built (`_check_types`: a TypeError names the op and the
+dtypes), and its digest is made then, from its operands' digests. Expressions may be any depth
+(frontends unroll loops and fuse long elementwise chains): no traversal here, in the simplifier
+or in the interpreter recurses in Python.
 """
 
 from __future__ import annotations

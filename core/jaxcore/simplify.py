@@ -300,8 +300,9 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
     # R1: constant folding
     if src and op not in AluGroup.Variable and all(s.op == AluOp.Const for s in src):
         return AluExp.const(dtype, AluExp(op, dtype, tuple(src), e.arg).evaluate({}))
-    # R2: a single-valued range is a constant
-    if op != AluOp.Const:
+    # R2: a single-valued range is a constant (not for floats: ranges do not exclude NaN, and
+    # Max(sin(x), 1) is NaN at x = inf)
+    if op != AluOp.Const and not is_float(dtype):
         lo, hi = value_range(e)
         if lo == hi and math.isfinite(lo):
             return AluExp.const(dtype, lo)

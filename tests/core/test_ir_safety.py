@@ -68,8 +68,8 @@ WRAP_CASES = {
     ),
     # uint32(gidx) - 5 wraps to huge for gidx < 5: it was folded to true.
     "uint32_sub_wraps": (
-        A.cmplt(A.cast(DType.uint32, g) - A.u32(5), A.u32(10)),
-        ((lanes - 5) % 2**32) < 10,
+        A.cmplt(A.cast(DType.uint32, g) - A.u32(5), A.u32(64)),
+        ((lanes - 5) % 2**32) < 64,
     ),
     # Truncating division of a wrapped product is not the product of the divided factor.
     "idiv_of_wrapped_mul": (
@@ -148,7 +148,7 @@ def test_deep_expression_ir_traversals() -> None:
     assert text.count("^") == sum(1 for i in range(depth) if i % 3)
     s = e.substitute({"gidx": A.special(DType.int32, "gidx", N)})
     assert s.simplify().evaluate({"gidx": 5}) == e.evaluate({"gidx": 5}) == int_chain_ref(depth)[5]
-    assert s.vmin == -(2**31)
+    assert s.vmin <= int_chain_ref(depth).min() and int_chain_ref(depth).max() <= s.vmax
     reads = A.global_view(DType.float32, 0, ShapeTracker.from_shape((N,)), [A.mod(e, A.i32(N))])
     lowered = (reads + A.f32(1)).rewrite_global_views()
     assert lowered.some(lambda n: n.op == AluOp.GlobalIndex)
