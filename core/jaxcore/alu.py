@@ -199,7 +199,8 @@ class AluExp:
         dtype = DType(dtype)
         v = const_value(dtype, value)
         if dtype in (DType.float32, DType.float16):
-            v = float(np.asarray(v, dtype=np.float32 if dtype == DType.float32 else np.float16))
+            with np.errstate(over="ignore"):  # out of range rounds to +-inf, as a device would
+                v = float(np.asarray(v, dtype=np.float32 if dtype == DType.float32 else np.float16))
         return AluExp(AluOp.Const, dtype, (), v)
 
     @staticmethod

@@ -125,7 +125,7 @@ class Interpreter:
         for s in e.src:
             srcs.append((yield (s, mask)))
         if op in _BINARY:
-            return dt.arith(_BINARY[op], srcs[0], self._as(srcs[1], e.src[1].dtype, e.dtype), e.dtype)
+            return dt.arith(_BINARY[op], srcs[0], srcs[1], e.dtype)  # operands share e's dtype
         if op in _UNARY_NUMPY:
             with np.errstate(all="ignore"):
                 return np.asarray(_UNARY_NUMPY[op](srcs[0])).astype(storage, copy=False)
@@ -138,17 +138,13 @@ class Interpreter:
         if op == "Cmpne":
             return dt.compare("ne", srcs[0], srcs[1])
         if op == "BitCombine":
-            r = dt.bit_combine(e.arg, srcs[0], self._as(srcs[1], e.src[1].dtype, e.dtype))
+            r = dt.bit_combine(e.arg, srcs[0], srcs[1])
             return r.astype(storage, copy=False)
         if op == "BitShift":
             return dt.bit_shift(e.arg, srcs[0], srcs[1], e.dtype)
         if op == "Threefry2x32":
             return dt.threefry2x32(*srcs, mode=e.arg)
         raise NotImplementedError(f"Missing implementation for {op}")
-
-    @staticmethod
-    def _as(value: np.ndarray, src: DType, dst: DType) -> np.ndarray:
-        return value if src == dst else dt.cast(value, src, dst)
 
 
 def shared_nodes(*exps: AluExp | None) -> frozenset[str]:
