@@ -174,9 +174,13 @@ def _is_const_int(e: AluExp) -> bool:
 def _const_factor(e: AluExp) -> int:
     """A constant that visibly divides `e` (through Adds and Muls that do not wrap)."""
     memo: dict[int, int] = {}
-    for n in pending(e, lambda n: False if n.op in (AluOp.Add, AluOp.Mul) and _exact(n) else True):
+    for n in pending(e, lambda n: not _looked_through(n)):
         memo[id(n)] = _const_factor_one(n, memo)
     return memo[id(e)] if id(e) in memo else _const_factor_one(e, memo)
+
+
+def _looked_through(e: AluExp) -> bool:
+    return e.op in (AluOp.Add, AluOp.Mul) and _exact(e)
 
 
 def _const_factor_one(e: AluExp, memo: dict[int, int]) -> int:
@@ -203,12 +207,9 @@ def _divides(e: AluExp, v: int) -> AluExp | None:
     if v == 0:
         return None
     memo: dict[int, AluExp | None] = {}
-    through = lambda n: n.op in (AluOp.Add, AluOp.Mul) and _exact(n)  # noqa: E731
-    for n in pending(e, lambda n: False if through(n) else True) or [e]:
+    for n in pending(e, lambda n: not _looked_through(n)):
         memo[id(n)] = _divides_one(n, v, memo)
-    if id(e) not in memo:
-        memo[id(e)] = _divides_one(e, v, memo)
-    return memo[id(e)]
+    return memo[id(e)] if id(e) in memo else _divides_one(e, v, memo)
 
 
 def _divides_one(e: AluExp, v: int, memo: dict[int, AluExp | None]) -> AluExp | None:
