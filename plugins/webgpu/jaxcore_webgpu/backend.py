@@ -1,0 +1,299 @@
+"""The webgpu backend: the device half of jaxcore.queue.QueuedBackend on wgpu.
+
+Buffers are STORAGE | COPY_SRC | COPY_DST buffers from the core's pool; a slot is bound with its
+own size (rounded up to 4 bytes), not the pooled capacity. Writes go through `queue.write_buffer`;
+reads copy a 4-byte-aligned window into a pooled MAP_READ staging buffer, map it and slice. A batch
+is one command encoder holding one compute pass for all its dispatches (a copy or a timed dispatch
+without `timestamp-query-inside-passes` ends the pass), submitted once.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import wgpu
+
+from jaxcore.backend import Capabilities, Executable, UnsupportedOpError
+from jaxcore.dtype import DType
+from jaxcore.kernel import Kernel
+from jaxcore.pool import BufferPool
+from jaxcore.queue import QueuedBackend, QueuedBuffer
+from jaxcore_webgpu.device import Gpu
+from jaxcore_webgpu.program import CompiledPlan, PipelineCache, Plan, dump_dir_from_env
+
+_STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+_STAGING = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+_BIND_GROUPS = 4096  # bind groups kept for reuse (a loop binds the same buffers again and again)
+
+
+@dataclass(eq=False)
+class _Recorder:
+    encoder: Any
+    cpass: Any = None
+    queries: Any = None  # GPUQuerySet, made on the first timed dispatch
+    n_queries: int = 0
+    keep: list[Any] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Token:
+    done: Any  # the promise of mapping `fence`, which resolves when the batch has run
+    fence: Any
+    submitted: float
+    readback: Any = None  # MAP_READ buffer holding the resolved timestamps
+    n_queries: int = 0
+
+
+class WebGpuBackend(QueuedBackend):
+    name = "webgpu"
+
+    def __init__(self, gpu: Gpu) -> None:
+        self.gpu = gpu
+        self.device = gpu.device
+        self.queue = gpu.device.queue
+        lim, feat = gpu.limits, gpu.features
+        self.binding_limit = lim["max-storage-buffer-binding-size"]
+        self.timestamps = "timestamp-query" in feat
+        self.timestamps_in_pass = "timestamp-query-inside-passes" in feat
+        dtypes = {DType.float32, DType.int32, DType.uint32, DType.bool}
+        if "shader-f16" in feat:
+            dtypes.add(DType.float16)
+        if "shader-f64" in feat:
+            dtypes.add(DType.float64)
+        self.capabilities = Capabilities(
+            dtypes=frozenset(dtypes),
+            routines=frozenset(),  # routines are the next issue: UnsupportedRoutineError at prepare
+            max_args=lim["max-storage-buffers-per-shader-stage"] - 1,  # one binding is the output
+            max_buffer_bytes=min(self.binding_limit, lim.get("max-buffer-size", self.binding_limit)) // 4 * 4,
+            device_timestamps=self.timestamps,
+            description=f"WGSL compute shaders on {gpu.description} through wgpu",
+        )
+        super().__init__()
+        self.pipelines = PipelineCache(self.device, dump_dir_from_env())
+        self.staging: BufferPool[Any] = BufferPool(self._create_staging, lambda b: b.destroy(), max_cached_bytes=64 << 20)
+        self._bind_groups: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._fences: list[Any] = []
+        self._period_ns = self._timestamp_period()
+
+    def _timestamp_period(self) -> float:
+        try:
+            from wgpu.backends.wgpu_native._api import lib
+
+            return float(lib.wgpuQueueGetTimestampPeriod(self.queue._internal)) or 1.0
+        except Exception:
+            return 1.0  # wgpu-native reports nanoseconds
+
+    # ---- storage ---------------------------------------------------------------------------
+    def _create_buffer(self, capacity: int) -> Any:
+        capacity = -(-capacity // 4) * 4
+        if capacity > self.binding_limit:
+            raise MemoryError(
+                f"webgpu: a buffer of {capacity} bytes exceeds max_storage_buffer_binding_size "
+                f"({self.binding_limit} bytes) of {self.gpu.description}"
+            )
+        return self.device.create_buffer(size=capacity, usage=_STORAGE)
+
+    def _destroy_buffer(self, raw: Any) -> None:
+        for key in [k for k in self._bind_groups if any(r is raw for r in k[1::2])]:
+            del self._bind_groups[key]
+        raw.destroy()
+
+    def _create_staging(self, capacity: int) -> Any:
+        return self.device.create_buffer(size=-(-capacity // 4) * 4, usage=_STAGING)
+
+    def _write_buffer(self, buf: QueuedBuffer, data: memoryview) -> None:
+        n = data.nbytes
+        if n % 4:
+            padded = bytearray(-(-n // 4) * 4)
+            padded[:n] = data
+            data = memoryview(padded)
+        self.queue.write_buffer(buf.raw, 0, data)
+
+    def _window(self, buf: QueuedBuffer, start: int, count: int) -> tuple[Any, int, int]:
+        """Copy the 4-byte-aligned window around [start, start+count) into staging; (staging, cap, skip)."""
+        lo, hi = start & ~3, -(-(start + count) // 4) * 4
+        staging, cap = self.staging.alloc(hi - lo)
+        enc = self.device.create_command_encoder()
+        enc.copy_buffer_to_buffer(buf.raw, lo, staging, 0, hi - lo)
+        self.queue.submit([enc.finish()])
+        return staging, cap, start - lo
+
+    def _read_buffer(self, buf: QueuedBuffer, start: int, count: int) -> bytes:
+        staging, cap, skip = self._window(buf, start, count)
+        size = -(-(skip + count) // 4) * 4
+        staging.map_sync("READ", 0, size)
+        try:
+            data = bytes(staging.read_mapped(0, size, copy=False)[skip : skip + count])
+        finally:
+            staging.unmap()
+        self.staging.free(staging, cap)
+        return data
+
+    async def _read_buffer_async(self, buf: QueuedBuffer, start: int, count: int) -> bytes:
+        staging, cap, skip = self._window(buf, start, count)
+        size = -(-(skip + count) // 4) * 4
+        await staging.map_async("READ", 0, size)
+        try:
+            data = bytes(staging.read_mapped(0, size, copy=False)[skip : skip + count])
+        finally:
+            staging.unmap()
+        self.staging.free(staging, cap)
+        return data
+
+    # ---- compiling -------------------------------------------------------------------------
+    def _compile_kernel(self, kernel: Kernel) -> CompiledPlan:
+        return self.pipelines.compile(self._plan(kernel))
+
+    def _plan(self, kernel: Kernel) -> Plan:
+        """The compiler's plan for a kernel (jaxcore_webgpu.codegen, when it is there)."""
+        try:
+            from jaxcore_webgpu import codegen  # type: ignore[attr-defined]
+        except ImportError:
+            raise UnsupportedOpError(None, kernel.dtype, self.name, "no WGSL compiler installed") from None
+        return codegen.plan_kernel(kernel, self.gpu)  # type: ignore[attr-defined]
+
+    def compile_plan(self, source: Kernel, plan: Plan) -> Executable:
+        """An executable for a hand-made plan (tests and routines): `source` says what it computes."""
+        return Executable(source, self.pipelines.compile(plan))
+
+    # ---- recording -------------------------------------------------------------------------
+    def _open_batch(self) -> _Recorder:
+        return _Recorder(self.device.create_command_encoder())
+
+    def _bind_group(self, layout: Any, bufs: list[QueuedBuffer]) -> Any:
+        key: tuple[Any, ...] = (layout,)
+        for b in bufs:
+            key += (b.raw, max(4, -(-b.nbytes // 4) * 4))
+        group = self._bind_groups.get(key)
+        if group is not None:
+            self._bind_groups.move_to_end(key)
+            return group
+        entries = [
+            {"binding": i, "resource": {"buffer": key[1 + 2 * i], "offset": 0, "size": key[2 + 2 * i]}}
+            for i in range(len(bufs))
+        ]
+        group = self.device.create_bind_group(layout=layout, entries=entries)
+        self._bind_groups[key] = group
+        if len(self._bind_groups) > _BIND_GROUPS:
+            self._bind_groups.popitem(last=False)
+        return group
+
+    def _record(
+        self, rec: _Recorder, exe: Executable, inputs: list[QueuedBuffer], outputs: list[QueuedBuffer], timed: bool
+    ) -> None:
+        plan: CompiledPlan = exe.data
+        scratch = [self._temporary(n) for n in plan.scratch]
+        sets = {"in": inputs, "out": outputs, "scratch": scratch}
+        timed = timed and self._timing_slots(rec)
+        if timed and not self.timestamps_in_pass:
+            if rec.cpass is not None:
+                rec.cpass.end()
+            writes = {
+                "query_set": rec.queries,
+                "beginning_of_pass_write_index": rec.n_queries,
+                "end_of_pass_write_index": rec.n_queries + 1,
+            }
+            cpass = rec.encoder.begin_compute_pass(timestamp_writes=writes)
+        else:
+            cpass = rec.cpass
+            if cpass is None:
+                cpass = rec.cpass = rec.encoder.begin_compute_pass()
+            if timed:
+                from wgpu.backends.wgpu_native.extras import write_timestamp
+
+                write_timestamp(cpass, rec.queries, rec.n_queries)
+        for p in plan.passes:
+            if not (p.grid[0] and p.grid[1] and p.grid[2]):
+                continue
+            bufs = [sets[kind][i] for kind, i in p.bindings]
+            cpass.set_pipeline(p.pipeline)
+            cpass.set_bind_group(0, self._bind_group(p.layout, bufs))
+            if p.uniform_group is not None:
+                cpass.set_bind_group(1, p.uniform_group)
+            cpass.dispatch_workgroups(*p.grid)
+        if timed:
+            if self.timestamps_in_pass:
+                from wgpu.backends.wgpu_native.extras import write_timestamp
+
+                write_timestamp(cpass, rec.queries, rec.n_queries + 1)
+            else:
+                cpass.end()
+                rec.cpass = None
+            rec.n_queries += 2
+
+    def _timing_slots(self, rec: _Recorder) -> bool:
+        if not self.timestamps:
+            return False
+        if rec.queries is None:
+            rec.queries = self.device.create_query_set(type="timestamp", count=2 * self.batch_limit)
+        return rec.n_queries + 2 <= 2 * self.batch_limit
+
+    def _record_copy(self, rec: _Recorder, src: QueuedBuffer, dst: QueuedBuffer, nbytes: int) -> None:
+        if rec.cpass is not None:
+            rec.cpass.end()
+            rec.cpass = None
+        n = -(-nbytes // 4) * 4
+        if n:
+            rec.encoder.copy_buffer_to_buffer(src.raw, 0, dst.raw, 0, n)
+
+    def _submit(self, rec: _Recorder) -> _Token:
+        if rec.cpass is not None:
+            rec.cpass.end()
+        readback = None
+        if rec.n_queries:
+            nbytes = rec.n_queries * 8
+            resolve = self.device.create_buffer(size=nbytes, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+            readback = self.device.create_buffer(size=nbytes, usage=_STAGING)
+            rec.encoder.resolve_query_set(rec.queries, 0, rec.n_queries, resolve, 0)
+            rec.encoder.copy_buffer_to_buffer(resolve, 0, readback, 0, nbytes)
+        # The fence: a 4-byte copy at the end of the batch into a MAP_READ buffer, whose map resolves
+        # once the batch has run (wgpu-py 0.32's on_submitted_work_done_async has a broken callback).
+        fence = self._fences.pop() if self._fences else self.device.create_buffer(size=4, usage=_STAGING)
+        rec.encoder.copy_buffer_to_buffer(self._zero_buffer().raw, 0, fence, 0, 4)
+        submitted = time.perf_counter()
+        self.queue.submit([rec.encoder.finish()])
+        return _Token(fence.map_async("READ_NOSYNC", 0, 4), fence, submitted, readback, rec.n_queries)
+
+    def _is_done(self, token: _Token) -> bool:
+        if token.fence is None:
+            return True
+        event = getattr(token.done, "_thread_event", None)  # wgpu-py 0.32's promise; no public poll
+        if event is None or not event.is_set():
+            return False
+        self._wait(token)  # resolved: unmap the fence and keep it for the next batch
+        return True
+
+    def _wait(self, token: _Token) -> None:
+        if token.fence is None:
+            return
+        token.done.sync_wait()
+        token.fence.unmap()
+        self._fences.append(token.fence)
+        token.fence = None
+
+    def _timings(self, token: _Token) -> list[tuple[float | None, float]] | None:
+        if token.readback is None:
+            return None
+        token.readback.map_sync("READ")
+        raw = token.readback.read_mapped(copy=True)
+        token.readback.unmap()
+        token.readback.destroy()
+        ticks = struct.unpack(f"<{token.n_queries}Q", raw)
+        ns = self._period_ns
+        t0 = ticks[0]
+        # The device clock has its own origin: the first timestamp is placed at the submit.
+        return [
+            (token.submitted + (ticks[i] - t0) * ns * 1e-9, max(ticks[i + 1] - ticks[i], 0) * ns * 1e-9)
+            for i in range(0, len(ticks), 2)
+        ]
+
+    def close(self) -> None:
+        """Finish queued work and give every pooled buffer back to the device."""
+        self.finish()
+        self.pool.clear()
+        self.staging.clear()
+        self._bind_groups.clear()
