@@ -212,7 +212,9 @@ class QueuedBackend(BaseBackend):
         buf = self._buffer(slot)
         count = buf.size - start if count is None else count
         if start < 0 or count < 0 or start + count > buf.size:
-            raise ValueError(f"read of bytes [{start}, {start + count}) is outside slot {slot} of {buf.size} bytes")
+            raise ValueError(
+                f"read of bytes [{start}, {start + count}) is outside slot {slot} of {buf.size} bytes"
+            )
         if not count:
             return b""
         self._synchronize(buf.handle)

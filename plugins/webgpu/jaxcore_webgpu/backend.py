@@ -74,7 +74,9 @@ class WebGpuBackend(QueuedBackend):
         )
         super().__init__()
         self.pipelines = PipelineCache(self.device, dump_dir_from_env())
-        self.staging: BufferPool[Any] = BufferPool(self._create_staging, lambda b: b.destroy(), max_cached_bytes=64 << 20)
+        self.staging: BufferPool[Any] = BufferPool(
+            self._create_staging, lambda b: b.destroy(), max_cached_bytes=64 << 20
+        )
         self._bind_groups: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._fences: list[Any] = []
         self._period_ns = self._timestamp_period()
@@ -183,7 +185,12 @@ class WebGpuBackend(QueuedBackend):
         return group
 
     def _record(
-        self, rec: _Recorder, exe: Executable, inputs: list[QueuedBuffer], outputs: list[QueuedBuffer], timed: bool
+        self,
+        rec: _Recorder,
+        exe: Executable,
+        inputs: list[QueuedBuffer],
+        outputs: list[QueuedBuffer],
+        timed: bool,
     ) -> None:
         plan: CompiledPlan = exe.data
         scratch = [self._temporary(n) for n in plan.scratch]
@@ -246,7 +253,9 @@ class WebGpuBackend(QueuedBackend):
         readback = None
         if rec.n_queries:
             nbytes = rec.n_queries * 8
-            resolve = self.device.create_buffer(size=nbytes, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+            resolve = self.device.create_buffer(
+                size=nbytes, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
+            )
             readback = self.device.create_buffer(size=nbytes, usage=_STAGING)
             rec.encoder.resolve_query_set(rec.queries, 0, rec.n_queries, resolve, 0)
             rec.encoder.copy_buffer_to_buffer(resolve, 0, readback, 0, nbytes)

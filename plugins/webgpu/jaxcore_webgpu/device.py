@@ -78,14 +78,17 @@ def choose_adapter(adapters: list[Any], want: str | None) -> Any:
     if want:
         allowed = tuple(b for b in NATIVE_BACKENDS if b.lower() == want.lower())
         if not allowed:
+            names = ", ".join(b.lower() for b in NATIVE_BACKENDS)
             raise jaxcore.DeviceUnavailable(
-                f"JAXCORE_WEBGPU_BACKEND={want!r} is not one of {', '.join(b.lower() for b in NATIVE_BACKENDS)}",
+                f"JAXCORE_WEBGPU_BACKEND={want!r} is not one of {names}",
                 "unset JAXCORE_WEBGPU_BACKEND or name one of those",
             )
     ok = [a for a in adapters if a.info.get("backend_type") in allowed]
     if not ok:
         seen = ", ".join(f"{a.info.get('device')} ({a.info.get('backend_type')})" for a in adapters) or "none"
-        raise jaxcore.DeviceUnavailable(f"no WebGPU adapter on {'/'.join(allowed)} (adapters found: {seen})", HINT)
+        raise jaxcore.DeviceUnavailable(
+            f"no WebGPU adapter on {'/'.join(allowed)} (adapters found: {seen})", HINT
+        )
     return min(ok, key=lambda a: _ADAPTER_RANK.get(a.info.get("adapter_type"), 9))
 
 
@@ -97,7 +100,9 @@ def open_device() -> Gpu:
     try:
         adapters = list(wgpu.gpu.enumerate_adapters_sync())
     except Exception as e:  # the native library failed to load or enumerate
-        raise jaxcore.DeviceUnavailable(f"wgpu could not list adapters: {type(e).__name__}: {e}", HINT) from None
+        raise jaxcore.DeviceUnavailable(
+            f"wgpu could not list adapters: {type(e).__name__}: {e}", HINT
+        ) from None
     adapter = choose_adapter(adapters, want)
     have = dict(adapter.limits)
     limits = {k: int(have[k]) for k in LIMITS if k in have}

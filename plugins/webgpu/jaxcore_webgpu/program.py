@@ -116,7 +116,9 @@ class PipelineCache:
                     layout=pipe.get_bind_group_layout(1),
                     entries=[{"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": len(data)}}],
                 )
-            passes.append(CompiledPass(pipe, pipe.get_bind_group_layout(0), tuple(p.grid), p.bindings, ugroup))
+            passes.append(
+                CompiledPass(pipe, pipe.get_bind_group_layout(0), tuple(p.grid), p.bindings, ugroup)
+            )
         return CompiledPlan(tuple(passes), tuple(plan.scratch), tuple(p.code for p in plan.passes))
 
 
