@@ -13,6 +13,7 @@ import struct
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import wgpu
@@ -23,7 +24,7 @@ from jaxcore.kernel import Kernel
 from jaxcore.pool import BufferPool
 from jaxcore.queue import QueuedBackend, QueuedBuffer
 from jaxcore_webgpu.device import Gpu
-from jaxcore_webgpu.program import CompiledPlan, PipelineCache, Plan, dump_dir_from_env
+from jaxcore_webgpu.program import CompiledPlan, PipelineCache, Plan, dump_dir_from_env, plan_from_shaders
 
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 _STAGING = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
@@ -151,12 +152,31 @@ class WebGpuBackend(QueuedBackend):
         return self.pipelines.compile(self._plan(kernel))
 
     def _plan(self, kernel: Kernel) -> Plan:
-        """The compiler's plan for a kernel (jaxcore_webgpu.codegen, when it is there)."""
+        """The compiler's plan for a kernel (jaxcore_webgpu.codegen), in the runtime's terms."""
         try:
-            from jaxcore_webgpu import codegen  # type: ignore[attr-defined]
-        except ImportError:
-            raise UnsupportedOpError(None, kernel.dtype, self.name, "no WGSL compiler installed") from None
-        return codegen.plan_kernel(kernel, self.gpu)  # type: ignore[attr-defined]
+            from jaxcore_webgpu import codegen
+        except ImportError as e:
+            raise UnsupportedOpError(None, kernel.dtype, self.name, f"no WGSL compiler: {e}") from None
+        shader_plan = codegen.compile_kernel(kernel, self.target)
+        return plan_from_shaders(shader_plan)
+
+    @cached_property
+    def target(self) -> Any:
+        """What the compiler needs to know about this adapter (jaxcore_webgpu.codegen.WgslTarget)."""
+        from jaxcore_webgpu.codegen import WgslTarget
+
+        lim, feat = self.gpu.limits, self.gpu.features
+        return WgslTarget(
+            has_f16="shader-f16" in feat,
+            has_f64="shader-f64" in feat,
+            has_subgroups="subgroup" in feat,
+            max_workgroup_size=min(
+                lim["max-compute-invocations-per-workgroup"], lim["max-compute-workgroup-size-x"]
+            ),
+            max_workgroups_per_dim=lim["max-compute-workgroups-per-dimension"],
+            max_storage_buffers_per_stage=lim["max-storage-buffers-per-shader-stage"],
+            max_workgroup_storage=lim["max-compute-workgroup-storage-size"],
+        )
 
     def compile_plan(self, source: Kernel, plan: Plan) -> Executable:
         """An executable for a hand-made plan (tests and routines): `source` says what it computes."""

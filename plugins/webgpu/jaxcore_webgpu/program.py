@@ -122,5 +122,22 @@ class PipelineCache:
         return CompiledPlan(tuple(passes), tuple(plan.scratch), tuple(p.code for p in plan.passes))
 
 
+def plan_from_shaders(shader_plan: Any) -> Plan:
+    """The runtime's `Plan` from the compiler's `ShaderPlan` (jaxcore_webgpu.codegen): passes in
+    order, each binding by its `@binding` number (which must run 0..n-1, as bind groups are built)."""
+    passes = []
+    for prog in shader_plan.passes:
+        order = sorted(prog.bindings, key=lambda b: b.binding)
+        if [b.binding for b in order] != list(range(len(order))):
+            raise ValueError(
+                f"shader bindings must be numbered 0..{len(order) - 1}: {[b.binding for b in order]}"
+            )
+        if getattr(prog, "uniforms", ()):
+            raise ValueError("the runtime binds no uniforms for compiled kernels")
+        grid = tuple(prog.grid) + (1,) * (3 - len(prog.grid))
+        passes.append(Pass(prog.code, grid, tuple((b.kind, b.index) for b in order), prog.entry))  # type: ignore[arg-type]
+    return Plan(tuple(passes), tuple(shader_plan.scratch))
+
+
 def dump_dir_from_env() -> str | None:
     return os.environ.get("JAXCORE_WEBGPU_DUMP", "").strip() or None
