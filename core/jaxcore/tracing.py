@@ -113,16 +113,16 @@ class LateTime:
     backend calls `resolve` once the time is known. A time resolved after `stop_trace` is dropped.
     """
 
-    __slots__ = ("_event", "_pid", "seconds")
+    __slots__ = ("_event", "seconds")
 
     def __init__(self) -> None:
         self._event: dict[str, Any] | None = None
-        self._pid = 0
         self.seconds: float | None = None
 
     def resolve(self, seconds: float, device_start: float | None = None) -> None:
         """Fill in the device time (seconds). Given `device_start` (a time.perf_counter() value the
-        backend mapped from its device clock), a span is also drawn on the device's "gpu" track."""
+        backend mapped from its device clock), the event also says when the device began it
+        (`device_ts_us`, on the trace's clock); it stays one event per dispatch."""
         self.seconds = float(seconds)
         with _lock:
             event, self._event = self._event, None
@@ -130,18 +130,7 @@ class LateTime:
                 return
             event["args"]["device_time_us"] = round(self.seconds * 1e6, 3)
             if device_start is not None:
-                _events.append(
-                    {
-                        "name": event["name"],
-                        "cat": "device",
-                        "ph": "X",
-                        "ts": round((device_start - _t0) * 1e6, 3),
-                        "dur": round(self.seconds * 1e6, 3),
-                        "pid": event["pid"],
-                        "tid": 2,
-                        "args": {"device": event["args"].get("device")},
-                    }
-                )
+                event["args"]["device_ts_us"] = round((device_start - _t0) * 1e6, 3)
 
 
 def record_dispatch(device: str, source: Any, start: float, end: float, device_time: Any = None) -> None:
@@ -181,6 +170,6 @@ def _metadata() -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for device, pid in _pids.items():
         out.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": device}})
-        for tid, track in ((0, "kernels"), (1, "routines"), (2, "gpu")):
+        for tid, track in ((0, "kernels"), (1, "routines")):
             out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": track}})
     return out

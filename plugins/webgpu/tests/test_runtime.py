@@ -173,9 +173,10 @@ def test_trace_gets_device_times_when_the_batch_resolves(gpu, plus1):
     assert gpu.pending_dispatches() == 5  # tracing did not force a submit per dispatch
     events = tracing.stop_trace()
     kernels = [e for e in events if e.get("ph") == "X" and e["cat"] == "kernel"]
-    spans = [e for e in events if e.get("ph") == "X" and e["cat"] == "device"]
-    assert len(kernels) == 5 and len(spans) == 5
+    assert len(kernels) == 5
     assert all(e["args"]["device_time_us"] > 0 for e in kernels)
+    starts = [e["args"]["device_ts_us"] for e in kernels]
+    assert starts == sorted(starts)  # the device ran them in order, on the trace's clock
     np.testing.assert_array_equal(get(gpu, out), x + 1)
     gpu.dec_ref(a)
     gpu.dec_ref(out)
