@@ -9,11 +9,11 @@ import sys
 
 import numpy as np
 import pytest
+from jaxcore_webgpu.device import choose_adapter
 from webgpu_standin import elementwise, get, put
 
 import jaxcore
 from jaxcore import tracing
-from jaxcore_webgpu.device import choose_adapter
 
 N = 1000
 
