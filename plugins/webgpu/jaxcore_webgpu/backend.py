@@ -80,6 +80,7 @@ class WebGpuBackend(QueuedBackend):
         )
         self._bind_groups: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._fences: list[Any] = []
+        self._hand_plans: dict[str, Plan] = {}
         self._period_ns = self._timestamp_period()
 
     def _timestamp_period(self) -> float:
@@ -149,7 +150,8 @@ class WebGpuBackend(QueuedBackend):
 
     # ---- compiling -------------------------------------------------------------------------
     def _compile_kernel(self, kernel: Kernel) -> CompiledPlan:
-        return self.pipelines.compile(self._plan(kernel))
+        plan = self._hand_plans.pop(kernel.key(), None) or self._plan(kernel)
+        return self.pipelines.compile(plan)
 
     def _plan(self, kernel: Kernel) -> Plan:
         """The compiler's plan for a kernel (jaxcore_webgpu.codegen), in the runtime's terms."""
@@ -179,8 +181,13 @@ class WebGpuBackend(QueuedBackend):
         )
 
     def compile_plan(self, source: Kernel, plan: Plan) -> Executable:
-        """An executable for a hand-made plan (tests and routines): `source` says what it computes."""
-        return Executable(source, self.pipelines.compile(plan))
+        """Prepare `source` with a hand-made plan instead of the compiler's (tests, experiments);
+        the executable is made and cached by `prepare_kernel`, as every other."""
+        self._hand_plans[source.key()] = plan
+        try:
+            return self.prepare_kernel(source)
+        finally:
+            self._hand_plans.pop(source.key(), None)
 
     # ---- recording -------------------------------------------------------------------------
     def _open_batch(self) -> _Recorder:

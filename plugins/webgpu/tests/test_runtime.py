@@ -10,10 +10,12 @@ import sys
 import numpy as np
 import pytest
 from jaxcore_webgpu.device import choose_adapter
+from jaxcore_webgpu.program import Pass
 from webgpu_standin import elementwise, get, put
 
 import jaxcore
-from jaxcore import tracing
+from jaxcore import AluExp, AluVar, DType, Kernel, tracing
+from jaxcore.kernel import Reduction
 
 N = 1000
 
@@ -183,10 +185,15 @@ def test_trace_gets_device_times_when_the_batch_resolves(gpu, plus1):
 
 
 def test_pipelines_are_cached_by_wgsl_text(gpu):
+    from jaxcore_webgpu.program import Plan
+
+    first = elementwise(gpu, 17, 1, "in0[i] - 3.0")
     before = gpu.pipelines.compiles
-    elementwise(gpu, 17, 1, "in0[i] - 3.0")
-    elementwise(gpu, 17, 1, "in0[i] - 3.0")
-    assert gpu.pipelines.compiles == before + 1
+    plan = Plan(tuple(Pass(c, p.grid, p.bindings) for c, p in zip(first.data.codes, first.data.passes)))
+    other = Kernel(1, 17, AluExp.global_index(DType.float32, 0, 17, AluVar.gidx) * 5.0)  # another key
+    exe = gpu.compile_plan(other, plan)
+    assert exe is not first and gpu.pipelines.compiles == before  # same WGSL: the same pipeline
+    assert exe.data.passes[0].pipeline is first.data.passes[0].pipeline
 
 
 def test_bad_wgsl_is_a_clear_error(gpu):
@@ -218,3 +225,38 @@ def test_an_impossible_backend_setting_declines_through_the_registry():
     assert status == "unavailable", out.stdout
     assert "D3D12" in reason or "Metal" in reason
     assert "apt-get install mesa-vulkan-drivers" in hint
+
+
+def test_dump_dir_gets_every_shader(gpu, tmp_path, monkeypatch):
+    from jaxcore_webgpu.program import PipelineCache, dump_dir_from_env
+
+    monkeypatch.setenv("JAXCORE_WEBGPU_DUMP", str(tmp_path / "wgsl"))
+    cache = PipelineCache(gpu.device, dump_dir_from_env())
+    code = elementwise(gpu, 9, 1, "in0[i] * 7.0").data.codes[0]
+    cache.pipeline(code, "main")
+    files = list((tmp_path / "wgsl").glob("*.wgsl"))
+    assert [f.read_text() for f in files] == [code]
+
+
+def test_compiled_kernels_run_through_the_queue(gpu):
+    """The real compiler (jaxcore_webgpu.codegen) behind the queue: a fused a*b+c, a sum big enough
+    to need scratch passes, read back exactly."""
+    n = 1 << 18
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.integers(-4, 5, n).astype(np.float32) for _ in range(3))  # |sums| < 2^24: exact
+    g = [AluExp.global_index(DType.float32, i, n, AluVar.gidx) for i in range(3)]
+    fma = gpu.prepare_kernel(Kernel(3, n, g[0] * g[1] + g[2]))
+    total = gpu.prepare_kernel(
+        Kernel(
+            1, 1, AluExp.global_index(DType.float32, 0, n, AluVar.ridx), Reduction(DType.float32, "Add", n)
+        )
+    )
+    assert len(total.data.passes) == 2 and total.data.scratch  # partials in a scratch buffer
+    ins, out, s = [put(gpu, x) for x in (a, b, c)], gpu.malloc(4 * n), gpu.malloc(4)
+    gpu.dispatch(fma, ins, [out])
+    gpu.dispatch(total, [out], [s])
+    want = a * b + c
+    np.testing.assert_array_equal(get(gpu, out), want)
+    assert get(gpu, s)[0] == np.float32(want.astype(np.float64).sum())  # integers: exact in any order
+    for slot in (*ins, out, s):
+        gpu.dec_ref(slot)

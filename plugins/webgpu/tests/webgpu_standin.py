@@ -6,6 +6,8 @@ the shader that runs; the real compiler (jaxcore_webgpu.codegen) is not involved
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from jaxcore import AluExp, AluVar, DType, Kernel
@@ -23,7 +25,8 @@ def elementwise(gpu, n: int, nin: int, body: str, dtype: DType = DType.float32) 
     exp = read[0] if nin else AluExp.const(dtype, 0)
     for r in read[1:]:
         exp = exp + r  # the Kernel only describes sizes here; `body` is what runs
-    kernel = Kernel(nargs=nin, size=n, exp=exp + AluExp.const(dtype, len(body)))
+    tag = int(hashlib.blake2b(body.encode(), digest_size=3).hexdigest(), 16)  # one kernel key per shader
+    kernel = Kernel(nargs=nin, size=n, exp=exp + AluExp.const(dtype, tag))
     decls = "".join(f"@group(0) @binding({g}) var<storage, read> in{g}: array<{t}>;\n" for g in range(nin))
     code = (
         f"{decls}@group(0) @binding({nin}) var<storage, read_write> out: array<{t}>;\n"
