@@ -140,7 +140,7 @@ class QueuedBackend(BaseBackend):
         """The storage behind every 0-byte slot (a binding cannot be empty): made once, never pooled."""
         zero = self.__dict__.get("_zero")
         if zero is None:
-            zero = self.__dict__["_zero"] = QueuedBuffer(self._create_buffer(4), 0, 4, pooled=False)
+            zero = self.__dict__["_zero"] = QueuedBuffer(self._create_buffer(16), 0, 16, pooled=False)
         return zero
 
     # ---- BaseBackend storage hooks ---------------------------------------------------------

@@ -12,12 +12,13 @@ from __future__ import annotations
 import struct
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 import wgpu
 
+from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
 from jaxcore.backend import Capabilities, Executable, UnsupportedOpError
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel
@@ -28,6 +29,7 @@ from jaxcore_webgpu.program import CompiledPlan, PipelineCache, Plan, dump_dir_f
 
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 _STAGING = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+_MIN_BINDING = 16  # bytes bound at least (a binding must hold one element: f64, vec4<f32>)
 _BIND_GROUPS = 4096  # bind groups kept for reuse (a loop binds the same buffers again and again)
 
 
@@ -73,6 +75,7 @@ class WebGpuBackend(QueuedBackend):
             device_timestamps=self.timestamps,
             description=f"WGSL compute shaders on {gpu.description} through wgpu",
         )
+        self.capabilities = replace(self.capabilities, unsupported_ops=self._compiler_gaps())
         super().__init__()
         self.pipelines = PipelineCache(self.device, dump_dir_from_env())
         self.staging: BufferPool[Any] = BufferPool(
@@ -82,6 +85,23 @@ class WebGpuBackend(QueuedBackend):
         self._fences: list[Any] = []
         self._hand_plans: dict[str, Plan] = {}
         self._period_ns = self._timestamp_period()
+
+    def _compiler_gaps(self) -> frozenset[tuple[AluOp, DType]]:
+        """The float ops the compiler has no exact WGSL for on this adapter (float64 transcendentals,
+        so far), found by asking it: declared, so prepare's UnsupportedOpError is no surprise."""
+        try:
+            from jaxcore_webgpu import codegen
+        except ImportError:
+            return frozenset()
+        gaps = set()
+        for dtype in sorted(self.capabilities.dtypes & {DType.float16, DType.float32, DType.float64}):
+            x = AluExp.global_index(dtype, 0, 1, AluVar.gidx)
+            for op in sorted(AluGroup.RequiredFloat):
+                try:
+                    codegen.compile_kernel(Kernel(1, 1, AluExp(op, dtype, (x,))), self.target)
+                except UnsupportedOpError:
+                    gaps.add((op, dtype))
+        return frozenset(gaps)
 
     def _timestamp_period(self) -> float:
         try:
@@ -196,7 +216,7 @@ class WebGpuBackend(QueuedBackend):
     def _bind_group(self, layout: Any, bufs: list[QueuedBuffer]) -> Any:
         key: tuple[Any, ...] = (layout,)
         for b in bufs:
-            key += (b.raw, max(4, -(-b.nbytes // 4) * 4))
+            key += (b.raw, max(_MIN_BINDING, -(-b.nbytes // 4) * 4))
         group = self._bind_groups.get(key)
         if group is not None:
             self._bind_groups.move_to_end(key)
