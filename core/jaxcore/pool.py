@@ -48,10 +48,16 @@ class BufferPool(Generic[H]):
         self._free: dict[int, list[H]] = {}
         self._lru: OrderedDict[int, tuple[int, H]] = OrderedDict()  # id(handle) -> (capacity, handle)
         self.cached_bytes = 0
+        self._caps: dict[int, int] = {}  # request -> capacity, memoised (the hot path asks often)
         self.hits = self.misses = self.evictions = 0
 
     def capacity(self, nbytes: int) -> int:
-        return bucket_size(nbytes, self.limit)
+        cap = self._caps.get(nbytes)
+        if cap is None:
+            cap = self._caps[nbytes] = bucket_size(nbytes, self.limit)
+            if len(self._caps) > 4096:
+                self._caps.clear()
+        return cap
 
     def alloc(self, nbytes: int, on_oom: Callable[[], None] | None = None) -> tuple[H, int]:
         """(handle, capacity) for at least `nbytes`. On MemoryError: run `on_oom` (the caller's chance

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -39,7 +39,7 @@ class _Recorder:
     cpass: Any = None
     queries: Any = None  # GPUQuerySet, made on the first timed dispatch
     n_queries: int = 0
-    keep: list[Any] = field(default_factory=list)
+    pipeline: Any = None  # the pipeline set last in the current pass (None after a pass begins)
 
 
 @dataclass(eq=False)
@@ -252,10 +252,12 @@ class WebGpuBackend(QueuedBackend):
                 "end_of_pass_write_index": rec.n_queries + 1,
             }
             cpass = rec.encoder.begin_compute_pass(timestamp_writes=writes)
+            rec.pipeline = None
         else:
             cpass = rec.cpass
             if cpass is None:
                 cpass = rec.cpass = rec.encoder.begin_compute_pass()
+                rec.pipeline = None
             if timed:
                 from wgpu.backends.wgpu_native.extras import write_timestamp
 
@@ -264,7 +266,9 @@ class WebGpuBackend(QueuedBackend):
             if not (p.grid[0] and p.grid[1] and p.grid[2]):
                 continue
             bufs = [sets[kind][i] for kind, i in p.bindings]
-            cpass.set_pipeline(p.pipeline)
+            if rec.pipeline is not p.pipeline:  # each native call costs µs: skip a repeated one
+                cpass.set_pipeline(p.pipeline)
+                rec.pipeline = p.pipeline
             cpass.set_bind_group(0, self._bind_group(p.layout, bufs))
             if p.uniform_group is not None:
                 cpass.set_bind_group(1, p.uniform_group)
