@@ -13,7 +13,8 @@ caller does waits for the device except a read:
   a host write into such a buffer first submits the batch.
 - `read` submits the open batch only when that batch writes the slot; the read itself is then
   queued behind the work already submitted (the device queue runs in order) and waits for it alone.
-- Writes (`malloc` with data) land in fresh buffers that no queued work uses, so they need no wait.
+- Writes (`malloc` with data) go to the device queue, which runs them after the work submitted
+  so far and before the next submit; so they need no wait (see above for the one exception).
 - With tracing on, each dispatch returns a `tracing.LateTime`, resolved from the batch's
   timestamp queries when the batch completes (or at `stop_trace`).
 
@@ -32,7 +33,9 @@ A plugin supplies the device half, as hooks (it overrides no public method):
     _timings(token) -> [(start_s, seconds)]     per timed dispatch, after the wait (or None)
     _record_copy(rec, src, dst, nbytes)   (optional) a buffer copy in the batch, for `_copy_buffer`
 
-`_record` may take scratch storage with `_temporary(nbytes)`; it returns to the pool with the batch.
+`_record` may take scratch storage with `_temporary(nbytes)`: free again for work recorded after
+it in the batch, and back in the pool once the batch has run. A subclass sets `capabilities`
+before calling `QueuedBackend.__init__` (the pool is bounded by `max_buffer_bytes`).
 
 Buffers are `QueuedBuffer`s: the pool's raw storage plus the slot's byte size and the ids of the
 last batches that used and wrote it, which is all the hazard tracking there is.
