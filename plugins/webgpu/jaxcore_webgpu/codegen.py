@@ -127,11 +127,21 @@ class _Program:
         self.bindings: list[Binding] = []
         self.body: list[str] = []
 
-    def bind(self, kind: str, index: int, dtype: DType, elements: int, read_only: bool, name: str) -> None:
+    def bind(
+        self,
+        kind: str,
+        index: int,
+        dtype: DType,
+        elements: int,
+        read_only: bool,
+        name: str,
+        vec: bool = False,
+    ) -> None:
         b = Binding(len(self.bindings), kind, index, dtype, elements, read_only)
         self.bindings.append(b)
         access = "read" if read_only else "read_write"
         ty = self.lang.storage_type(dtype)
+        ty = f"vec4<{ty}>" if vec else ty
         self.decls.append(f"@group(0) @binding({b.binding}) var<storage, {access}> {name}: array<{ty}>;")
 
     def finish(
@@ -216,6 +226,9 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
 
     red = kernel.reduction
     if red is None:
+        vec = _elementwise_vec4(kernel, tune, lang, target, traits, enables, in_dtypes, need)
+        if vec is not None:
+            return ShaderPlan((vec,), (), tune)
         return ShaderPlan((_elementwise(kernel, tune, lang, target, exp, enables, declare),), (), tune)
     if tune.size.split > 1:
         return _split(kernel, tune, lang, target, exp, epilogue, enables, declare)
@@ -248,6 +261,76 @@ def _elementwise(kernel, tune, lang, target, exp, enables, declare) -> ShaderPro
         f"  if (gidx_u >= {kernel.size}u) {{ return; }}",
         "  let gidx: i32 = i32(gidx_u);",
         *_indent(r.lines, 2),
+    ]
+    return p.finish(wg, grid, enables, [])
+
+
+_VEC_DTYPES = (DType.float32, DType.int32, DType.uint32)
+_LANES = "xyzw"
+
+
+def _elementwise_vec4(kernel, tune, lang, target, traits, enables, in_dtypes, need) -> ShaderProgram | None:
+    """Four outputs per thread with vec4 loads and stores, for contiguous elementwise maps.
+
+    Each lane's expression is the kernel's with `gidx = 4 q + u`, simplified with one cache so the
+    lanes share what they can; an input read only at `4 q + u` in lane u (and sized in whole
+    vec4s) becomes one `vec4` load per thread, anything else stays a scalar read of its
+    component (`in[i >> 2][i & 3]` on a vec4 binding would also do, but is not needed).
+    """
+    n = kernel.size
+    if n % 4 or n < 4 or kernel.dtype not in _VEC_DTYPES:
+        return None
+    q = AluExp.special(DType.int32, "jc_q", n // 4)
+    cache: dict[str, AluExp] = {}
+    lane_idx = [AluExp.add(AluExp.mul(q, AluExp.i32(4)), AluExp.i32(u)).simplify(cache) for u in range(4)]
+
+    def sub(u: int) -> AluExp:
+        def visit(e: AluExp) -> AluExp | None:
+            if e.op == AluOp.Special and e.arg[0] == "gidx":
+                return lane_idx[u]
+            return None
+
+        return tune.exp.rewrite(visit).simplify(cache)
+
+    lanes = [sub(u) for u in range(4)]
+    reads: dict[int, bool] = {}
+    for u, e in enumerate(lanes):
+        for node in e.nodes():
+            if node.op == AluOp.GlobalIndex:
+                gid = node.arg[0]
+                ok = node.src[0] == lane_idx[u] and node.dtype in _VEC_DTYPES and need[gid] % 16 == 0
+                reads[gid] = reads.get(gid, True) and ok
+    vec_in = {g for g, ok in reads.items() if ok}
+    if not vec_in:
+        return None
+
+    def to_var(u: int, e: AluExp) -> AluExp:
+        def visit(node: AluExp) -> AluExp | None:
+            if node.op == AluOp.GlobalIndex and node.arg[0] in vec_in:
+                return AluExp.variable(node.dtype, f"jc_v{node.arg[0]}.{_LANES[u]}")
+            return None
+
+        return legalize(e.rewrite(visit), traits)
+
+    lanes = [to_var(u, e) for u, e in enumerate(lanes)]
+    p = _Program(lang, target)
+    for gid in range(kernel.nargs):
+        dt = in_dtypes.get(gid, DType.uint32)
+        p.bind("in", gid, dt, need[gid] // byte_width(dt), True, f"in{gid}", vec=gid in vec_in)
+    p.bind("out", 0, kernel.dtype, n, False, "out0", vec=True)
+    r = p.root
+    r.count(*lanes)
+    vals = [r.render(e) for e in lanes]
+    ty = lang.type_name(kernel.dtype)
+    wg = tune.size.local
+    grid = fold_grid(-(-(n // 4) // wg), target.max_workgroups_per_dim)
+    p.body += [
+        f"  let jc_qu: u32 = wg * {wg}u + lid;",
+        f"  if (jc_qu >= {n // 4}u) {{ return; }}",
+        "  let jc_q: i32 = i32(jc_qu);",
+        *(f"  let jc_v{g} = in{g}[jc_q];" for g in sorted(vec_in)),
+        *_indent(r.lines, 2),
+        f"  out0[jc_q] = vec4<{ty}>({', '.join(v for v in vals)});",
     ]
     return p.finish(wg, grid, enables, [])
 
