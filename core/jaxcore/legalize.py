@@ -154,6 +154,11 @@ def _int_divmod(e: AluExp, t: TargetTraits) -> AluExp | None:
     return AluExp.where(bad, _c(dt, 0), native)
 
 
+def _in_range(dtype: DType, v: float) -> float:
+    """`v`, or the infinity it rounds to in `dtype` (float16 cannot hold 2^31)."""
+    return v if abs(v) <= float(np.finfo(to_numpy(dtype)).max) else math.copysign(math.inf, v)
+
+
 def _cast(e: AluExp, t: TargetTraits) -> AluExp | None:
     (x,) = e.src
     src, dst = x.dtype, e.dtype
@@ -169,7 +174,7 @@ def _cast(e: AluExp, t: TargetTraits) -> AluExp | None:
         lo, hi = (INT32_MIN, INT32_MAX) if dst == DType.int32 else (0, UINT32_MAX)
         # Thresholds in the source dtype: x >= 2^31 (or 2^32) saturates high; x below the lowest
         # value that truncates into range saturates low; NaN gives 0.
-        top = _c(src, float(hi + 1))
+        top = _c(src, _in_range(src, float(hi + 1)))
         low_ok = _c(src, float(lo) if dst == DType.int32 else 0.0)
         if low_ok.arg == -math.inf:  # float16: only -inf is below INT32_MIN
             low_ok = _c(src, -float(np.finfo(to_numpy(src)).max))

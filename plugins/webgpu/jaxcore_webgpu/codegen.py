@@ -20,8 +20,10 @@ passes share. The runtime owns devices, buffers and pipelines; all it needs is h
   lists the features the device must have been created with (`"shader-f16"`, `"shader-f64"`).
 
 Strategies (chosen by the tuner from how the reads move in memory):
-- elementwise: one thread per output, `local` threads per workgroup;
-- reduction, thread per output: a loop over the reduction (unrolled by `unroll`);
+- elementwise: one thread per output, `local` threads per workgroup; four per thread with vec4
+  loads and stores when the map is contiguous (`a*b+c`);
+- reduction, thread per output: a loop over the reduction (unrolled by `unroll`), `upcast`
+  outputs per thread when a read does not move with the output (register blocking);
 - grouped: `groups` threads of one workgroup share an output, stride over the reduction (coalesced
   row reads), then fold in workgroup memory (a tree) and thread 0 applies the epilogue;
 - split (two passes): `split` workgroups per output each fold a chunk into scratch, then one
@@ -373,27 +375,80 @@ def _shift_ridx(exp: AluExp, u: int) -> AluExp:
     return exp.rewrite(visit)
 
 
+def _lanes(exp: AluExp, lane_gidx: list[AluExp], cache: dict[str, AluExp]) -> list[AluExp]:
+    """`exp` once per upcast lane, with the Special `gidx` replaced by that lane's output index."""
+    out = []
+    for idx in lane_gidx:
+
+        def visit(e: AluExp, idx: AluExp = idx) -> AluExp | None:
+            return idx if e.op == AluOp.Special and e.arg[0] == "gidx" else None
+
+        out.append(exp.rewrite(visit).simplify(cache))
+    return out
+
+
 def _per_thread(kernel, tune, lang, target, exp, epilogue, enables, declare) -> ShaderProgram:
+    """One thread per `upcast` outputs, each a loop over the reduction (unrolled by `unroll`).
+
+    With upcast U, thread q owns outputs 4q+u; the lanes' expressions are simplified with one
+    cache, so reads that do not move with the output (a matmul's row of A) are one load per trip,
+    shared by the U accumulators.
+    """
     p = _Program(lang, target)
     declare(p)
     red = kernel.reduction
+    up = tune.size.upcast
     wg = tune.size.local
-    grid = fold_grid(-(-kernel.size // wg), target.max_workgroups_per_dim)
+    threads = kernel.size // up
+    grid = fold_grid(-(-threads // wg), target.max_workgroups_per_dim)
     r = p.root
     ty = lang.type_name(red.dtype)
     ident = lang.render_const(r, red.identity, red.dtype)
     unroll = tune.size.unroll
     header = [_combine_fn(lang, r, red, lang.traits)]
-    loop = _loop_body(r, exp, unroll, "ridx")
+    traits = lang.traits
+    if up == 1:
+        lane_gidx = [AluExp.special(DType.int32, "gidx", kernel.size)]
+        lane_exp, lane_epi = [exp], [epilogue]
+        accs = ["acc"]
+        prologue = [
+            f"  let gidx_u: u32 = wg * {wg}u + lid;",
+            f"  if (gidx_u >= {kernel.size}u) {{ return; }}",
+            "  let gidx: i32 = i32(gidx_u);",
+        ]
+    else:
+        cache: dict[str, AluExp] = {}
+        q = AluExp.special(DType.int32, "jc_q", threads)
+        lane_gidx = [
+            AluExp.add(AluExp.mul(q, AluExp.i32(up)), AluExp.i32(u)).simplify(cache) for u in range(up)
+        ]
+        lane_exp = [legalize(e, traits) for e in _lanes(tune.exp, lane_gidx, cache)]
+        accs = [f"acc{u}" for u in range(up)]
+        epis = _lanes(tune.epilogue, lane_gidx, cache)
+        lane_epi = [
+            legalize(e.substitute({"acc": AluExp.variable(red.dtype, a)}), traits) for e, a in zip(epis, accs)
+        ]
+        prologue = [
+            f"  let jc_qu: u32 = wg * {wg}u + lid;",
+            f"  if (jc_qu >= {threads}u) {{ return; }}",
+            "  let jc_q: i32 = i32(jc_qu);",
+        ]
+    body = r.child()
+    terms = [[e if v == 0 else _shift_ridx(e, v) for v in range(unroll)] for e in lane_exp]
+    body.count(*(t for ts in terms for t in ts))
+    for a, ts in zip(accs, terms):
+        for t in ts:
+            body.lines.append(f"{a} = jc_combine({a}, {body.render(t)});")
     tail = r.child()
-    _store(p, tail, kernel.dtype, tune.output_idx_exp, epilogue)
+    out_idx = lane_gidx if up > 1 else [tune.output_idx_exp]
+    tail.count(*out_idx, *lane_epi)
+    for i, e in zip(out_idx, lane_epi):
+        tail.lines.append(f"out0[{tail.render(i)}] = {lang.store_value(tail, kernel.dtype, tail.render(e))};")
     p.body += [
-        f"  let gidx_u: u32 = wg * {wg}u + lid;",
-        f"  if (gidx_u >= {kernel.size}u) {{ return; }}",
-        "  let gidx: i32 = i32(gidx_u);",
-        f"  var acc: {ty} = {ident};",
+        *prologue,
+        *(f"  var {a}: {ty} = {ident};" for a in accs),
         f"  for (var ridx: i32 = 0i; ridx < {red.size}i; ridx = ridx + {unroll}i) {{",
-        *_indent(loop, 4),
+        *_indent(body.lines, 4),
         "  }",
         *_indent(tail.lines, 2),
     ]

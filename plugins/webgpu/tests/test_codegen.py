@@ -630,3 +630,21 @@ def test_grouped_and_split_with_epilogue(gpu: Harness) -> None:
         plan = compile_kernel(k, gpu.target)
         assert plan.tune.size.groups > 1
         run_check(gpu, k, [a, b], "ReduceAdd")
+
+
+def test_upcast_matmul(gpu: Harness) -> None:
+    """A matmul-shaped reduction: four outputs per thread share the row of A (register blocking)."""
+    m, kk, nn = 256, 48, 256
+    rng = np.random.default_rng(6)
+    a = rng.integers(-4, 5, (m, kk)).astype(np.float32)
+    b = rng.integers(-4, 5, (kk, nn)).astype(np.float32)
+    ia, ja = AluExp.idiv(AluVar.gidx, AluExp.i32(nn)), AluExp.mod(AluVar.gidx, AluExp.i32(nn))
+    ea = AluExp.global_view(F32, 0, ShapeTracker.from_shape([m, kk]), [ia, AluVar.ridx])
+    eb = AluExp.global_view(F32, 1, ShapeTracker.from_shape([kk, nn]), [AluVar.ridx, ja])
+    k = Kernel(2, m * nn, ea * eb, Reduction(F32, AluOp.Add, kk, AluVar.acc(F32) + 1.0))
+    plan = compile_kernel(k, gpu.target)
+    assert plan.tune.size.upcast == 4 and plan.tune.size.groups == 1
+    code = plan.passes[0].code
+    assert code.count("in0[") < code.count("in1[")  # A's load is shared by the four lanes
+    got = gpu.run(plan, [a, b], F32, m * nn)
+    np.testing.assert_array_equal(got, (a @ b + 1.0).ravel())
