@@ -23,6 +23,8 @@ bit operations from the language:
 
 from __future__ import annotations
 
+import math
+
 from jaxcore.dtype import _THREEFRY_ROT
 
 
@@ -293,12 +295,16 @@ fn jc_erfc_pos_f32(x: f32) -> f32 {
     ("jc_exp_f32",),
 )
 # erf's Taylor series on |x| < 1/2, where 1 - erfc's float32 rounding would cost ~3e-7.
+_ERF_TAYLOR = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(8)]
+_ERF_POLY = f"{_ERF_TAYLOR[-1]!r}f"
+for _c in reversed(_ERF_TAYLOR[:-1]):
+    _ERF_POLY = f"({_ERF_POLY}\n    * z + {_c!r}f)"
 H["jc_erf_small_f32"] = (
-    """
-fn jc_erf_small_f32(x: f32) -> f32 {
+    f"""
+fn jc_erf_small_f32(x: f32) -> f32 {{
   let z = x * x;
-  return (((((((-1.492565035840625e-05f * z + 0.00012055332981789664f) * z + -0.0008548327023450852f) * z + 0.005223977625442188f) * z + -0.026866170645131252f) * z + 0.11283791670955126f) * z + -0.37612638903183754f) * z + 1.1283791670955126f) * x;
-}
+  return {_ERF_POLY} * x;
+}}
 """,
     (),
 )
