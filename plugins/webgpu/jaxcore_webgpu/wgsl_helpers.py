@@ -23,6 +23,8 @@ bit operations from the language:
 
 from __future__ import annotations
 
+import math
+
 from jaxcore.dtype import _THREEFRY_ROT
 
 
@@ -292,25 +294,41 @@ fn jc_erfc_pos_f32(x: f32) -> f32 {
 """,
     ("jc_exp_f32",),
 )
+# erf's Taylor series on |x| < 1/2, where 1 - erfc's float32 rounding would cost ~3e-7.
+_ERF_TAYLOR = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(8)]
+_ERF_POLY = f"{_ERF_TAYLOR[-1]!r}f"
+for _c in reversed(_ERF_TAYLOR[:-1]):
+    _ERF_POLY = f"({_ERF_POLY}\n    * z + {_c!r}f)"
+H["jc_erf_small_f32"] = (
+    f"""
+fn jc_erf_small_f32(x: f32) -> f32 {{
+  let z = x * x;
+  return {_ERF_POLY} * x;
+}}
+""",
+    (),
+)
 H["jc_erf_f32"] = (
     """
 fn jc_erf_f32(x: f32) -> f32 {
   if (jc_isnan_f32(x)) { return x; }
+  if (abs(x) < 0.5f) { return jc_erf_small_f32(x); }
   let v = 1.0f - jc_erfc_pos_f32(abs(x));
   return select(v, -v, x < 0.0f);
 }
 """,
-    ("jc_erfc_pos_f32", "jc_isnan_f32"),
+    ("jc_erfc_pos_f32", "jc_isnan_f32", "jc_erf_small_f32"),
 )
 H["jc_erfc_f32"] = (
     """
 fn jc_erfc_f32(x: f32) -> f32 {
   if (jc_isnan_f32(x)) { return x; }
+  if (abs(x) < 0.5f) { return 1.0f - jc_erf_small_f32(x); }
   let v = jc_erfc_pos_f32(abs(x));
   return select(v, 2.0f - v, x < 0.0f);
 }
 """,
-    ("jc_erfc_pos_f32", "jc_isnan_f32"),
+    ("jc_erfc_pos_f32", "jc_isnan_f32", "jc_erf_small_f32"),
 )
 
 
@@ -337,3 +355,267 @@ H["jc_threefry2x32_xor"] = (
 )
 
 HELPERS = H
+
+
+# ---- float64 (wgpu-native's shader-f64; browsers have no f64) ---------------------------------
+# WGSL has no f64 bit access in naga (no bitcast to vec2<u32>) and SPIR-V's GLSL.std.450
+# transcendentals are 32-bit only, so these use ldexp, f32 conversions for exponents, and series
+# in f64 sized for the table's 1e-12 (each well below 1e-15 on its interval).
+
+
+def _lf(v: float) -> str:
+    return f"{v!r}lf"
+
+
+def _horner(var: str, coeffs: list[float]) -> str:
+    """coeffs[0] + var*(coeffs[1] + var*(...)), as WGSL f64."""
+    s = _lf(coeffs[-1])
+    for c in reversed(coeffs[:-1]):
+        s = f"({_lf(c)} + {var} * {s})"
+    return s
+
+
+_F = [1.0]
+for _i in range(1, 40):
+    _F.append(_F[-1] * _i)
+_SIN64 = [(-1) ** k / _F[2 * k + 1] for k in range(10)]  # r * P(r^2)
+_COS64 = [(-1) ** k / _F[2 * k] for k in range(10)]
+_EXP64 = [1.0 / _F[k] for k in range(17)]
+_LOG64 = [1.0 / (2 * k + 1) for k in range(12)]  # atanh series in z = s^2
+_ATAN64 = [(-1) ** k / (2 * k + 1) for k in range(17)]
+
+_PI_FIX = 16 * _atan_inv(5, 1 << 200) - 4 * _atan_inv(239, 1 << 200)
+PIO2_1 = float.fromhex("0x1.921fb54400000p+0")  # 33 bits each: k*PIO2_n exact for |k| < 2^20
+PIO2_2 = float.fromhex("0x1.0b4611a600000p-34")
+PIO2_3 = float.fromhex("0x1.3198a2e037073p-69")
+LN2_HI = float.fromhex("0x1.62e42fefa3800p-1")
+LN2_LO = float.fromhex("0x1.ef35793c76730p-45")
+
+# Two zero words in front: the window for |x| >= 2^20 starts up to 33 bits before the point.
+_TT64 = [0, 0, *_two_over_pi_words(36)]
+_TT64_SRC = ", ".join(f"0x{w:08x}u" for w in _TT64)
+
+H["jc_frexp_f64"] = (
+    """
+struct JcFrexp64 { m: f64, e: i32 }
+
+// x > 0 finite: x = m 2^e with m in [0.5, 1). The exponent comes from the f32 conversion.
+fn jc_frexp_f64(x: f64) -> JcFrexp64 {
+  var y = x;
+  var e0 = 0i;
+  // Steps of 2^120 land in f32's normal range without overshooting it.
+  loop { if (y <= 1e38lf) { break; } y = ldexp(y, -120i); e0 = e0 + 120i; }
+  loop { if (y >= 1e-37lf) { break; } y = ldexp(y, 120i); e0 = e0 - 120i; }
+  let b = bitcast<u32>(f32(y));
+  var e = i32((b >> 23u) & 0xffu) - 126i;
+  var m = ldexp(y, -e);
+  if (m >= 1.0lf) { m = m * 0.5lf; e = e + 1i; }
+  if (m < 0.5lf) { m = m * 2.0lf; e = e - 1i; }
+  return JcFrexp64(m, e + e0);
+}
+""",
+    (),
+)
+
+H["jc_isnan_f64"] = ("fn jc_isnan_f64(x: f64) -> bool { return jc_isnan_f32(f32(x)); }", ("jc_isnan_f32",))
+
+
+def _ph64_src() -> str:
+    # P = mi * W mod 2^128 in four u32 limbs l0 (low) .. l3; mi = mh 2^32 + ml, W = w0 w1 w2 w3.
+    lines = []
+    prods = [("ml", "w3", 0), ("ml", "w2", 1), ("ml", "w1", 2), ("mh", "w3", 1), ("mh", "w2", 2)]
+    for a, b, k in prods:
+        v = f"p_{a}_{b}"
+        lines.append(f"  let {v} = jc_mul32({a}, {b});")
+        lines.append(f"  c = 0u; t = l{k} + {v}.x; c = select(0u, 1u, t < {v}.x); l{k} = t;")
+        lines.append(f"  t = l{k + 1} + {v}.y; c2 = select(0u, 1u, t < {v}.y); t = t + c;")
+        lines.append(f"  c2 = c2 + select(0u, 1u, t < c); l{k + 1} = t; c = c2;")
+        for j in range(k + 2, 4):
+            lines.append(f"  t = l{j} + c; c = select(0u, 1u, t < c); l{j} = t;")
+    lines.append("  l3 = l3 + ml * w0 + mh * w1;")
+    return "\n".join(lines)
+
+
+H["jc_trig_reduce_f64"] = (
+    f"""
+fn jc_tt64_window(p: u32) -> u32 {{
+  var tt = array<u32, {len(_TT64)}>({_TT64_SRC});
+  let w = p >> 5u;
+  let sh = p & 31u;
+  let hi = tt[w];
+  let lo = tt[min(w + 1u, {len(_TT64) - 1}u)];
+  return select((hi << sh) | (lo >> (32u - sh)), hi, sh == 0u);
+}}
+
+struct JcTrig64 {{ r: f64, q: u32 }}
+
+// x = q pi/2 + r, |r| <= pi/4: Cody-Waite below 2^20, Payne-Hanek (exact) above.
+fn jc_trig_reduce_f64(x: f64) -> JcTrig64 {{
+  let ax = abs(x);
+  if (ax < 1048576.0lf) {{
+    let k = round(x * {_lf(2 / 3.141592653589793)});
+    let r = ((x - k * {_lf(PIO2_1)}) - k * {_lf(PIO2_2)}) - k * {_lf(PIO2_3)};
+    return JcTrig64(r, u32(i32(k) & 3i));
+  }}
+  let fx = jc_frexp_f64(ax);
+  let mi = ldexp(fx.m, 53i);
+  let mhf = floor(mi * {_lf(2.0**-32)});
+  let mh = u32(mhf);
+  let ml = u32(mi - mhf * 4294967296.0lf);
+  let e2 = fx.e - 53i;
+  let p0 = u32(e2 - 1i + 63i);
+  let w0 = jc_tt64_window(p0);
+  let w1 = jc_tt64_window(p0 + 32u);
+  let w2 = jc_tt64_window(p0 + 64u);
+  let w3 = jc_tt64_window(p0 + 96u);
+  var l0 = 0u; var l1 = 0u; var l2 = 0u; var l3 = 0u;
+  var c = 0u; var t = 0u; var c2 = 0u;
+{_ph64_src()}
+  let fh = (l3 << 2u) | (l2 >> 30u);
+  let fl = (l2 << 2u) | (l1 >> 30u);
+  var q = (l3 >> 30u) + (fh >> 31u);
+  let fr = (f64(bitcast<i32>(fh)) + f64(fl) * {_lf(2.0**-32)}) * {_lf(2.0**-32)};
+  var r = fr * {_lf(3.141592653589793 / 2)};
+  if (x < 0.0lf) {{ r = -r; q = 4u - (q & 3u); }}
+  return JcTrig64(r, q & 3u);
+}}
+""",
+    ("jc_mul32", "jc_frexp_f64"),
+)
+
+
+def _trig64(name: str, is_cos: bool) -> str:
+    q = "((red.q + 1u) & 3u)" if is_cos else "red.q"
+    return f"""
+fn {name}(x: f64) -> f64 {{
+  if (jc_isnan_f64(x) || abs(x) > 1.7976931348623157e308lf) {{ return f64(jc_nan_f32()); }}
+  let red = jc_trig_reduce_f64(x);
+  let r = red.r;
+  let z = r * r;
+  let q = {q};
+  let s = r * {_horner("z", _SIN64)};
+  let c = {_horner("z", _COS64)};
+  let v = select(s, c, (q & 1u) == 1u);
+  return select(v, -v, q >= 2u);
+}}
+"""
+
+
+H["jc_sin_f64"] = (_trig64("jc_sin_f64", False), ("jc_trig_reduce_f64", "jc_isnan_f64", "jc_nan_f32"))
+H["jc_cos_f64"] = (_trig64("jc_cos_f64", True), ("jc_trig_reduce_f64", "jc_isnan_f64", "jc_nan_f32"))
+
+H["jc_exp_f64"] = (
+    f"""
+fn jc_exp_f64(x: f64) -> f64 {{
+  if (jc_isnan_f64(x)) {{ return x; }}
+  if (x > 709.782712893384lf) {{ return f64(jc_inf_f32()); }}
+  if (x < -745.2lf) {{ return 0.0lf; }}
+  let k = round(x * {_lf(1 / 0.6931471805599453)});
+  let r = (x - k * {_lf(LN2_HI)}) - k * {_lf(LN2_LO)};
+  let p = {_horner("r", _EXP64)};
+  let ki = i32(k);
+  let k1 = ki / 2i;
+  return ldexp(ldexp(p, k1), ki - k1);
+}}
+""",
+    ("jc_isnan_f64", "jc_inf_f32"),
+)
+
+H["jc_log_f64"] = (
+    f"""
+fn jc_log_f64(x: f64) -> f64 {{
+  if (jc_isnan_f64(x) || x < 0.0lf) {{ return f64(jc_nan_f32()); }}
+  if (x == 0.0lf) {{ return -f64(jc_inf_f32()); }}
+  if (x > 1.7976931348623157e308lf) {{ return x; }}
+  let fx = jc_frexp_f64(x);
+  var m = fx.m;
+  var e = fx.e;
+  if (m < 0.7071067811865476lf) {{ m = m * 2.0lf; e = e - 1i; }}
+  let f = m - 1.0lf;
+  let s = f / (2.0lf + f);
+  let z = s * s;
+  let r = 2.0lf * s * {_horner("z", _LOG64)};
+  let fe = f64(e);
+  return fe * {_lf(LN2_HI)} + (r + fe * {_lf(LN2_LO)});
+}}
+""",
+    ("jc_isnan_f64", "jc_nan_f32", "jc_inf_f32", "jc_frexp_f64"),
+)
+
+H["jc_atan_f64"] = (
+    f"""
+fn jc_atan_f64(x0: f64) -> f64 {{
+  if (jc_isnan_f64(x0)) {{ return x0; }}
+  var a = abs(x0);
+  let inv = a > 1.0lf;
+  if (inv) {{ a = 1.0lf / a; }}
+  var y = 0.0lf;
+  if (a > {_lf(0.2679491924311227)}) {{
+    a = (a * {_lf(1.7320508075688772)} - 1.0lf) / (a + {_lf(1.7320508075688772)});
+    y = {_lf(0.5235987755982988)};
+  }}
+  let z = a * a;
+  y = y + a * {_horner("z", _ATAN64)};
+  if (inv) {{ y = {_lf(1.5707963267948966)} - y; }}
+  return select(y, -y, x0 < 0.0lf);
+}}
+""",
+    ("jc_isnan_f64",),
+)
+
+H["jc_asin_f64"] = (
+    """
+fn jc_asin_f64(x: f64) -> f64 {
+  if (jc_isnan_f64(x) || abs(x) > 1.0lf) { return f64(jc_nan_f32()); }
+  return jc_atan_f64(x / sqrt((1.0lf - x) * (1.0lf + x)));
+}
+""",
+    ("jc_isnan_f64", "jc_nan_f32", "jc_atan_f64"),
+)
+
+H["jc_erf_series_f64"] = (
+    f"""
+// erf(x) for |x| <= 2.5 by its Taylor series; erfc(x) for x > 2.5 by its continued fraction.
+fn jc_erf_series_f64(x: f64) -> f64 {{
+  let z = x * x;
+  var t = x;
+  var s = 0.0lf;
+  for (var n = 0i; n < 46i; n = n + 1i) {{
+    s = s + t / f64(2i * n + 1i);
+    t = -t * z / f64(n + 1i);
+  }}
+  return s * {_lf(2 / 1.7724538509055159)};
+}}
+
+fn jc_erfc_cf_f64(x: f64) -> f64 {{
+  var k = x;
+  for (var n = 40i; n > 0i; n = n - 1i) {{ k = x + (0.5lf * f64(n)) / k; }}
+  return jc_exp_f64(-(x * x)) / (k * {_lf(1.7724538509055159)});
+}}
+""",
+    ("jc_exp_f64",),
+)
+H["jc_erf_f64"] = (
+    """
+fn jc_erf_f64(x: f64) -> f64 {
+  if (jc_isnan_f64(x)) { return x; }
+  let a = abs(x);
+  if (a <= 2.5lf) { return jc_erf_series_f64(x); }
+  let v = 1.0lf - jc_erfc_cf_f64(a);
+  return select(v, -v, x < 0.0lf);
+}
+""",
+    ("jc_isnan_f64", "jc_erf_series_f64"),
+)
+H["jc_erfc_f64"] = (
+    """
+fn jc_erfc_f64(x: f64) -> f64 {
+  if (jc_isnan_f64(x)) { return x; }
+  let a = abs(x);
+  if (a <= 2.5lf) { return 1.0lf - jc_erf_series_f64(x); }
+  let v = jc_erfc_cf_f64(a);
+  return select(v, 2.0lf - v, x < 0.0lf);
+}
+""",
+    ("jc_isnan_f64", "jc_erf_series_f64"),
+)
