@@ -292,3 +292,35 @@ def test_device_copies_are_ordered_with_dispatches_in_the_batch(gpu, plus1):
     np.testing.assert_array_equal(get(gpu, a), x + 2)
     for s in (a, b, c):
         gpu.dec_ref(s)
+
+
+def test_prepare_kernel_async_builds_pipelines_while_the_loop_runs(gpu):
+    n = 33
+    k = Kernel(1, n, AluExp.global_index(DType.float32, 0, n, AluVar.gidx) * 3.0 - 1.0)
+    ticks = []
+
+    async def main():
+        async def ticker():
+            for _ in range(1000):
+                ticks.append(1)
+                await asyncio.sleep(0)
+
+        t = asyncio.ensure_future(ticker())
+        exe = await gpu.prepare_kernel_async(k)
+        t.cancel()
+        return exe
+
+    compiles = gpu.pipelines.compiles
+    exe = asyncio.run(main())
+    assert exe is gpu.prepare_kernel(k) and gpu.pipelines.compiles == compiles + 1
+    assert ticks  # the loop was not blocked
+    x = np.arange(n, dtype=np.float32)
+    a, out = put(gpu, x), gpu.malloc(4 * n)
+    gpu.dispatch(exe, [a], [out])
+    np.testing.assert_array_equal(get(gpu, out), x * 3 - 1)
+    gpu.dec_ref(a)
+    gpu.dec_ref(out)
+    with pytest.raises(ValueError, match="inputs"):  # errors keep prepare_kernel's form
+        asyncio.run(
+            gpu.prepare_kernel_async(Kernel(40, 1, AluExp.global_index(DType.float32, 39, 1, AluVar.gidx)))
+        )
