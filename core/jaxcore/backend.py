@@ -431,6 +431,12 @@ class BaseBackend:
         self._synchronize(src_handle)
         self._copyin(dst_handle, memoryview(self._copyout(src_handle, 0, nbytes)))
 
+    def _release(self, handle: Any) -> None:
+        """Give back the storage of a slot whose last reference went. By default wait for pending work
+        on it, then free; a queued device (jaxcore.queue) defers the free instead, so it never stalls."""
+        self._synchronize(handle)
+        self._free(handle)
+
     # ---- slots ---------------------------------------------------------------------------
     @property
     def max_args(self) -> int:
@@ -490,8 +496,7 @@ class BaseBackend:
             if buf.refs > 0:
                 return
             del self._buffers[operator.index(slot)]
-        self._synchronize(buf.handle)
-        self._free(buf.handle)
+        self._release(buf.handle)
 
     def size_of(self, slot: SupportsIndex) -> int:
         """The byte size of a live slot."""
@@ -620,8 +625,7 @@ class BaseBackend:
                 self._copy_buffer(tmp, outs[i], sizes[i])
         finally:
             for tmp in temps.values():
-                self._synchronize(tmp)
-                self._free(tmp)
+                self._release(tmp)
         return device_time
 
     def _validate_dispatch(
