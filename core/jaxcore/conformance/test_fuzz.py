@@ -105,7 +105,8 @@ def evaluate(e: AluExp, env: Env) -> np.ndarray:
             memo[k] = _eval(n, [go(s) for s in n.src], env)
         return memo[k]
 
-    return go(e)
+    with np.errstate(all="ignore"):
+        return go(e)
 
 
 def _lanes(x: np.ndarray, n: int) -> np.ndarray:
@@ -297,7 +298,8 @@ class Generator:
         return out
 
     def const(self, dt: DType) -> AluExp:
-        return AluExp.const(dt, self.value(dt))
+        with np.errstate(all="ignore"):  # a float64 value rounds to Inf in float16/32: intended
+            return AluExp.const(dt, self.value(dt))
 
     # -- trees
     def leaf(self, leaves: dict[DType, list[Leaf]], dt: DType, divisor: bool = False) -> Leaf:
@@ -938,7 +940,7 @@ def test_fuzz_random_kernels(backend: Backend, reference_backend: Backend) -> No
     """At least 500 random kernels (CI: a fixed seed) agree with the oracle and the reference device."""
     seed, count = fuzz_seed()
     ref = None if reference_backend.name == backend.name else reference_backend
-    rep = fuzz(backend, ref, seed, count, minimise_budget=60)
+    rep = fuzz(backend, ref, seed, count, minimise_budget=20)
     assert rep.cases >= min(count, CI_COUNT) * 0.9, f"only {rep.cases} of {count} draws were runnable"
     if rep.mismatches:
         shown = "\n\n".join(str(m) for m in rep.mismatches[:8])

@@ -15,8 +15,9 @@ Cases that fail today because the fix is in flight are ``xfail(strict=True)`` wi
 
 from __future__ import annotations
 
+import contextlib
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,20 +83,24 @@ def _live(backend: Backend) -> int | None:
     return fn() if callable(fn) else None
 
 
-@pytest.fixture
-def ctx(backend: Backend) -> Any:
+@contextlib.contextmanager
+def misuse_context(backend: Backend) -> Iterator[Ctx]:
+    """Buffers for one case; afterwards: free them, check the backend is healthy and leaked nothing.
+    (A context manager, not a fixture, so the cases work wherever they are re-exported.)"""
     live = _live(backend)
     x = backend.malloc(16, np.arange(4, dtype=np.float32).tobytes())
     out = backend.malloc(16)
     freed = backend.malloc(16)
     backend.dec_ref(freed)
     c = Ctx(backend, x, out, backend.prepare_kernel(_kernel()), freed)
-    yield c
-    for s in [x, out, *c.extra]:
-        try:
-            backend.dec_ref(s)
-        except SlotError:
-            pass  # the case freed it itself
+    try:
+        yield c
+    finally:
+        for s in [x, out, *c.extra]:
+            try:
+                backend.dec_ref(s)
+            except SlotError:
+                pass  # the case freed it itself
     healthy(backend)
     if live is not None:
         assert _live(backend) == live, f"{backend.name}: {_live(backend) - live} slots leaked by the case"
@@ -413,10 +418,10 @@ def _params() -> list[Any]:
 
 
 @pytest.mark.parametrize("name", _params())
-def test_misuse(backend: Backend, ctx: Ctx, name: str) -> None:
-    """Each misuse raises its typed error (naming the problem); the fixture then checks health and leaks."""
+def test_misuse(backend: Backend, name: str) -> None:
+    """Each misuse raises its typed error (naming the problem); then health and leaks are checked."""
     fn, errors, _ = CASES[name]
-    with pytest.raises(errors) as info:
+    with misuse_context(backend) as ctx, pytest.raises(errors) as info:
         fn(ctx)
     assert str(info.value), f"{name}: {type(info.value).__name__} without a message"
 
@@ -441,27 +446,31 @@ ACCEPT: dict[str, Callable[[Ctx], Any]] = {
         for n in ACCEPT
     ],
 )
-def test_numpy_integers_are_accepted(backend: Backend, ctx: Ctx, name: str) -> None:
+def test_numpy_integers_are_accepted(backend: Backend, name: str) -> None:
     """numpy integers are integers (operator.index): sizes, slots and offsets take them."""
-    ACCEPT[name](ctx)
+    with misuse_context(backend) as ctx:
+        ACCEPT[name](ctx)
     assert operator.index(np.int64(3)) == 3
 
 
-def test_odd_byte_offsets_read_exact_bytes(backend: Backend, ctx: Ctx) -> None:
+def test_odd_byte_offsets_read_exact_bytes(backend: Backend) -> None:
     """Reads at any byte offset and length inside a buffer return exactly those bytes."""
     raw = np.arange(4, dtype=np.float32).tobytes()
-    for start, count in [(1, 3), (3, 5), (15, 1), (0, 0), (16, 0), (5, None), (7, 9)]:
-        want = raw[start:] if count is None else raw[start : start + count]
-        assert ctx.backend.read(ctx.x, start, count) == want, (start, count)
+    with misuse_context(backend) as ctx:
+        for start, count in [(1, 3), (3, 5), (15, 1), (0, 0), (16, 0), (5, None), (7, 9)]:
+            want = raw[start:] if count is None else raw[start : start + count]
+            assert ctx.backend.read(ctx.x, start, count) == want, (start, count)
 
 
-def test_malloc_without_data_is_writable_and_sized(backend: Backend, ctx: Ctx) -> None:
+def test_malloc_without_data_is_writable_and_sized(backend: Backend) -> None:
     """malloc without data: the contents are unspecified, but the size is exact and a kernel's
     output overwrites every byte."""
-    s = ctx.malloc(16)
-    assert len(backend.read(s)) == 16
-    backend.dispatch(ctx.exe, [ctx.x], [s])
-    assert np.array_equal(np.frombuffer(backend.read(s), np.float32), np.arange(4, dtype=np.float32) * 2 + 1)
+    with misuse_context(backend) as ctx:
+        s = ctx.malloc(16)
+        assert len(backend.read(s)) == 16
+        backend.dispatch(ctx.exe, [ctx.x], [s])
+        got = np.frombuffer(backend.read(s), np.float32)
+        assert np.array_equal(got, np.arange(4, dtype=np.float32) * 2 + 1)
 
 
 # ---- out-of-range reads inside a kernel --------------------------------------------------------
