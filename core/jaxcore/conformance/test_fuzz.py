@@ -28,6 +28,12 @@ with every read indexed ``gidx % n``), so CI covers many cases in few compiles; 
 split and each case rerun on its own, then minimised. Seeds are fixed under ``CI=true``; elsewhere
 ``JAXCORE_FUZZ_SEED`` (default: random, printed on failure) and ``JAXCORE_FUZZ_COUNT`` choose.
 `bench/fuzz.py` runs the long form and prints a summary table.
+
+Device against reference, two ways::
+
+    python bench/fuzz.py --device wasm --reference cpu --count 20000
+    JAXCORE_FUZZ_COUNT=5000 pytest --pyargs jaxcore.conformance -k fuzz \
+        --jaxcore-device=wasm --jaxcore-reference=cpu
 """
 
 from __future__ import annotations
@@ -592,11 +598,12 @@ EPS = {"float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53}
 MAXF = {"float16": 65504.0, "float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
 
 
-def judge(case: Case, got: np.ndarray, backend: Backend | None, versus_device: bool = False) -> str | None:
+def judge(
+    case: Case, got: np.ndarray, backend: Backend | None, other: np.ndarray | None = None
+) -> str | None:
     """None if `got` conforms (to the oracle, or to another device's output); else why not."""
-    want = case.expected if not versus_device else got[1]
-    if versus_device:
-        got = got[0]
+    versus_device = other is not None
+    want = other if other is not None else case.expected
     dt = str(case.kernel.dtype)
     st = oracle.storage(dt)
     g = np.asarray(got, st)
@@ -708,7 +715,7 @@ def judge_batch(
         part = got[k * n : (k + 1) * n]
         if judge(c, part, backend) is not None:
             bad.append(k)
-        elif other is not None and judge(c, (part, other[k * n : (k + 1) * n]), backend, True) is not None:
+        elif other is not None and judge(c, part, backend, other[k * n : (k + 1) * n]) is not None:
             bad.append(k)
     return bad
 
@@ -817,7 +824,7 @@ def check_one(backend: Backend, reference: Backend | None, case: Case) -> str | 
     if reference is not None:
         other, err = _attempt(reference, case)
         if other is not None:
-            why = judge(case, (got, other), backend, versus_device=True)
+            why = judge(case, got, backend, other)
             if why is not None:
                 return f"vs {reference.name}: {why}"
     return None
