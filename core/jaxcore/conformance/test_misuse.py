@@ -483,7 +483,7 @@ def test_out_of_range_read_stays_in_its_buffer(backend: Backend, where: str, req
     """An unmasked read outside its buffer gives 0 or an element of that buffer, never a crash and
     never another buffer's data: the small buffer sits between buffers full of a sentinel value
     (allocated just before and after it, so a flat memory puts them next to it)."""
-    n, lanes = 4, 16
+    n, lanes = 4, 64  # 64 lanes reach well into the next buffer on a flat memory
     small = np.array([11, 22, 33, 44], np.int32)
     index = {
         "past_end": AluVar.gidx,
