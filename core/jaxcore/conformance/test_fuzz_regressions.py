@@ -38,12 +38,13 @@ I32, U32, F16, F32, F64, BOOL = (
 
 WRAP = "simplifier assumes int32/uint32 never wrap (issue 8 item 1: ranges must be sound under wrap-around)"
 NAN_RANGE = (
-    "simplifier's float rules ignore NaN/Inf (fuzzer): x / Inf folds to 0, Min(x, c) as if x were finite"
+    "simplifier's float rules ignore NaN/Inf (fuzzer): x / Inf and x * 0 fold to 0, Min(x, c) and "
+    "Exp(x % tiny) as if x were finite"
 )
 F16_FOLD = (
-    "simplifier (fuzzer): the value range of a Cast to a float dtype is not rounded to that dtype, and a "
-    "node whose range is one point folds to it: Cast<float32>(Cast<float16>(1836024908)) gives "
-    "1836024960, not Inf"
+    "simplifier (fuzzer): float value ranges are computed in float64 and not rounded to the node's dtype, "
+    "and a node whose range is one point folds to it: Cast<float32>(Cast<float16>(1836024908)) gives "
+    "1836024960, not Inf; Idiv<float32>(-0.5, 0.1) gives -4, not -5"
 )
 F16_NAN = (
     "a backend converts float16 through float32 on load/store: a stored float16 NaN loses its payload "
@@ -209,6 +210,48 @@ CASES: dict[str, tuple[Regression, object]] = {
             1,
         ),
         pytest.mark.xfail(strict=True, reason=F16_FOLD),
+    ),
+    "where_of_f32_constant_idiv": (
+        # -0.5 / 0.1 in float32 is -4.99999992549 rounded to -5.0, so the truncation is -5, not -4
+        Regression(
+            lambda: AluExp.where(
+                AluExp.cmplt(read(F32, 0, 1), read(F32, 0, 1)),
+                AluExp.idiv(AluExp.f32(-0.5), AluExp.f32(0.1)),
+                AluExp.idiv(AluExp.f32(-0.5), AluExp.f32(0.1)),
+            ),
+            ((F32, (0.0,)),),
+            1,
+        ),
+        pytest.mark.xfail(strict=True, reason=F16_FOLD),
+    ),
+    "nan_or_inf_times_zero": (
+        Regression(
+            lambda: AluExp.max(AluExp.f16(-1e-6), AluExp.cast(F16, read(F64, 0, 3))) * AluExp.f16(0),
+            ((F64, (1e10, 2.0, math.nan)),),
+            3,
+        ),
+        pytest.mark.xfail(strict=True, reason=NAN_RANGE),
+    ),
+    "exp_of_inf_mod_tiny": (
+        Regression(
+            lambda: AluExp.exp(
+                AluExp.mod(AluExp.cast(F32, read(F16, 0, 3)), AluExp.f32(1.1754943508222875e-38))
+            ),
+            ((F16, (math.inf, 1.0, math.nan)),),
+            3,
+        ),
+        pytest.mark.xfail(strict=True, reason=NAN_RANGE),
+    ),
+    "uint_product_quotient_rescaled": (
+        # (4294967040 * x) / 2749491462 was rewritten as (x * 715827840) / 458248577: not under wrap
+        Regression(
+            lambda: AluExp.idiv(
+                AluExp.u32(4294967040) * AluExp.cast(U32, read(I32, 0, 3)), AluExp.u32(2749491462)
+            ),
+            ((I32, u(638100545, 2079855905, -7)),),
+            3,
+        ),
+        pytest.mark.xfail(strict=True, reason=WRAP),
     ),
     # -- constants that are not finite
     # (found packed in a batch: the kernel must be wide enough to take the vectorised path)
