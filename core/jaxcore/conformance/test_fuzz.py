@@ -367,7 +367,7 @@ class Generator:
         if kind == "index":
             # A read at a computed index that is in bounds by construction, whatever int32 value
             # the index tree takes (wrapping included): ((t % n) + n) % n.
-            reads = [x for x in leaves[dt] if x.exp.op == AluOp.GlobalIndex and x.exp.src[0] == AluVar.gidx]
+            reads = [x for x in leaves[dt] if x.exp.op == AluOp.GlobalIndex]
             r = reads[int(rng.integers(0, len(reads)))].exp
             gid, length = r.arg
             t = sub(DType.int32)
