@@ -29,6 +29,11 @@ split and each case rerun on its own, then minimised. Seeds are fixed under ``CI
 ``JAXCORE_FUZZ_SEED`` (default: random, printed on failure) and ``JAXCORE_FUZZ_COUNT`` choose.
 `bench/fuzz.py` runs the long form and prints a summary table.
 
+While a bug known today (`known_bugs`: a tiny probe each, the causes minimised in
+test_fuzz_regressions) is still present in the build or on the device, mismatches make the case an
+expected failure that lists them; once no probe fires, any mismatch fails the run. A static strict
+xfail cannot work here: which bugs a seed reaches depends on the dtypes a device declares.
+
 Device against reference, two ways::
 
     python bench/fuzz.py --device wasm --reference cpu --count 20000
@@ -934,17 +939,61 @@ def fuzz_seed() -> tuple[int, int]:
     return (int(raw) if raw else int(np.random.SeedSequence().entropy % 2**31)), count
 
 
-# Known today (see test_fuzz_regressions for each minimised cause); strict under the CI seed, so the
-# mark must come off when the fixes land.
-KNOWN = (
-    "the CI seed finds: the simplifier's wrap-around bug (issue 8 item 1) and its NaN-blind float rules "
-    "(x / Inf folded to 0, Min(c, NaN % x) to c); on some backends also Inf constants refused with "
-    "OverflowError (issue 8 item 4) and NaN constants emitted without their payload; each is minimised "
-    "in test_fuzz_regressions"
-)
+def known_bugs(backend: Backend) -> list[str]:
+    """The bugs known today (issue 8; each minimised in test_fuzz_regressions) that this build and
+    `backend` still show, each found by a tiny probe. While one remains, fuzz mismatches are
+    reported as an expected failure; once none does, every mismatch fails the run."""
+    found = []
+    gidx_wrap = Kernel(0, 3, AluExp.u32(0) - AluExp.cast(DType.uint32, AluVar.gidx)).exp
+    if gidx_wrap.op == AluOp.Const:  # 0 - uint32(gidx) wraps for gidx > 0: never one constant
+        found.append("simplifier assumes int32/uint32 never wrap (issue 8 item 1)")
+    x = AluExp.global_index(DType.float16, 0, 1, AluVar.gidx)
+    if AluExp.min(AluExp.mod(x, AluExp.f16(2.5)), AluExp.f16(-3)).simplify().op == AluOp.Const:
+        found.append("simplifier folds float ops as if no NaN/Inf (Min(x % 2.5, -3) -> -3)")
+    c = AluExp.cast(DType.float32, AluExp.cast(DType.float16, AluExp.i32(1836024908)))
+    r = AluExp.global_index(DType.float64, 0, 1, AluVar.gidx)
+    folded = AluExp.where(AluExp.cmplt(r, r), c, c).simplify()
+    if folded.op == AluOp.Const and math.isfinite(folded.arg):
+        found.append("simplifier folds float ranges without rounding to the dtype")
+    probes: list[tuple[str, Kernel, list[np.ndarray], Callable[[np.ndarray], bool]]] = []
+    if {DType.float16, DType.int32} <= backend.capabilities.dtypes:
+        inf_div = AluExp.idiv(
+            AluExp.cast(DType.float16, AluExp.global_index(DType.int32, 0, 4, AluExp.mod(AluVar.gidx, 4))),
+            AluExp.f16(math.inf),
+        )
+        probes.append(
+            (
+                "Inf constant refused at prepare (issue 8 item 4)",
+                Kernel(1, 32, inf_div),
+                [np.arange(4, dtype=np.int32)],
+                lambda g: False,
+            )
+        )
+    if DType.float32 in backend.capabilities.dtypes:
+        k = Kernel(0, 2, AluExp.bitcast(DType.float32, AluExp.i32(-9)))
+        probes.append(
+            ("NaN constants lose their payload", k, [], lambda g: g.view(np.uint32)[0] != 0xFFFFFFF7)
+        )
+    if DType.float16 in backend.capabilities.dtypes:
+        bits = np.array([0x7C01, 0xFD23], np.uint16).view(np.float16)
+        k = Kernel(1, 2, AluExp.global_index(DType.float16, 0, 2, AluVar.gidx))
+        probes.append(
+            (
+                "float16 copies lose NaN payloads",
+                k,
+                [bits],
+                lambda g: g.view(np.uint16).tolist() != [0x7C01, 0xFD23],
+            )
+        )
+    for why, kernel, inputs, broken in probes:
+        try:
+            if broken(run(backend, kernel, inputs)):
+                found.append(why)
+        except (OverflowError, ValueError):
+            found.append(why)
+    return found
 
 
-@pytest.mark.xfail(strict=running_in_ci(), reason=KNOWN)
 def test_fuzz_random_kernels(backend: Backend, reference_backend: Backend) -> None:
     """At least 500 random kernels (CI: a fixed seed) agree with the oracle and the reference device."""
     seed, count = fuzz_seed()
@@ -954,6 +1003,11 @@ def test_fuzz_random_kernels(backend: Backend, reference_backend: Backend) -> No
     assert rep.cases >= min(count, CI_COUNT) * 0.9, f"only {rep.cases} of {count} draws were runnable"
     if rep.mismatches:
         shown = "\n\n".join(str(m) for m in rep.mismatches[:8])
+        known = known_bugs(backend)
+        if known:  # the mismatches are still printed, in the xfail reason
+            pytest.xfail(
+                f"{len(rep.mismatches)} mismatches while known bugs remain ({'; '.join(known)}):\n\n{shown}"
+            )
         raise AssertionError(
             f"{len(rep.mismatches)} of {rep.cases} fuzzed kernels on {backend.name} do not conform "
             f"(JAXCORE_FUZZ_SEED={seed}; rerun: python bench/fuzz.py --device {backend.name} "

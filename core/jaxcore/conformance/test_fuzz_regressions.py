@@ -37,6 +37,9 @@ I32, U32, F16, F32, F64, BOOL = (
 )
 
 WRAP = "simplifier assumes int32/uint32 never wrap (issue 8 item 1: ranges must be sound under wrap-around)"
+# When the wrongly folded index is out of range, what comes back is the device's out-of-range behaviour
+# (an error, element 0, or by luck the right element), so these cannot be strict on every device.
+WRAP_INDEX = WRAP + "; the folded index is out of range, so a device may or may not show it"
 NAN_RANGE = (
     "simplifier's float rules ignore NaN/Inf (fuzzer): x / Inf and x * 0 fold to 0, Min(x, c) and "
     "Exp(x % tiny) as if x were finite"
@@ -99,7 +102,7 @@ CASES: dict[str, tuple[Regression, object]] = {
             ((I32, u(10, 11, 12, 13, 14)),),
             5,
         ),
-        pytest.mark.xfail(strict=True, reason=WRAP),
+        pytest.mark.xfail(strict=False, reason=WRAP_INDEX),
     ),
     # -- wrap-around, as the fuzzer found them (minimised)
     "uint_zero_minus_x": (
@@ -157,7 +160,7 @@ CASES: dict[str, tuple[Regression, object]] = {
             ((I32, u(1218790790, *range(1, 12))),),
             12,
         ),
-        pytest.mark.xfail(strict=True, reason=WRAP),
+        pytest.mark.xfail(strict=False, reason=WRAP_INDEX),
     ),
     "gidx_plus_int_max_into_erfc": (
         Regression(
