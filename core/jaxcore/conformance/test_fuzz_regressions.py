@@ -1,0 +1,492 @@
+"""Every mismatch the fuzzer (`test_fuzz`, `bench/fuzz.py`) found, minimised, kept as a fixed case;
+and the contract points the fuzzer relies on: NaN bits of moved values, reassociable reductions.
+
+Each case is a tree (unsimplified, as a frontend builds it) with its inputs; the expected value comes
+from `test_fuzz.evaluate` (the oracle), never from a device. A case that fails today because of a
+known bug that another change fixes is marked ``xfail(strict=True)`` with the cause (all devices
+share the core's simplifier, so these fail everywhere); when the fix lands, the case passes, strict
+xfail turns that into a failure, and the mark comes off. A bug seen on some backends only is marked
+``xfail(strict=False)``: the suite never names a device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from jaxcore.alu import AluExp, AluOp, AluVar
+from jaxcore.backend import Backend
+from jaxcore.conformance import oracle
+from jaxcore.conformance.harness import skip_if_undeclared
+from jaxcore.conformance.test_fuzz import Env, evaluate, run, unravel
+from jaxcore.dtype import DType
+from jaxcore.kernel import Kernel, Reduction
+from jaxcore.shape import ShapeTracker
+
+I32, U32, F16, F32, F64, BOOL = (
+    DType.int32,
+    DType.uint32,
+    DType.float16,
+    DType.float32,
+    DType.float64,
+    DType.bool,
+)
+
+WRAP = "simplifier assumes int32/uint32 never wrap (issue 8 item 1: ranges must be sound under wrap-around)"
+# When the wrongly folded index is out of range, what comes back is the device's out-of-range behaviour
+# (an error, element 0, or by luck the right element), so these cannot be strict on every device.
+WRAP_INDEX = WRAP + "; the folded index is out of range, so a device may or may not show it"
+NAN_RANGE = (
+    "simplifier's float rules ignore NaN/Inf (fuzzer): x / Inf and x * 0 fold to 0, Min(x, c) and "
+    "Exp(x % tiny) as if x were finite"
+)
+F16_FOLD = (
+    "simplifier (fuzzer): float value ranges are computed in float64 and not rounded to the node's dtype, "
+    "and a node whose range is one point folds to it: Cast<float32>(Cast<float16>(1836024908)) gives "
+    "1836024960, not Inf; Idiv<float32>(-0.5, 0.1) gives -4, not -5"
+)
+F16_NAN = (
+    "a backend converts float16 through float32 on load/store: a stored float16 NaN loses its payload "
+    "and signalling bit"
+)
+INF_CONST = "prepare_kernel converts constant Inf/NaN with int() (issue 8 item 4): OverflowError/ValueError"
+NAN_CONST = "a backend emits NaN constants canonically: Bitcast<float32>(int constant) loses the NaN payload"
+
+
+def read(dt: DType, gid: int, n: int, index: AluExp | None = None) -> AluExp:
+    return AluExp.global_index(dt, gid, n, AluVar.gidx if index is None else index)
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A minimised elementwise finding: `tree` over `inputs` (gids in order), `size` lanes."""
+
+    tree: Callable[[], AluExp]
+    inputs: tuple[tuple[DType, tuple[float, ...]], ...]
+    size: int
+    bits: bool = False  # compare the output's bits (a moved value)
+
+
+def u(*v: int) -> tuple[int, ...]:
+    return v
+
+
+CASES: dict[str, tuple[Regression, object]] = {
+    # -- wrap-around, as the issue's probe found them
+    "gidx_times_2p30_is_negative": (
+        Regression(lambda: AluExp.cmplt(AluVar.gidx * AluExp.i32(2**30), AluExp.i32(0)), (), 8),
+        pytest.mark.xfail(strict=True, reason=WRAP),
+    ),
+    "uint_gidx_minus_5_below_10": (
+        Regression(
+            lambda: AluExp.cmplt(AluExp.cast(U32, AluVar.gidx) - AluExp.u32(5), AluExp.u32(10)), (), 8
+        ),
+        pytest.mark.xfail(strict=True, reason=WRAP),
+    ),
+    "in_bounds_index_folded_out_of_bounds": (
+        Regression(
+            lambda: read(
+                I32,
+                0,
+                5,
+                AluExp.mod(
+                    AluExp.mod(AluExp.idiv(AluVar.gidx * AluExp.i32(2**29) + AluExp.i32(5), AluExp.i32(3)), 5)
+                    + AluExp.i32(5),
+                    AluExp.i32(5),
+                ),
+            ),
+            ((I32, u(10, 11, 12, 13, 14)),),
+            5,
+        ),
+        pytest.mark.xfail(strict=False, reason=WRAP_INDEX),
+    ),
+    # -- wrap-around, as the fuzzer found them (minimised)
+    "uint_zero_minus_x": (
+        Regression(lambda: AluExp.u32(0) - AluExp.cast(U32, read(I32, 0, 3)), ((I32, u(1, 5, -(2**31))),), 3),
+        pytest.mark.xfail(strict=True, reason=WRAP),
+    ),
+    "uint_zero_minus_where": (
+        Regression(
+            lambda: AluExp.u32(0) - AluExp.where(read(BOOL, 0, 2), AluExp.u32(0), AluExp.u32(31)),
+            ((BOOL, u(0, 1)),),
+            2,
+        ),
+        pytest.mark.xfail(strict=True, reason=WRAP),
+    ),
+    "uint_add_near_2p32_mod_3": (
+        Regression(
+            lambda: AluExp.mod(AluExp.cast(U32, read(F16, 0, 2)) + AluExp.u32(4294967292), AluExp.u32(3)),
+            ((F16, (1.0, 6.0)),),
+            2,
+        ),
+        pytest.mark.xfail(strict=True, reason=WRAP),
+    ),
+    "uint_max_of_wrapped_difference": (
+        Regression(
+            lambda: AluExp.max(AluExp.u32(10), AluExp.u32(5) - AluExp.cast(U32, read(F16, 0, 3))),
+            ((F16, (1.0, 6.0, 100.0)),),
+            3,
+        ),
+        pytest.mark.xfail(strict=True, reason=WRAP),
+    ),
+    "uint_times_max_mod_5_bitcast": (
+        Regression(
+            lambda: AluExp.bitcast(
+                F32, AluExp.mod(AluExp.cast(U32, read(I32, 0, 3)) * AluExp.u32(4294967295), AluExp.u32(5))
+            ),
+            ((I32, u(5, 9, -7)),),
+            3,
+            bits=True,
+        ),
+        pytest.mark.xfail(strict=True, reason=WRAP),
+    ),
+    "wrapped_int_index": (
+        # ((2 * x[0]) % 12 + 12) % 12 is in bounds for any x[0]; 2 * 1218790790 wraps to negative.
+        Regression(
+            lambda: read(
+                I32,
+                0,
+                12,
+                AluExp.mod(
+                    AluExp.mod(AluExp.i32(2) * read(I32, 0, 12, AluExp.i32(0)), AluExp.i32(12))
+                    + AluExp.i32(12),
+                    AluExp.i32(12),
+                ),
+            ),
+            ((I32, u(1218790790, *range(1, 12))),),
+            12,
+        ),
+        pytest.mark.xfail(strict=False, reason=WRAP_INDEX),
+    ),
+    "gidx_plus_int_max_into_erfc": (
+        Regression(
+            lambda: AluExp.erfc(AluExp.cast(F64, AluVar.gidx - AluExp.i32(-2147483647))),
+            (),
+            4,
+        ),
+        pytest.mark.xfail(strict=True, reason=WRAP),
+    ),
+    "compare_of_wrapped_uint_difference": (
+        Regression(
+            lambda: AluExp.cmplt(
+                AluExp.u32(0),
+                AluExp.shr(AluExp.u32(2354268382), AluExp.u32(10))
+                - AluExp.max(AluExp.u32(4294967295), AluExp.cast(U32, read(I32, 0, 2))),
+            ),
+            ((I32, u(3, -3)),),
+            2,
+        ),
+        pytest.mark.xfail(strict=True, reason=WRAP),
+    ),
+    # -- NaN and Inf in the float range analysis
+    "f16_inf_idiv_inf_is_nan": (
+        Regression(
+            lambda: AluExp.idiv(AluExp.cast(F16, read(U32, 0, 2)), AluExp.f16(math.inf)),
+            ((U32, u(4000000000, 7)),),
+            2,
+        ),
+        pytest.mark.xfail(strict=True, reason=NAN_RANGE),
+    ),
+    "min_of_nan_mod_and_constant": (
+        Regression(
+            lambda: AluExp.min(
+                AluExp.mod(AluExp.cast(F16, read(U32, 0, 2)), AluExp.f16(2.5)), AluExp.f16(-3)
+            ),
+            ((U32, u(4000000000, 7)),),
+            2,
+        ),
+        pytest.mark.xfail(strict=True, reason=NAN_RANGE),
+    ),
+    # -- constant folding of casts
+    "f16_cast_of_large_constant_is_inf": (
+        Regression(
+            lambda: AluExp.where(
+                AluExp.cmplt(read(F64, 0, 1), read(F64, 0, 1)),
+                AluExp.cast(F32, AluExp.cast(F16, AluExp.i32(1836024908))),
+                AluExp.cast(F32, AluExp.cast(F16, AluExp.i32(1836024908))),
+            ),
+            ((F64, (1.0,)),),
+            1,
+        ),
+        pytest.mark.xfail(strict=True, reason=F16_FOLD),
+    ),
+    "where_of_f32_constant_idiv": (
+        # -0.5 / 0.1 in float32 is -4.99999992549 rounded to -5.0, so the truncation is -5, not -4
+        Regression(
+            lambda: AluExp.where(
+                AluExp.cmplt(read(F32, 0, 1), read(F32, 0, 1)),
+                AluExp.idiv(AluExp.f32(-0.5), AluExp.f32(0.1)),
+                AluExp.idiv(AluExp.f32(-0.5), AluExp.f32(0.1)),
+            ),
+            ((F32, (0.0,)),),
+            1,
+        ),
+        pytest.mark.xfail(strict=True, reason=F16_FOLD),
+    ),
+    "nan_or_inf_times_zero": (
+        Regression(
+            lambda: AluExp.max(AluExp.f16(-1e-6), AluExp.cast(F16, read(F64, 0, 3))) * AluExp.f16(0),
+            ((F64, (1e10, 2.0, math.nan)),),
+            3,
+        ),
+        pytest.mark.xfail(strict=True, reason=NAN_RANGE),
+    ),
+    "exp_of_inf_mod_tiny": (
+        Regression(
+            lambda: AluExp.exp(
+                AluExp.mod(AluExp.cast(F32, read(F16, 0, 3)), AluExp.f32(1.1754943508222875e-38))
+            ),
+            ((F16, (math.inf, 1.0, math.nan)),),
+            3,
+        ),
+        pytest.mark.xfail(strict=True, reason=NAN_RANGE),
+    ),
+    "uint_product_quotient_rescaled": (
+        # (4294967040 * x) / 2749491462 was rewritten as (x * 715827840) / 458248577: not under wrap
+        Regression(
+            lambda: AluExp.idiv(
+                AluExp.u32(4294967040) * AluExp.cast(U32, read(I32, 0, 3)), AluExp.u32(2749491462)
+            ),
+            ((I32, u(638100545, 2079855905, -7)),),
+            3,
+        ),
+        pytest.mark.xfail(strict=True, reason=WRAP),
+    ),
+    # -- constants that are not finite
+    # (found packed in a batch: the kernel must be wide enough to take the vectorised path)
+    "bool_of_f16_idiv_by_inf_constant": (
+        Regression(
+            lambda: AluExp.cast(
+                BOOL,
+                AluExp.idiv(
+                    AluExp.cast(F16, read(I32, 0, 4, AluExp.mod(AluVar.gidx, AluExp.i32(4)))),
+                    AluExp.f16(math.inf),
+                ),
+            ),
+            ((I32, u(3, -70000, 1, 2)),),
+            32,
+        ),
+        pytest.mark.xfail(strict=False, reason=INF_CONST),
+    ),
+    "bool_of_f16_mod_by_inf_constant": (
+        Regression(
+            lambda: AluExp.cast(
+                BOOL,
+                AluExp.mod(
+                    AluExp.cast(F16, read(F64, 0, 4, AluExp.mod(AluVar.gidx, AluExp.i32(4)))),
+                    AluExp.f16(math.inf),
+                ),
+            ),
+            ((F64, (3.0, 1e10, -0.0, math.inf)),),
+            32,
+        ),
+        pytest.mark.xfail(strict=False, reason=INF_CONST),
+    ),
+    "f32_idiv_by_nan_constant": (
+        Regression(
+            lambda: AluExp.idiv(
+                AluExp.cast(F32, AluExp.mod(AluVar.gidx, AluExp.i32(13))), AluExp.f32(math.nan)
+            ),
+            (),
+            32,
+        ),
+        pytest.mark.xfail(strict=False, reason=INF_CONST),
+    ),
+    # -- NaN bits of a bitcast constant (a bitcast keeps its bits; the simplifier folds it to a Const)
+    "bitcast_of_int_constant_keeps_nan_payload": (
+        Regression(lambda: AluExp.bitcast(F32, AluExp.i32(-9)), (), 3, bits=True),
+        pytest.mark.xfail(strict=False, reason=NAN_CONST),
+    ),
+}
+
+
+def _params() -> list[object]:
+    out = []
+    for name, (_, mark) in CASES.items():
+        out.append(pytest.param(name, marks=[mark] if mark is not None else [], id=name))
+    return out
+
+
+@pytest.mark.parametrize("name", _params())
+def test_fuzz_regression(backend: Backend, name: str) -> None:
+    """A minimised fuzz finding computes what the oracle says for the unsimplified tree."""
+    reg, _ = CASES[name]
+    tree = reg.tree()
+    inputs = [oracle.array(list(vals), str(dt)) for dt, vals in reg.inputs]
+    kernel = Kernel(len(inputs), reg.size, tree)
+    skip_if_undeclared(backend, kernel)
+    want = evaluate(tree, Env({"gidx": np.arange(reg.size, dtype=np.int32)}, inputs))
+    got = run(backend, kernel, inputs)
+    dt = str(kernel.dtype)
+    st = oracle.storage(dt)
+    if reg.bits or not oracle.is_float(dt):
+        view = f"<u{st.itemsize}" if oracle.is_float(dt) else st
+        ok = np.array_equal(got.view(view), np.asarray(want, st).view(view))
+    else:
+        g, w = got.astype(np.float64), np.asarray(want, st).astype(np.float64)
+        close = np.isclose(g, w, rtol=1e-6 if dt != "float64" else 1e-12, atol=0.0, equal_nan=True)
+        ok = bool(np.all(close | (g == w)))
+    assert ok, f"{name} on {backend.name}: got {got.tolist()}, expected {want.tolist()}\n{tree}"
+
+
+@pytest.mark.xfail(strict=True, reason=WRAP)
+def test_fuzz_regression_reduction_with_wrapping_item(backend: Backend) -> None:
+    """A Max reduction over (65536 + x) / 65536 in uint32: the sum wraps for x near 2^32."""
+    x = oracle.array([4294967289, 2417530953, 0, 4278255360, 0, 1073741824, 4294967295, 4294967295], "uint32")
+    item = AluExp.idiv(AluExp.u32(65536) + read(U32, 0, 8, AluVar.gidx * 4 + AluVar.ridx), AluExp.u32(65536))
+    kernel = Kernel(1, 2, item, Reduction(U32, AluOp.Max, 4))
+    skip_if_undeclared(backend, kernel)
+    items = oracle.binary(
+        "Idiv",
+        oracle.binary("Add", np.full(8, 65536, np.uint32), x, "uint32"),
+        np.full(8, 65536, np.uint32),
+        "uint32",
+    )
+    want = oracle.reduce_rows("Max", items.reshape(2, 4), "uint32")
+    got = run(backend, kernel, [x])
+    assert np.array_equal(got, want), f"got {got.tolist()}, expected {want.tolist()}"
+
+
+# ---- NaN bits: moved values keep them; computed NaNs are only NaN ---------------------------------
+
+NAN_PATTERNS = {
+    "float32": [0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FBFFFFF, 0xFF812345, 0x7FC0ABCD],
+    "float16": [0x7E00, 0xFE00, 0x7C01, 0x7DFF, 0xFD23],
+    "float64": [
+        0x7FF8000000000000,
+        0xFFF8000000000000,
+        0x7FF0000000000001,
+        0x7FF7FFFFFFFFFFFF,
+        0xFFF123456789ABCD,
+    ],
+}
+_UINT = {"float16": np.uint16, "float32": np.uint32, "float64": np.uint64}
+
+
+def _nan_buffer(dt: str) -> np.ndarray:
+    bits = np.array(NAN_PATTERNS[dt] + [0, 1 << (np.dtype(_UINT[dt]).itemsize * 8 - 1)], _UINT[dt])
+    return bits.view(oracle.storage(dt))
+
+
+@pytest.mark.parametrize(
+    "dt",
+    ["float32", pytest.param("float16", marks=pytest.mark.xfail(strict=False, reason=F16_NAN)), "float64"],
+)
+@pytest.mark.parametrize("how", ["copy", "view", "where"])
+def test_stored_nan_bits_survive_moves(backend: Backend, dt: str, how: str) -> None:
+    """A copy, a view read and a Where that selects a stored NaN write its exact bits (quiet and
+    signalling, either sign, any payload); only arithmetic may change a NaN's bits."""
+    x = _nan_buffer(dt)
+    n = len(x)
+    d = DType(dt)
+    if how == "copy":
+        exp = read(d, 0, n)
+    elif how == "view":
+        st = ShapeTracker.from_shape([n]).flip([True])
+        exp = AluExp.global_view(d, 0, st, unravel([n], AluVar.gidx))
+    else:
+        exp = AluExp.where(AluExp.cmplt(AluVar.gidx, AluExp.i32(n)), read(d, 0, n), AluExp.const(d, 0))
+    kernel = Kernel(1, n, exp)
+    skip_if_undeclared(backend, kernel)
+    want = x[::-1] if how == "view" else x
+    got = run(backend, kernel, [x])
+    ui = _UINT[dt]
+    assert np.array_equal(got.view(ui), want.view(ui)), (
+        f"{how} of stored {dt} NaNs on {backend.name}: got {[hex(int(v)) for v in got.view(ui)]}, "
+        f"stored {[hex(int(v)) for v in want.view(ui)]}"
+    )
+
+
+@pytest.mark.parametrize("direction", ["float_to_int", "int_to_float"])
+def test_bitcast_keeps_nan_bits(backend: Backend, direction: str) -> None:
+    """Bitcast float32 <-> int32/uint32 of a stored NaN is the identity on bits, both ways."""
+    bits = np.array(NAN_PATTERNS["float32"] + [0x80000000, 0x00000001], np.uint32)
+    if direction == "float_to_int":
+        kernel = Kernel(1, len(bits), AluExp.bitcast(U32, read(F32, 0, len(bits))))
+        inp = bits.view(np.float32)
+    else:
+        kernel = Kernel(1, len(bits), AluExp.bitcast(F32, read(U32, 0, len(bits))))
+        inp = bits
+    skip_if_undeclared(backend, kernel)
+    got = run(backend, kernel, [inp]).view(np.uint32)
+    assert np.array_equal(got, bits), (
+        f"{direction}: got {[hex(int(v)) for v in got]}, want {[hex(int(v)) for v in bits]}"
+    )
+
+
+def test_computed_nan_is_nan_whatever_its_bits(backend: Backend) -> None:
+    """0/0, inf-inf, sqrt(-1) and NaN+1 are NaN; their sign and payload are the device's choice
+    (the differential tests compare them with isnan only)."""
+    x = np.array([0.0, math.inf, -1.0, math.nan], np.float32)
+    exp = AluExp.where(
+        AluExp.cmplt(AluVar.gidx, AluExp.i32(1)),
+        AluExp.idiv(read(F32, 0, 4), read(F32, 0, 4)),
+        AluExp.where(
+            AluExp.cmplt(AluVar.gidx, AluExp.i32(2)),
+            read(F32, 0, 4) - read(F32, 0, 4),
+            AluExp.where(
+                AluExp.cmplt(AluVar.gidx, AluExp.i32(3)), AluExp.sqrt(read(F32, 0, 4)), read(F32, 0, 4) + 1.0
+            ),
+        ),
+    )
+    kernel = Kernel(1, 4, exp)
+    skip_if_undeclared(backend, kernel)
+    got = run(backend, kernel, [x])
+    assert np.isnan(got).all(), f"expected four NaNs, got {got.tolist()}"
+
+
+# ---- reductions: what the order may change, and what it may not -----------------------------------
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("op", [AluOp.Min, AluOp.Max])
+def test_float_min_max_reductions_are_order_free(backend: Backend, dt: str, op: AluOp) -> None:
+    """Min/Max reductions are exact whatever the order; one NaN anywhere in a row makes it NaN."""
+    rows = [
+        [3.0, -1.0, 7.0, 2.0, -5.0, 0.5, 9.0, -9.0],
+        [math.nan, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0],
+        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, math.nan],
+        [1.0, 2.0, 3.0, math.nan, 5.0, 6.0, math.inf, -math.inf],
+        [math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0, 2.0, -2.0],
+        [-0.0] * 8,
+    ]
+    x = oracle.array(np.array(rows).ravel(), dt)
+    kernel = Kernel(
+        1, len(rows), read(DType(dt), 0, x.size, AluVar.gidx * 8 + AluVar.ridx), Reduction(DType(dt), op, 8)
+    )
+    skip_if_undeclared(backend, kernel)
+    got = run(backend, kernel, [x]).astype(np.float64)
+    want = oracle.reduce_rows(str(op), x.reshape(len(rows), 8), dt).astype(np.float64)
+    assert np.array_equal(got, want, equal_nan=True), (
+        f"Reduce{op}<{dt}>: got {got.tolist()}, want {want.tolist()}"
+    )
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_float_product_reduction_may_reassociate(backend: Backend, dt: str) -> None:
+    """Products may be reassociated: exact in any order where no partial product over- or
+    underflows; where one may (F32_MAX * F32_MAX * 0), a device may give the sequential result
+    (0 * ... = NaN either way here) or any reassociated one, so only the order-free rows are pinned."""
+    big = 3.4028234663852886e38 if dt == "float32" else 1.7976931348623157e308
+    rows = [
+        [2.0, 0.5, -2.0, 4.0, 0.25, -1.0, 8.0, 0.125],  # exact in any order: 1
+        [0.0, math.inf, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],  # 0 * inf is NaN in any order
+        [math.nan, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+        [big, big, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0],  # sequential: inf * 0 = NaN; reassociated: 0 or NaN
+        [-0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+    ]
+    x = oracle.array(np.array(rows).ravel(), dt)
+    d = DType(dt)
+    kernel = Kernel(
+        1, len(rows), read(d, 0, x.size, AluVar.gidx * 8 + AluVar.ridx), Reduction(d, AluOp.Mul, 8)
+    )
+    skip_if_undeclared(backend, kernel)
+    got = run(backend, kernel, [x]).astype(np.float64)
+    assert got[0] == 2.0, got.tolist()
+    assert math.isnan(got[1]) and math.isnan(got[2]), got.tolist()
+    assert math.isnan(got[3]) or got[3] == 0.0, f"order-dependent row must be NaN or 0, got {got[3]}"
+    assert got[4] == 0.0, got.tolist()
