@@ -19,7 +19,7 @@ reruns just that case.
 
 Cases are grouped by area (``test_ops``, ``test_casts``, ``test_reductions``, ``test_views``,
 ``test_protocol``, ``test_routines``, ``test_async``, ``test_aliasing``, ``test_unsupported``,
-``test_differential``).
+``test_differential``, ``test_fuzz``, ``test_fuzz_regressions``, ``test_misuse``, ``test_concurrency``).
 Expectations come from numpy/scipy/Python (`oracle`), never from a device; tolerances come from one
 table (`tolerances`). What a device cannot do is read from its `Capabilities`: for everything it does
 not declare, the suite checks that preparing it raises `UnsupportedOpError`/`UnsupportedRoutineError`
@@ -57,6 +57,10 @@ AREAS = (
     "aliasing",
     "unsupported",
     "differential",
+    "fuzz",
+    "fuzz_regressions",
+    "misuse",
+    "concurrency",
 )
 
 
