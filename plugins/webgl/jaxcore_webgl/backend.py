@@ -85,7 +85,9 @@ class WebGLBackend(BaseBackend):
         if count is None:
             count = buf.size - start
         if start < 0 or count < 0 or start + count > buf.size:
-            raise ValueError(f"read of bytes [{start}, {start + count}) is outside slot {slot} of {buf.size} bytes")
+            raise ValueError(
+                f"read of bytes [{start}, {start + count}) is outside slot {slot} of {buf.size} bytes"
+            )
         if count == 0:
             return b""
         tex = buf.handle

@@ -299,7 +299,7 @@ class GLThread:
         exts = frozenset(_cstr(gl.glGetStringi(gl.GL_EXTENSIONS, i)) for i in range(n))
         version = _cstr(gl.glGetString(gl.GL_VERSION))
         if "OpenGL ES 3" not in version:
-            raise ContextError(f"the context is {version!r}, not OpenGL ES 3.x", "use a GL driver with ES 3.0")
+            raise ContextError(f"the context is {version!r}, not OpenGL ES 3.x", "use a driver with ES 3.0")
         return GLInfo(
             platform=self._ctx.platform,
             version=version,

@@ -12,6 +12,7 @@ Everything here runs on the GL thread (`GLThread.call`); the backend never calls
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import math
 import os
@@ -133,7 +134,7 @@ class Device:
     def trim(self) -> None:
         """Delete every pooled texture (on out-of-memory, and at close)."""
         gl = self.gl
-        for (w, h), items in self._pool.items():
+        for items in self._pool.values():
             for tex, fbo in items:
                 gl.glDeleteFramebuffers(1, [fbo])
                 gl.glDeleteTextures(1, [tex])
@@ -146,9 +147,7 @@ class Device:
         full = np.zeros(t.w * t.h * 4, np.uint32)
         full.view(np.uint8)[: data.nbytes] = np.frombuffer(data, np.uint8)
         gl.glBindTexture(gl.GL_TEXTURE_2D, t.tex)
-        gl.glTexSubImage2D(
-            gl.GL_TEXTURE_2D, 0, 0, 0, t.w, t.h, gl.GL_RGBA_INTEGER, gl.GL_UNSIGNED_INT, full
-        )
+        gl.glTexSubImage2D(gl.GL_TEXTURE_2D, 0, 0, 0, t.w, t.h, gl.GL_RGBA_INTEGER, gl.GL_UNSIGNED_INT, full)
 
     def _rows(self, t: Texture, start: int, count: int) -> tuple[int, int]:
         first = start // TEXEL_BYTES
@@ -174,7 +173,7 @@ class Device:
         gl.glBindBuffer(gl.GL_PIXEL_PACK_BUFFER, pbo)
         gl.glBufferData(gl.GL_PIXEL_PACK_BUFFER, nbytes, None, gl.GL_STREAM_READ)
         gl.glBindFramebuffer(gl.GL_READ_FRAMEBUFFER, t.fbo)
-        gl.glReadPixels(0, y0, t.w, y1 - y0, gl.GL_RGBA_INTEGER, gl.GL_UNSIGNED_INT, 0)
+        gl.glReadPixels(0, y0, t.w, y1 - y0, gl.GL_RGBA_INTEGER, gl.GL_UNSIGNED_INT, ctypes.c_void_p(0))
         gl.glBindBuffer(gl.GL_PIXEL_PACK_BUFFER, 0)
         sync = gl.glFenceSync(gl.GL_SYNC_GPU_COMMANDS_COMPLETE, 0)
         gl.glFlush()

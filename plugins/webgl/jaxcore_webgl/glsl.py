@@ -35,15 +35,16 @@ TYPES = {
 }
 F32, F16, I32, U32, BOOL = DType.float32, DType.float16, DType.int32, DType.uint32, DType.bool
 FLOATS = (F32, F16)
+LOOP_LIMIT = 12000
 
-# float32 transcendentals through GLSL built-ins, wrapped where the built-in is inexact.
+# float32 unary ops: our own helpers wherever the GLSL built-in is inexact or undefined.
 _UNARY_F32 = {
-    AluOp.Sin: "sin({})",
-    AluOp.Cos: "cos({})",
-    AluOp.Asin: "asin({})",
-    AluOp.Atan: "atan({})",
-    AluOp.Exp: "exp({})",
-    AluOp.Log: "log({})",
+    AluOp.Sin: "jx_sin({})",
+    AluOp.Cos: "jx_cos({})",
+    AluOp.Asin: "jx_asin({})",
+    AluOp.Atan: "jx_atan({})",
+    AluOp.Exp: "jx_exp({})",
+    AluOp.Log: "jx_log({})",
     AluOp.Sqrt: "jx_sqrt({})",
     AluOp.Floor: "jx_floor({})",
     AluOp.Ceil: "jx_ceil({})",
@@ -116,17 +117,17 @@ class Renderer:
         if op in (AluOp.Add, AluOp.Sub, AluOp.Mul):
             a, b = s
             if dt == BOOL:
-                return {AluOp.Add: f"({a} || {b})", AluOp.Mul: f"({a} && {b})", AluOp.Sub: f"({a} != {b})"}[op]
+                return {AluOp.Add: f"({a} || {b})", AluOp.Mul: f"({a} && {b})"}.get(op, f"({a} != {b})")
             if dt == F32:
                 return f"jx_{op.value.lower()}({a}, {b})"
             sym = {AluOp.Add: "+", AluOp.Sub: "-", AluOp.Mul: "*"}[op]
-            return f"jx_f16({a} {sym} {b})" if half else f"({a} {sym} {b})"
+            return f"jx_f16({a} {sym} jx_o({b}))" if half else f"({a} {sym} {b})"
         if op == AluOp.Idiv:
             a, b = s
             if dt == F32:
                 return f"trunc(jx_div({a}, {b}))"
             if half:
-                return f"trunc(jx_f16({a} / {b}))"
+                return f"trunc(jx_f16({a} / jx_o({b})))"
             return {I32: f"jx_idiv_i({a}, {b})", U32: f"jx_idiv_u({a}, {b})", BOOL: f"({a} && {b})"}[dt]
         if op == AluOp.Mod:
             a, b = s
@@ -160,6 +161,9 @@ class Renderer:
             return f"({a} < {b})" if op == AluOp.Cmplt else f"({a} != {b})"
         if op == AluOp.Where:
             c, a, b = s
+            if dt in FLOATS and e.src[1].op == AluOp.Const and e.src[2].op == AluOp.Const:
+                # compilers rewrite c ? -1.0 : 0.0 as -float(c), which is -0.0 for false
+                a = f"jx_o({a})"
             return f"({c} ? {a} : {b})"
         if op in _UNARY_F32:
             x = s[0]
@@ -168,7 +172,7 @@ class Renderer:
                 if op in (AluOp.Floor, AluOp.Ceil):
                     return f"{op.value.lower()}({x})"
                 if op == AluOp.Reciprocal:
-                    return f"jx_f16(1.0 / {x})"
+                    return f"jx_f16(1.0 / jx_o({x}))"
                 if op == AluOp.Sqrt:
                     return f"jx_f16(sqrt({x}))"
                 return f"jx_f16({code})"
@@ -179,21 +183,24 @@ class Renderer:
             return self.bitcast(e.src[0].dtype, dt, s[0], e)
         if op == AluOp.Threefry2x32:
             call = f"jx_threefry({', '.join(s)})"
-            return {"xor": f"(jx_tf.x ^ jx_tf.y)", 0: "jx_tf.x", 1: "jx_tf.y"}[e.arg].replace("jx_tf", call)
+            return {"xor": "(jx_tf.x ^ jx_tf.y)", 0: "jx_tf.x", 1: "jx_tf.y"}[e.arg].replace("jx_tf", call)
         if op == AluOp.GlobalIndex:
             gid = e.arg[0]
             i = s[0]
             if half:
                 return f"jx_h(ld{gid}(({i}) >> 1), ({i}) & 1)"
             word = f"ld{gid}({i})"
-            return {F32: f"uintBitsToFloat({word})", I32: f"int({word})", U32: word, BOOL: f"({word} != 0u)"}[dt]
+            loads = {F32: f"uintBitsToFloat({word})", I32: f"int({word})", BOOL: f"({word} != 0u)"}
+            return loads.get(dt, word)
         raise self.unsupported(e)
 
     def cast(self, src: DType, dst: DType, x: str) -> str:
         if src == dst or (src in FLOATS and dst == F32):
             return x
         if dst == BOOL:
-            return f"((floatBitsToUint({x}) & 0x7fffffffu) != 0u)" if src in FLOATS else f"({x} != {TYPES[src]}(0))"
+            if src in FLOATS:
+                return f"((floatBitsToUint({x}) & 0x7fffffffu) != 0u)"
+            return f"({x} != {TYPES[src]}(0))"
         if dst == F16:
             if src == BOOL:
                 return f"({x} ? 1.0 : 0.0)"
@@ -243,7 +250,7 @@ def _combine(red_op: AluOp, dtype: DType, acc: str, x: str) -> str:
         return f"jx_{'add' if red_op == AluOp.Add else 'mul'}({acc}, {x})"
     sym = "+" if red_op == AluOp.Add else "*"
     if dtype == F16:
-        return f"jx_f16({acc} {sym} {x})"
+        return f"jx_f16({acc} {sym} jx_o({x}))"
     return f"({acc} {sym} {x})"
 
 
@@ -265,10 +272,22 @@ def kernel_shader(kernel: Kernel, out_shift: int, device: str) -> str:
         if red.dtype not in TYPES:
             raise UnsupportedOpError(None, red.dtype, device)
         body.append(f"  {acc_t} acc = {_identity(kernel)};")
-        body.append(f"  for (int ridx = 0; ridx < {red.size}; ridx++) {{")
-        v = r.expr(exp, "    ")
-        body += r.lines
-        body.append(f"    acc = {_combine(red.op, red.dtype, 'acc', v)};")
+        # llvmpipe ends a shader's loops after 65535 back-edges in all (one counter per
+        # invocation), so long reductions unroll: each of the 4 per fragment stays under LOOP_LIMIT.
+        size = red.size
+        k = max(1, -(-size // LOOP_LIMIT))
+        v = r.expr(exp, "      ")
+        step = [*r.lines, f"      acc = {_combine(red.op, red.dtype, 'acc', v)};"]
+        if k == 1:
+            body.append(f"  for (int ridx = 0; ridx < {size}; ridx++) {{")
+            body += [line[2:] for line in step]
+        else:
+            body.append(f"  for (int rb = 0; rb < {size}; rb += {k}) {{")
+            for j in range(k):
+                guard = f" if (ridx < {size})" if size % k else ""
+                body.append(f"    {{ int ridx = rb + {j};{guard} {{")
+                body += step
+                body.append("    }}")
         body.append("  }")
         # the epilogue reads acc and gidx, never the loop's locals
         r2 = Renderer(device)
@@ -294,18 +313,14 @@ def kernel_shader(kernel: Kernel, out_shift: int, device: str) -> str:
         f"  int t = (int(gl_FragCoord.y) << {out_shift}) + (int(gl_FragCoord.x) & {mask});",
         "  uvec4 r = uvec4(0u);",
     ]
-    if out_dt == F16:
-        main.append("  for (int c = 0; c < 4; c++) {")
-        main.append("    int g = 8 * t + 2 * c;")
-        main.append(f"    float lo = g < {size} ? compute(g) : 0.0;")
-        main.append(f"    float hi = g + 1 < {size} ? compute(g + 1) : 0.0;")
-        main.append("    r[c] = packHalf2x16(vec2(lo, hi));")
-        main.append("  }")
-    else:
-        main.append("  for (int c = 0; c < 4; c++) {")
-        main.append("    int g = 4 * t + c;")
-        main.append(f"    if (g < {size}) r[c] = {_store_word(out_dt, 'compute(g)')};")
-        main.append("  }")
+    for c in range(4):
+        if out_dt == F16:
+            lo = f"(8 * t + {2 * c} < {size} ? compute(8 * t + {2 * c}) : 0.0)"
+            hi = f"(8 * t + {2 * c + 1} < {size} ? compute(8 * t + {2 * c + 1}) : 0.0)"
+            main.append(f"  r[{c}] = packHalf2x16(vec2({lo}, {hi}));")
+        else:
+            word = _store_word(out_dt, f"compute(4 * t + {c})")
+            main.append(f"  if (4 * t + {c} < {size}) r[{c}] = {word};")
     main += ["  o = r;", "}"]
     code = "\n".join([*decls, *fn, *main])
     return HEADER + library_for(code) + code + "\n"
