@@ -105,7 +105,7 @@ class WebGLBackend(BaseBackend):
             if node.dtype not in DTYPES:
                 raise UnsupportedOpError(node.op, node.dtype, self.name)
         w, _, shift = texture_dims(kernel.bytes, self.info.max_texture_size)
-        src = glsl.kernel_shader(kernel, shift, self.name)
+        src = glsl.kernel_shader(kernel, shift)
         texels = -(-kernel.bytes // TEXEL_BYTES) if kernel.size else 0
         prog = self.thread.call(lambda: self.device.program(src, kernel.nargs))
         return KernelExe(prog, texels, src)

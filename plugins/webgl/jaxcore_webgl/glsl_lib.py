@@ -374,6 +374,13 @@ float jx_add(float a, float b) {
     ("jx_isden", "jx_up24"),
 )
 _def(
+    "jx_rcp",
+    """
+float jx_rcp(float x) { return jx_div(1.0, x); }
+""",
+    ("jx_div",),
+)
+_def(
     "jx_sub",
     """
 float jx_sub(float a, float b) { return jx_add(a, jx_neg(b)); }
@@ -461,30 +468,6 @@ def _threefry_src() -> str:
 
 
 _def("jx_threefry", _threefry_src())
-
-_CALL = re.compile(r"\b(jx_[a-z0-9_]+)\s*\(")
-
-
-def library_for(code: str) -> str:
-    """The helper definitions `code` calls, dependencies first, each once."""
-    order: list[str] = []
-    seen: set[str] = set()
-
-    def need(name: str) -> None:
-        if name in seen or name not in LIB:
-            return
-        seen.add(name)
-        for d in DEPS[name]:
-            need(d)
-        for inner in _CALL.findall(LIB[name]):
-            if inner != name:
-                need(inner)
-        order.append(name)
-
-    pending = list(dict.fromkeys(_CALL.findall(code)))
-    for name in pending:
-        need(name)
-    return "".join(LIB[n] for n in order)
 
 
 # ---- float32 transcendentals ---------------------------------------------------------------
@@ -692,3 +675,16 @@ for _name in ("jx_sin", "jx_cos"):
     DEPS[_name] = ("jx_trig",)
 LIB["jx_erfc"] = ""
 DEPS["jx_erfc"] = ("jx_erf",)
+
+
+_CALL = re.compile(r"\b(jx_[a-z0-9_]+)\s*\(")
+
+
+def _deps(name: str) -> tuple[str, ...]:
+    """What a helper calls: its declared dependencies and every other helper named in its source."""
+    found = [d for d in _CALL.findall(LIB[name]) if d in LIB and d != name and LIB[d]]
+    return tuple(dict.fromkeys([*DEPS[name], *found]))
+
+
+# name -> (source, helpers it calls): the form `jaxcore.cstyle.CStyleLanguage.helpers` takes.
+HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {n: (LIB[n], _deps(n)) for n in LIB}
