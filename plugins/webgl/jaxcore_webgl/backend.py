@@ -15,12 +15,15 @@ from jaxcore import settings
 from jaxcore.backend import BaseBackend, Capabilities, Executable, UnsupportedOpError
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel
-from jaxcore.routine import Routine
-from jaxcore_webgl import glsl
+from jaxcore.routine import Routine, Routines
+from jaxcore_webgl import glsl, routines
 from jaxcore_webgl.context import REQUIRED_EXTENSIONS, ContextError, GLThread
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
 
 DTYPES = frozenset({DType.float32, DType.float16, DType.int32, DType.uint32, DType.bool})
+# Render-pass routines; the others (Scatter, TriangularSolve, Cholesky, LU, Fft, JacobiEigh) are
+# not declared, so preparing them raises UnsupportedRoutineError.
+ROUTINES = frozenset({Routines.Sort, Routines.Argsort})
 
 
 @dataclass
@@ -53,7 +56,7 @@ class WebGLBackend(BaseBackend):
         max_texels = info.max_texture_size * info.max_texture_size
         self.capabilities = Capabilities(
             dtypes=DTYPES,
-            routines=frozenset(),
+            routines=ROUTINES,
             max_args=info.max_texture_units,
             max_buffer_bytes=min(max_texels * TEXEL_BYTES, 2**31 - TEXEL_BYTES),
             description=(
@@ -111,7 +114,10 @@ class WebGLBackend(BaseBackend):
         return KernelExe(prog, texels, src)
 
     def _compile_routine(self, routine: Routine) -> Any:
-        raise NotImplementedError
+        if routine.name in (Routines.Sort, Routines.Argsort):
+            size = self.info.max_texture_size
+            return self.thread.call(lambda: routines.sort_plan(self.device, routine, size))
+        raise NotImplementedError(routine.name)  # not declared: BaseBackend refuses it first
 
     def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> None:
         data = exe.data
@@ -131,4 +137,5 @@ class WebGLBackend(BaseBackend):
             else:
                 self.thread.call(lambda: dev.draw(data.program, inputs, out, data.texels))
             return
-        raise NotImplementedError
+        dev = self.device
+        self.thread.call(lambda: data.run(dev, inputs, outputs))
