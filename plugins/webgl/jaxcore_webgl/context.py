@@ -175,12 +175,12 @@ class _EGLContext:
         return EGL.EGL_NO_SURFACE
 
     def close(self) -> None:
+        # No eglTerminate: the display is shared by every context of the process on this device.
         EGL = self.EGL
         EGL.eglMakeCurrent(self.dpy, EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, EGL.EGL_NO_CONTEXT)
         EGL.eglDestroyContext(self.dpy, self.ctx)
         if self.surface:
             EGL.eglDestroySurface(self.dpy, self.surface)
-        EGL.eglTerminate(self.dpy)
 
 
 class _GlfwContext:
@@ -276,7 +276,10 @@ class GLThread:
                 box.append(e)
                 box.append(True)
             done.set()
-        self._ctx.close()
+        try:
+            self._ctx.close()
+        except Exception:  # the process may be tearing the driver down already
+            pass
 
     def _open(self, platform: str | None) -> Any:
         _bind_pyopengl_to_egl()
