@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from jaxcore import settings
+from jaxcore import settings, tracing
 from jaxcore.backend import BaseBackend, Capabilities, Executable, UnsupportedOpError
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel
@@ -58,6 +58,7 @@ class WebGLBackend(BaseBackend):
             dtypes=DTYPES,
             routines=ROUTINES,
             max_args=info.max_texture_units,
+            device_timestamps=info.has("GL_EXT_disjoint_timer_query"),
             max_buffer_bytes=min(max_texels * TEXEL_BYTES, 2**31 - TEXEL_BYTES),
             description=(
                 f"GLSL ES 3.00 fragment shaders into RGBA32UI textures on {info.renderer} "
@@ -119,23 +120,26 @@ class WebGLBackend(BaseBackend):
             return self.thread.call(lambda: routines.sort_plan(self.device, routine, size))
         raise NotImplementedError(routine.name)  # not declared: BaseBackend refuses it first
 
-    def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> None:
+    def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> float | None:
+        if tracing.is_tracing() and self.capabilities.device_timestamps:
+            dev = self.device
+            return self.thread.call(lambda: dev.timed(lambda: self._encode(exe, inputs, outputs)))
+        self.thread.call(lambda: self._encode(exe, inputs, outputs))
+        return None
+
+    def _encode(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> None:
+        """Issue the draws of one dispatch (on the GL thread)."""
         data = exe.data
         if isinstance(data, KernelExe):
             if data.texels == 0:
                 return
             out = outputs[0]
             dev = self.device
-            if out in inputs:
-
-                def aliased() -> None:
-                    tmp = dev.alloc(out.nbytes)
-                    dev.draw(data.program, inputs, tmp, data.texels)
-                    dev.swap(out, tmp)
-
-                self.thread.call(aliased)
+            if out in inputs:  # render elsewhere (no feedback loop), then take its storage
+                tmp = dev.alloc(out.nbytes)
+                dev.draw(data.program, inputs, tmp, data.texels)
+                dev.swap(out, tmp)
             else:
-                self.thread.call(lambda: dev.draw(data.program, inputs, out, data.texels))
+                dev.draw(data.program, inputs, out, data.texels)
             return
-        dev = self.device
-        self.thread.call(lambda: data.run(dev, inputs, outputs))
+        data.run(self.device, inputs, outputs)

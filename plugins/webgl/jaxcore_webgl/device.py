@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 
 TEXEL_BYTES = 16
+_TIME_ELAPSED = 0x88BF  # GL_TIME_ELAPSED_EXT
+_GPU_DISJOINT = 0x8FBB  # GL_GPU_DISJOINT_EXT
 
 VERTEX_SHADER = """#version 300 es
 void main() {
@@ -281,6 +283,38 @@ class Device:
         old = (dst.tex, dst.fbo)
         dst.tex, dst.fbo = src.tex, src.fbo
         self._give(dst.w, dst.h, *old)
+
+    # ---- GPU time (EXT_disjoint_timer_query) -------------------------------------------------
+    def timed(self, fn: Any) -> float | None:
+        """Run `fn()` inside a GL_TIME_ELAPSED query and wait for its result, in seconds (tracing
+        only: it stalls until the GPU has run the work). None if the timer was disjoint."""
+        gl = self.gl
+        q = int(gl.glGenQueries(1))
+        gl.glGetIntegerv(_GPU_DISJOINT)  # reading clears the disjoint flag
+        gl.glBeginQuery(_TIME_ELAPSED, q)
+        try:
+            fn()
+        finally:
+            gl.glEndQuery(_TIME_ELAPSED)
+        ns = ctypes.c_uint64(0)
+        self._query_ui64()(q, gl.GL_QUERY_RESULT, ctypes.byref(ns))
+        gl.glDeleteQueries(1, [q])
+        if int(gl.glGetIntegerv(_GPU_DISJOINT)):
+            return None
+        return ns.value * 1e-9
+
+    def _query_ui64(self) -> Any:
+        """glGetQueryObjectui64vEXT through eglGetProcAddress (PyOpenGL does not load it on EGL)."""
+        fn = getattr(self, "_ui64", None)
+        if fn is None:
+            from OpenGL import EGL
+
+            addr = EGL.eglGetProcAddress(b"glGetQueryObjectui64vEXT")
+            if not addr:
+                raise RuntimeError("webgl: glGetQueryObjectui64vEXT is not available")
+            proto = ctypes.CFUNCTYPE(None, ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_uint64))
+            fn = self._ui64 = proto(ctypes.cast(addr, ctypes.c_void_p).value)
+        return fn
 
     def finish(self) -> None:
         self.gl.glFinish()

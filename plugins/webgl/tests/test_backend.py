@@ -215,3 +215,18 @@ def test_gl_thread_runs_work_from_any_thread(gl) -> None:
         t.join()
     assert seen == [True] * 4
     assert isinstance(gl.thread, GLThread)
+
+
+def test_dispatch_events_carry_gpu_time_from_the_timer_query(gl) -> None:
+    assert gl.capabilities.device_timestamps == gl.info.has("GL_EXT_disjoint_timer_query")
+    if not gl.capabilities.device_timestamps:
+        pytest.skip("the context has no EXT_disjoint_timer_query")
+    x = np.ones(1 << 16, np.float32)
+    k = map_kernel(["float32"], x.size, lambda v: AluExp.exp(v))
+    jaxcore.start_trace()
+    try:
+        run_kernel(gl, k, [x])
+    finally:
+        events = jaxcore.stop_trace()
+    mine = [e for e in events if e.get("ph") == "X" and e["args"].get("device") == "webgl"]
+    assert len(mine) == 1 and mine[0]["args"]["device_time_us"] > 0, mine
