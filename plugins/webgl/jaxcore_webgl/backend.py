@@ -124,7 +124,8 @@ class WebGLBackend(BaseBackend):
         if tracing.is_tracing() and self.capabilities.device_timestamps:
             dev = self.device
             return self.thread.call(lambda: dev.timed(lambda: self._encode(exe, inputs, outputs)))
-        self.thread.call(lambda: self._encode(exe, inputs, outputs))
+        # Not waited for: the GL thread runs jobs in order, and reads wait for theirs.
+        self.thread.post(lambda: self._encode(exe, inputs, outputs))
         return None
 
     def _encode(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> None:

@@ -242,9 +242,8 @@ class GLThread:
     """The thread that owns the context; `call(fn)` runs fn there and returns its result."""
 
     def __init__(self, platform: str | None) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Event] | None] = (
-            queue.SimpleQueue()
-        )
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._posted_error: BaseException | None = None
         ready = threading.Event()
         self._start: list[Any] = []
         self._thread = threading.Thread(
@@ -271,11 +270,17 @@ class GLThread:
                 break
             fn, box, done = job
             try:
-                box.append(fn())
+                result = fn()
+                if box is not None:
+                    box.append(result)
             except BaseException as e:
-                box.append(e)
-                box.append(True)
-            done.set()
+                if box is None:  # a posted job: the next call() raises it
+                    self._posted_error = self._posted_error or e
+                else:
+                    box.append(e)
+                    box.append(True)
+            if done is not None:
+                done.set()
         try:
             self._ctx.close()
         except Exception:  # the process may be tearing the driver down already
@@ -321,16 +326,32 @@ class GLThread:
         return threading.current_thread() is self._thread
 
     def call(self, fn: Callable[[], T]) -> T:
-        """Run `fn()` on the GL thread (directly when already there); exceptions propagate."""
+        """Run `fn()` on the GL thread (directly when already there); exceptions propagate, and so
+        does the first failure of a job `post`ed before it."""
         if threading.current_thread() is self._thread:
             return fn()
         box: list[Any] = []
         done = threading.Event()
         self._jobs.put((fn, box, done))
         done.wait()
+        self._raise_posted()
         if len(box) == 2:
             raise box[0]
         return box[0]
+
+    def post(self, fn: Callable[[], Any]) -> None:
+        """Queue `fn()` without waiting (jobs run in order, so later calls see its effects)."""
+        if threading.current_thread() is self._thread:
+            fn()
+            return
+        self._raise_posted()
+        self._jobs.put((fn, None, None))
+
+    def _raise_posted(self) -> None:
+        err = self._posted_error
+        if err is not None:
+            self._posted_error = None
+            raise RuntimeError(f"webgl: an earlier dispatch failed on the GL thread: {err}") from err
 
     def close(self) -> None:
         if self._thread.is_alive():

@@ -185,3 +185,25 @@ def test_thousands_of_small_buffers(gl) -> None:
 def test_buffer_beyond_the_texture_limit_is_a_memory_error(gl) -> None:
     with pytest.raises(MemoryError):
         gl.malloc(gl.capabilities.max_buffer_bytes + 1)
+
+
+def test_a_failed_dispatch_surfaces_at_the_next_call(gl, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dispatches are not waited for; a failure on the GL thread is raised by the next call."""
+    exe = gl.prepare_kernel(_plus_one(4))
+    a = gl.malloc(16, np.zeros(4, np.float32).tobytes())
+    b = gl.malloc(16)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected draw failure")
+
+    monkeypatch.setattr(gl.device, "draw", broken)
+    gl.dispatch(exe, [a], [b])
+    monkeypatch.undo()
+    try:
+        with pytest.raises(RuntimeError, match="earlier dispatch failed.*injected draw failure"):
+            gl.read(b)
+        gl.dispatch(exe, [a], [b])  # the backend goes on working
+        assert (from_buffer(gl.read(b), F32) == 1).all()
+    finally:
+        gl.dec_ref(a)
+        gl.dec_ref(b)
