@@ -196,12 +196,12 @@ def test_a_failed_dispatch_surfaces_at_the_next_call(gl, monkeypatch: pytest.Mon
     def broken(*args, **kwargs):
         raise RuntimeError("injected draw failure")
 
-    monkeypatch.setattr(gl.device, "draw", broken)
-    gl.dispatch(exe, [a], [b])
-    monkeypatch.undo()
     try:
+        monkeypatch.setattr(gl.device, "draw", broken)
+        gl.dispatch(exe, [a], [b])
         with pytest.raises(RuntimeError, match="earlier dispatch failed.*injected draw failure"):
             gl.read(b)
+        monkeypatch.undo()
         gl.dispatch(exe, [a], [b])  # the backend goes on working
         assert (from_buffer(gl.read(b), F32) == 1).all()
     finally:
