@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxcore-installed
-PACKAGES := -e "core[test]" -e plugins/cpu -e plugins/wasm
+PACKAGES := -e "core[test]" -e plugins/cpu -e plugins/wasm -e plugins/webgl
 BENCH_ARGS ?=
 
 .PHONY: bench test venv clean-venv
@@ -15,7 +15,7 @@ venv: $(STAMP)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(BIN)/python core/pyproject.toml plugins/cpu/pyproject.toml plugins/wasm/pyproject.toml
+$(STAMP): $(BIN)/python core/pyproject.toml plugins/cpu/pyproject.toml plugins/wasm/pyproject.toml plugins/webgl/pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(PACKAGES)
 	touch $@
 
@@ -27,6 +27,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -q plugins/webgl/tests  # EGL, and glfw on Xvfb (started by the fixture)
 
 clean-venv:
 	rm -rf $(VENV)
