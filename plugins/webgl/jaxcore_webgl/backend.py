@@ -16,14 +16,14 @@ from jaxcore.backend import BaseBackend, Capabilities, Executable, UnsupportedOp
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel
 from jaxcore.routine import Routine, Routines
-from jaxcore_webgl import glsl, routines
+from jaxcore_webgl import glsl, linalg, routines
 from jaxcore_webgl.context import REQUIRED_EXTENSIONS, ContextError, GLThread
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
 
 DTYPES = frozenset({DType.float32, DType.float16, DType.int32, DType.uint32, DType.bool})
-# Render-pass routines; the others (Scatter, TriangularSolve, Cholesky, LU, Fft, JacobiEigh) are
-# not declared, so preparing them raises UnsupportedRoutineError.
-ROUTINES = frozenset({Routines.Sort, Routines.Argsort})
+# Render-pass routines; the others (Scatter, Fft, JacobiEigh) are not declared, so preparing them
+# raises UnsupportedRoutineError.
+ROUTINES = frozenset({Routines.Sort, Routines.Argsort, *linalg.PLANS})
 
 
 @dataclass
@@ -118,6 +118,10 @@ class WebGLBackend(BaseBackend):
         if routine.name in (Routines.Sort, Routines.Argsort):
             size = self.info.max_texture_size
             return self.thread.call(lambda: routines.sort_plan(self.device, routine, size))
+        plan = linalg.PLANS.get(routine.name)
+        if plan is not None:
+            size = self.info.max_texture_size
+            return self.thread.call(lambda: plan(self.device, routine, size))
         raise NotImplementedError(routine.name)  # not declared: BaseBackend refuses it first
 
     def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> float | None:

@@ -1,0 +1,283 @@
+"""TriangularSolve, Cholesky and LU as sequences of render passes over float32 work textures.
+
+Each step of the textbook algorithm is one full-texture draw: back substitution solves one column
+of unknowns per pass, Cholesky computes one column of L per pass, LU pivots and eliminates one
+column per pass (each fragment finds the pivot itself: the first largest |a_ij|, a NaN never
+winning, as the reference does). Inputs are widened to float32 words first and the results
+narrowed at the end, so float16 computes in float32 and rounds once (the contract's tolerance for
+float16 linear algebra). Entries that do not change in a step are copied, ping-ponging between two
+textures; no shader has a loop longer than a matrix dimension.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from jaxcore.dtype import DType
+from jaxcore.routine import Routine, Routines, TriangularSolveParams
+from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
+
+HEADER = "#version 300 es\nprecision highp float;\nprecision highp int;\nprecision highp usampler2D;\n"
+NAN = "uintBitsToFloat(0x7fc00000u)"
+COMMON = f"""bool isnan_(float x) {{ return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u; }}
+float sqrt_(float x) {{ return isnan_(x) || x < 0.0 ? {NAN} : sqrt(x); }}
+"""
+
+
+def _inputs(n: int) -> str:
+    out = []
+    for i in range(n):
+        out.append(
+            f"uniform highp usampler2D in{i};\nuniform int sh{i};\n"
+            f"uint ld{i}(int w) {{ int t = w >> 2; "
+            f"return texelFetch(in{i}, ivec2(t & ((1 << sh{i}) - 1), t >> sh{i}), 0)[w & 3]; }}\n"
+            f"float r{i}(int e) {{ return uintBitsToFloat(ld{i}(e)); }}\n"
+        )
+    return "".join(out)
+
+
+def word_pass(nargs: int, count: int, shift: int, body: str, uniforms: tuple[str, ...] = ()) -> str:
+    """A shader writing `count` 32-bit words, word e = `uint f(int e) { body }`."""
+    decl = "".join(f"uniform int {u};\n" for u in uniforms)
+    return (
+        HEADER
+        + _inputs(nargs)
+        + decl
+        + COMMON
+        + f"uint f(int e) {{\n  if (e >= {count}) return 0u;\n{body}\n}}\n"
+        + "layout(location = 0) out uvec4 o;\nvoid main() {\n"
+        + f"  int t = (int(gl_FragCoord.y) << {shift}) + int(gl_FragCoord.x);\n"
+        + "  o = uvec4(f(4 * t), f(4 * t + 1), f(4 * t + 2), f(4 * t + 3));\n}\n"
+    )
+
+
+def widen(dtype: DType, count: int, shift: int) -> str:
+    """Buffer of `dtype` -> float32 words."""
+    if dtype == DType.float16:
+        body = "  uint w = ld0(e >> 1);\n  return floatBitsToUint(unpackHalf2x16(w)[e & 1]);"
+    else:
+        body = "  return ld0(e);"
+    return word_pass(1, count, shift, body)
+
+
+def narrow(dtype: DType, count: int, shift: int) -> str:
+    """float32 words -> buffer of `dtype` (float16: two per word, rounded to nearest even)."""
+    if dtype != DType.float16:
+        return word_pass(1, count, shift, "  return ld0(e);")
+    body = (
+        f"  float lo = r0(2 * e);\n  float hi = 2 * e + 1 < {count} ? r0(2 * e + 1) : 0.0;\n"
+        "  return packHalf2x16(vec2(lo, hi));"
+    )
+    return word_pass(1, -(-count // 2), shift, body)
+
+
+@dataclass
+class PassPlan:
+    """Programs plus a schedule: `steps` runs them on the device with ping-pong work textures."""
+
+    steps: Callable[[Device, list[Texture], list[Texture]], None]
+    programs: dict[str, Program] = field(default_factory=dict)
+
+    def run(self, dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
+        self.steps(dev, inputs, outputs)
+
+
+def _texels(words: int) -> int:
+    return max(1, -(-words * 4 // TEXEL_BYTES))
+
+
+def _shift(words: int, max_size: int) -> int:
+    return texture_dims(words * 4, max_size)[2]
+
+
+def _out_shift(dtype: DType, count: int, max_size: int) -> int:
+    width = 2 if dtype == DType.float16 else 4
+    return texture_dims(count * width, max_size)[2]
+
+
+def _narrow_texels(dtype: DType, count: int) -> int:
+    width = 2 if dtype == DType.float16 else 4
+    return max(1, -(-count * width // TEXEL_BYTES))
+
+
+def triangular_solve_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
+    """x a^T = b row by row of b: x_i = (b_i - sum_{j>i} a_ij x_j) / a_ii, i = n-1 .. 0."""
+    t = routine.type
+    a_shape, b_shape = t.input_shapes
+    dtype = t.input_dtypes[1]
+    n, m = a_shape[-1], b_shape[-2]
+    batch = math.prod(a_shape[:-2])
+    params = routine.params
+    unit = isinstance(params, TriangularSolveParams) and params.unit_diagonal
+    wa, wb = batch * n * n, batch * m * n
+    sa, sb = _shift(wa, max_size), _shift(wb, max_size)
+    div = "" if unit else f" / r0(bb * {n * n} + i * {n} + i)"
+    body = (
+        f"  int c = e % {n}; int row = e / {n}; int bb = row / {m};\n"
+        "  if (c != u_i) return ld2(e);\n  int i = u_i;\n"
+        "  float s = r1(e);\n"
+        f"  for (int j = i + 1; j < {n}; j++) s -= r0(bb * {n * n} + i * {n} + j) * r2(row * {n} + j);\n"
+        f"  return floatBitsToUint(s{div});"
+    )
+    progs = {
+        "wa": dev.program(widen(dtype, wa, sa), 1),
+        "wb": dev.program(widen(dtype, wb, sb), 1),
+        "step": dev.program(word_pass(3, wb, sb, body, ("u_i",)), 3, ("u_i",)),
+        "out": dev.program(narrow(dtype, wb, _out_shift(dtype, wb, max_size)), 1),
+    }
+
+    def steps(dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
+        if wb == 0:
+            return
+        a, b = dev.alloc(wa * 4), dev.alloc(wb * 4)
+        x, y = dev.alloc(wb * 4), dev.alloc(wb * 4)
+        try:
+            dev.draw(progs["wa"], [inputs[0]], a, _texels(wa))
+            dev.draw(progs["wb"], [inputs[1]], b, _texels(wb))
+            for i in range(n - 1, -1, -1):
+                dev.draw(progs["step"], [a, b, x], y, _texels(wb), {"u_i": i})
+                x, y = y, x
+            dev.draw(progs["out"], [x], outputs[0], _narrow_texels(dtype, wb))
+        finally:
+            for tex in (a, b, x, y):
+                dev.free(tex)
+
+    return PassPlan(steps, progs)
+
+
+def cholesky_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
+    """Column j of L per pass (reads only the lower triangle of a; the upper is written as 0)."""
+    t = routine.type
+    shape, dtype = t.input_shapes[0], t.input_dtypes[0]
+    n = shape[-1]
+    batch = math.prod(shape[:-2])
+    w = batch * n * n
+    s = _shift(w, max_size)
+    body = (
+        f"  int c = e % {n}; int r = (e / {n}) % {n}; int base = (e / {n * n}) * {n * n};\n"
+        "  if (c != u_j) return ld1(e);\n  int j = u_j;\n"
+        "  if (r < j) return 0u;\n"
+        f"  float d = r0(base + j * {n} + j);\n"
+        f"  for (int k = 0; k < j; k++) {{ float l = r1(base + j * {n} + k); d -= l * l; }}\n"
+        "  float p = sqrt_(d);\n  if (r == j) return floatBitsToUint(p);\n"
+        f"  float v = r0(base + r * {n} + j);\n"
+        f"  for (int k = 0; k < j; k++) v -= r1(base + r * {n} + k) * r1(base + j * {n} + k);\n"
+        "  return floatBitsToUint(v / p);"
+    )
+    progs = {
+        "w": dev.program(widen(dtype, w, s), 1),
+        "zero": dev.program(word_pass(0, w, s, "  return 0u;"), 0),
+        "step": dev.program(word_pass(2, w, s, body, ("u_j",)), 2, ("u_j",)),
+        "out": dev.program(narrow(dtype, w, _out_shift(dtype, w, max_size)), 1),
+    }
+
+    def steps(dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
+        if w == 0:
+            return
+        a, x, y = dev.alloc(w * 4), dev.alloc(w * 4), dev.alloc(w * 4)
+        try:
+            dev.draw(progs["w"], [inputs[0]], a, _texels(w))
+            dev.draw(progs["zero"], [], x, _texels(w))
+            for j in range(n):
+                dev.draw(progs["step"], [a, x], y, _texels(w), {"u_j": j})
+                x, y = y, x
+            dev.draw(progs["out"], [x], outputs[0], _narrow_texels(dtype, w))
+        finally:
+            for tex in (a, x, y):
+                dev.free(tex)
+
+    return PassPlan(steps, progs)
+
+
+def lu_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
+    """Step j: pivot p = first max |lu[i][j]| over i >= j (NaN never wins; a NaN at j stays), swap
+    rows j and p, then (if the pivot is nonzero) store multipliers below it and update the rest."""
+    t = routine.type
+    shape, dtype = t.input_shapes[0], t.input_dtypes[0]
+    m, n = shape[-2:]
+    k = min(m, n)
+    batch = math.prod(shape[:-2])
+    w = batch * m * n
+    s = _shift(w, max_size)
+    pivot = (
+        "int pivot(int base, int j) {\n"
+        f"  float best = abs(r0(base + j * {n} + j));\n  if (isnan_(best)) return j;\n  int p = j;\n"
+        f"  for (int i = j + 1; i < {m}; i++) {{ float v = abs(r0(base + i * {n} + j));"
+        " if (!isnan_(v) && v > best) { best = v; p = i; } }\n"
+        "  return p;\n}\n"
+    )
+    # the row of the swapped matrix: rows j and p trade places
+    body = (
+        f"  int c = e % {n}; int r = (e / {n}) % {m}; int base = (e / {m * n}) * {m * n};\n"
+        "  int j = u_j; int p = pivot(base, j);\n"
+        "  int rr = r == j ? p : (r == p ? j : r);\n"
+        f"  float v = r0(base + rr * {n} + c);\n"
+        "  if (r <= j || c < j) return floatBitsToUint(v);\n"
+        f"  float d = r0(base + p * {n} + j);\n"
+        "  if (d == 0.0) return floatBitsToUint(v);\n"
+        f"  float l = r0(base + rr * {n} + j) / d;\n"
+        "  if (c == j) return floatBitsToUint(l);\n"
+        f"  return floatBitsToUint(v - l * r0(base + p * {n} + c));"
+    )
+    # perm (m words per matrix) and pivots (k words per matrix), int32 words, updated per step
+    wp, wv = batch * m, batch * k
+    sp, sv = _shift(wp, max_size), _shift(wv, max_size)
+    perm_body = (
+        f"  int r = e % {m}; int base = (e / {m}) * {m * n};\n"
+        "  int j = u_j; int p = pivot(base, j);\n"
+        f"  int rr = r == j ? p : (r == p ? j : r);\n  return ld1((e / {m}) * {m} + rr);"
+    )
+    piv_body = (
+        f"  int jj = e % {k}; int base = (e / {k}) * {m * n};\n"
+        "  if (jj != u_j) return ld1(e);\n  return uint(pivot(base, u_j));"
+    )
+
+    def with_pivot(src: str) -> str:
+        return src.replace("uint f(int e) {", pivot + "uint f(int e) {", 1)
+
+    progs = {
+        "w": dev.program(widen(dtype, w, s), 1),
+        "step": dev.program(with_pivot(word_pass(1, w, s, body, ("u_j",))), 1, ("u_j",)),
+        "perm0": dev.program(word_pass(0, wp, sp, f"  return uint(e % {m});"), 0),
+        "perm": dev.program(with_pivot(word_pass(2, wp, sp, perm_body, ("u_j",))), 2, ("u_j",)),
+        "piv": dev.program(with_pivot(word_pass(2, wv, sv, piv_body, ("u_j",))), 2, ("u_j",)),
+        "out": dev.program(narrow(dtype, w, _out_shift(dtype, w, max_size)), 1),
+        "copy_p": dev.program(word_pass(1, wp, sp, "  return ld0(e);"), 1),
+        "copy_v": dev.program(word_pass(1, wv, sv, "  return ld0(e);"), 1),
+    }
+
+    def steps(dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
+        if batch == 0 or m == 0 or n == 0:
+            if wp:
+                dev.draw(progs["perm0"], [], outputs[2], _texels(wp))
+            return
+        x, y = dev.alloc(w * 4), dev.alloc(w * 4)
+        p0, p1 = dev.alloc(wp * 4), dev.alloc(wp * 4)
+        v0, v1 = dev.alloc(max(wv, 1) * 4), dev.alloc(max(wv, 1) * 4)
+        try:
+            dev.draw(progs["w"], [inputs[0]], x, _texels(w))
+            dev.draw(progs["perm0"], [], p0, _texels(wp))
+            for j in range(k):
+                # perm and pivots read the matrix before this step's swap
+                dev.draw(progs["perm"], [x, p0], p1, _texels(wp), {"u_j": j})
+                dev.draw(progs["piv"], [x, v0], v1, _texels(wv), {"u_j": j})
+                dev.draw(progs["step"], [x], y, _texels(w), {"u_j": j})
+                x, y, p0, p1, v0, v1 = y, x, p1, p0, v1, v0
+            dev.draw(progs["out"], [x], outputs[0], _narrow_texels(dtype, w))
+            if wv:
+                dev.draw(progs["copy_v"], [v0], outputs[1], _texels(wv))
+            dev.draw(progs["copy_p"], [p0], outputs[2], _texels(wp))
+        finally:
+            for tex in (x, y, p0, p1, v0, v1):
+                dev.free(tex)
+
+    return PassPlan(steps, progs)
+
+
+PLANS = {
+    Routines.TriangularSolve: triangular_solve_plan,
+    Routines.Cholesky: cholesky_plan,
+    Routines.LU: lu_plan,
+}
