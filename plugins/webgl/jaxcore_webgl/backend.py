@@ -21,8 +21,8 @@ from jaxcore_webgl.context import REQUIRED_EXTENSIONS, ContextError, GLThread
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
 
 DTYPES = frozenset({DType.float32, DType.float16, DType.int32, DType.uint32, DType.bool})
-# Render-pass routines; the others (Scatter, Fft, JacobiEigh) are not declared, so preparing them
-# raises UnsupportedRoutineError.
+# Render-pass routines; the others (Scatter, JacobiEigh) are not declared, so preparing them raises
+# UnsupportedRoutineError.
 ROUTINES = frozenset({Routines.Sort, Routines.Argsort, *linalg.PLANS})
 
 

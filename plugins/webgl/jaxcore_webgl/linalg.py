@@ -1,12 +1,13 @@
-"""TriangularSolve, Cholesky and LU as sequences of render passes over float32 work textures.
+"""TriangularSolve, Cholesky, LU and Fft as sequences of render passes over float32 work textures.
 
 Each step of the textbook algorithm is one full-texture draw: back substitution solves one column
 of unknowns per pass, Cholesky computes one column of L per pass, LU pivots and eliminates one
 column per pass (each fragment finds the pivot itself: the first largest |a_ij|, a NaN never
-winning, as the reference does). Inputs are widened to float32 words first and the results
-narrowed at the end, so float16 computes in float32 and rounds once (the contract's tolerance for
-float16 linear algebra). Entries that do not change in a step are copied, ping-ponging between two
-textures; no shader has a loop longer than a matrix dimension.
+winning, as the reference does); Fft runs one mixed-radix Stockham pass per factor on (re, im)
+pairs, its twiddles cos/sin(2 pi num/den) reduced exactly in integers. Inputs are widened to
+float32 words first and the results narrowed at the end, so float16 computes in float32 and rounds
+once (the contract's tolerance for float16 linear algebra). Entries that do not change in a step
+are copied, ping-ponging between two textures; no shader loops longer than a matrix dimension.
 """
 
 from __future__ import annotations
@@ -281,3 +282,131 @@ PLANS = {
     Routines.Cholesky: cholesky_plan,
     Routines.LU: lu_plan,
 }
+
+
+def _pair_pass(nargs: int, count: int, shift: int, body: str, uniforms: tuple[str, ...] = ()) -> str:
+    """A shader writing `count` complex values as (re, im) word pairs, two per texel:
+    `vec2 f(int e) { body }`."""
+    decl = "".join(f"uniform int {u};\n" for u in uniforms)
+    return (
+        HEADER + _inputs(nargs) + decl + COMMON + FFT_TRIG + "vec2 c(int e) { int t = e >> 1;\n"
+        "  uvec4 v = texelFetch(in0, ivec2(t & ((1 << sh0) - 1), t >> sh0), 0);\n"
+        "  return uintBitsToFloat((e & 1) == 0 ? v.xy : v.zw); }\n"
+        + f"vec2 f(int e) {{\n  if (e >= {count}) return vec2(0.0);\n{body}\n}}\n"
+        + "layout(location = 0) out uvec4 o;\nvoid main() {\n"
+        + f"  int t = (int(gl_FragCoord.y) << {shift}) + int(gl_FragCoord.x);\n"
+        + "  o = uvec4(floatBitsToUint(f(2 * t)), floatBitsToUint(f(2 * t + 1)));\n}\n"
+    )
+
+
+# cos and sin of 2*pi*num/den for 0 <= num < den: folded to [0, pi/4] by octant, then Taylor.
+FFT_TRIG = """vec2 cis(int num, int den) {
+  // the angle in eighths of a turn: 8*num/den = oct + frac
+  int n8 = 8 * num;
+  int oct = n8 / den;
+  float fr = float(n8 - oct * den) / float(den);  // [0, 1)
+  bool mirror = (oct & 1) == 1;
+  float x = (mirror ? 1.0 - fr : fr) * 0.7853981633974483;  // [0, pi/4]
+  float z = x * x;
+  float s = x * (1.0 + z * (-1.6666666666666666e-1 + z * (8.333333333333333e-3 + z * (-1.984126984126984e-4
+            + z * 2.7557319223985893e-6))));
+  float co = 1.0 + z * (-0.5 + z * (4.1666666666666664e-2 + z * (-1.388888888888889e-3
+             + z * 2.48015873015873e-5)));
+  // octant k: angle = k*pi/4 + x (even k) or (k+1)*pi/4 - x (odd k)
+  int q = oct >> 1;  // whole quarter turns
+  vec2 v = mirror ? vec2(s, co) : vec2(co, s);  // (cos, sin) of the angle within its quarter
+  if (q == 1) v = vec2(-v.y, v.x);
+  else if (q == 2) v = -v;
+  else if (q == 3) v = vec2(v.y, -v.x);
+  return v;
+}
+"""
+
+
+def fft_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
+    """Mixed-radix Stockham passes (natural order out, any factor order); the inverse scales by 1/n."""
+    from jaxcore.routine import FftParams
+
+    t = routine.type
+    shape, dtype = t.input_shapes[0], t.input_dtypes[0]
+    params = routine.params
+    assert isinstance(params, FftParams)
+    n = shape[-1]
+    rows = math.prod(shape[:-1])
+    total = rows * n
+    sign = 1.0 if params.inverse else -1.0
+    ps = texture_dims(total * 8, max_size)[2]
+    if dtype == DType.float16:
+        load = (
+            "  uint a = ld0(e >> 1), b = ld1(e >> 1);\n"
+            "  return vec2(unpackHalf2x16(a)[e & 1], unpackHalf2x16(b)[e & 1]);"
+        )
+    else:
+        load = "  return vec2(r0(e), r1(e));"
+    pack = (
+        HEADER
+        + _inputs(2)
+        + f"vec2 f(int e) {{\n  if (e >= {total}) return vec2(0.0);\n{load}\n}}\n"
+        + "layout(location = 0) out uvec4 o;\nvoid main() {\n"
+        + f"  int t = (int(gl_FragCoord.y) << {ps}) + int(gl_FragCoord.x);\n"
+        + "  o = uvec4(floatBitsToUint(f(2 * t)), floatBitsToUint(f(2 * t + 1)));\n}\n"
+    )
+    stages = []
+    ns = 1
+    for r in params.factors:
+        d = ns * r
+        body = (
+            f"  int row = e / {n}; int o = e % {n};\n"
+            f"  int k = o % {ns}; int rr = (o / {ns}) % {r}; int j = (o / {d}) * {ns} + k;\n"
+            f"  int step = k + rr * {ns};\n  vec2 acc = vec2(0.0);\n"
+            f"  for (int q = 0; q < {r}; q++) {{\n"
+            f"    vec2 x = c(row * {n} + j + q * {n // r});\n"
+            f"    vec2 w = cis((q * step) % {d}, {d});\n    w.y *= {sign!r};\n"
+            "    acc += vec2(x.x * w.x - x.y * w.y, x.x * w.y + x.y * w.x);\n  }\n  return acc;"
+        )
+        stages.append(dev.program(_pair_pass(1, total, ps, body), 1))
+        ns = d
+    scale = f" * {1.0 / n!r}" if params.inverse else ""
+    out_progs = []
+    for part in ("x", "y"):
+        if dtype == DType.float16:
+            words = -(-total // 2)
+            body = (
+                f"  float lo = c(2 * e).{part}{scale};\n"
+                f"  float hi = 2 * e + 1 < {total} ? c(2 * e + 1).{part}{scale} : 0.0;\n"
+                "  return packHalf2x16(vec2(lo, hi));"
+            )
+        else:
+            words = total
+            body = f"  return floatBitsToUint(c(e).{part}{scale});"
+        src = word_pass(1, words, _out_shift(dtype, total, max_size), body)
+        src = src.replace(
+            "uint f(int e) {",
+            "vec2 c(int e) { int t = e >> 1; uvec4 v = texelFetch(in0, "
+            "ivec2(t & ((1 << sh0) - 1), t >> sh0), 0); return uintBitsToFloat((e & 1) == 0 ? "
+            "v.xy : v.zw); }\nuint f(int e) {",
+            1,
+        )
+        out_progs.append(dev.program(src, 1))
+    packer = dev.program(pack, 2)
+
+    def steps(dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
+        if total == 0:
+            return
+        x, y = dev.alloc(total * 8), dev.alloc(total * 8)
+        texels = -(-total // 2)
+        try:
+            dev.draw(packer, inputs, x, texels)
+            for prog in stages:
+                dev.draw(prog, [x], y, texels)
+                x, y = y, x
+            for prog, out in zip(out_progs, outputs):
+                dev.draw(prog, [x], out, _narrow_texels(dtype, total))
+        finally:
+            dev.free(x)
+            dev.free(y)
+
+    return PassPlan(steps, {})
+
+
+PLANS[Routines.Fft] = fft_plan

@@ -51,7 +51,7 @@ def test_float64_is_refused_at_prepare(gl) -> None:
         gl.prepare_routine(Routine.build(Routines.Sort, [(4,)], [DType.float64]))
 
 
-@pytest.mark.parametrize("name", [Routines.Scatter, Routines.Fft, Routines.JacobiEigh])
+@pytest.mark.parametrize("name", [Routines.Scatter, Routines.JacobiEigh])
 def test_undeclared_routines_raise(gl, name: Routines) -> None:
     assert name not in gl.capabilities.routines
     from jaxcore.conformance.test_unsupported import sample_routine
@@ -254,3 +254,20 @@ def test_linear_algebra_against_numpy(gl) -> None:
     )
     (x,) = run_routine(gl, r, [u, rhs])
     np.testing.assert_allclose(x[0] @ u[0].T, rhs[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1000, 1024, 97])
+@pytest.mark.parametrize("inverse", [False, True])
+def test_fft_against_numpy(gl, n: int, inverse: bool) -> None:
+    from jaxcore.routine import FftParams
+
+    rng = np.random.default_rng(n)
+    re, im = (rng.uniform(-1, 1, (2, n)).astype(np.float32) for _ in range(2))
+    r = Routine.build(Routines.Fft, [re.shape, im.shape], ["float32"] * 2, FftParams.default(n, inverse))
+    got_re, got_im = run_routine(gl, r, [re, im])
+    z = re.astype(np.float64) + 1j * im
+    want = np.fft.ifft(z) if inverse else np.fft.fft(z)
+    scale = np.abs(want).max()
+    assert np.abs(got_re + 1j * got_im - want).max() <= 2e-6 * scale * np.log2(n), np.abs(
+        got_re - want.real
+    ).max()
