@@ -16,14 +16,14 @@ from jaxcore.backend import BaseBackend, Capabilities, Executable, UnsupportedOp
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel
 from jaxcore.routine import Routine, Routines
-from jaxcore_webgl import glsl, linalg, routines
+from jaxcore_webgl import glsl, linalg, routines, scatter
 from jaxcore_webgl.context import REQUIRED_EXTENSIONS, ContextError, GLThread
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
 
 DTYPES = frozenset({DType.float32, DType.float16, DType.int32, DType.uint32, DType.bool})
-# Render-pass routines; the others (Scatter, JacobiEigh) are not declared, so preparing them raises
-# UnsupportedRoutineError.
-ROUTINES = frozenset({Routines.Sort, Routines.Argsort, *linalg.PLANS})
+# Render-pass routines (Scatter as a gather kernel); JacobiEigh is not declared, so preparing it
+# raises UnsupportedRoutineError.
+ROUTINES = frozenset({Routines.Sort, Routines.Argsort, Routines.Scatter, *linalg.PLANS})
 
 
 @dataclass
@@ -118,6 +118,10 @@ class WebGLBackend(BaseBackend):
         if routine.name in (Routines.Sort, Routines.Argsort):
             size = self.info.max_texture_size
             return self.thread.call(lambda: routines.sort_plan(self.device, routine, size))
+        if routine.name == Routines.Scatter:
+            kernel = scatter.scatter_kernel(routine)
+            self._check_ops(kernel)
+            return self._compile_kernel(kernel)
         plan = linalg.PLANS.get(routine.name)
         if plan is not None:
             size = self.info.max_texture_size
