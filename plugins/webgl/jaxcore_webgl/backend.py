@@ -21,8 +21,7 @@ from jaxcore_webgl.context import REQUIRED_EXTENSIONS, ContextError, GLThread
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
 
 DTYPES = frozenset({DType.float32, DType.float16, DType.int32, DType.uint32, DType.bool})
-# Render-pass routines (Scatter as a gather kernel); JacobiEigh is not declared, so preparing it
-# raises UnsupportedRoutineError.
+# Every routine, as render passes (Scatter as a gather kernel).
 ROUTINES = frozenset({Routines.Sort, Routines.Argsort, Routines.Scatter, *linalg.PLANS})
 
 

@@ -1,4 +1,4 @@
-"""TriangularSolve, Cholesky, LU and Fft as sequences of render passes over float32 work textures.
+"""TriangularSolve, Cholesky, LU, Fft and JacobiEigh as render passes over float32 work textures.
 
 Each step of the textbook algorithm is one full-texture draw: back substitution solves one column
 of unknowns per pass, Cholesky computes one column of L per pass, LU pivots and eliminates one
@@ -410,3 +410,137 @@ def fft_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
 
 
 PLANS[Routines.Fft] = fft_plan
+
+
+def jacobi_eigh_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
+    """Cyclic Jacobi: one pass pair per rotation (V first, since it needs A before the rotation),
+    a convergence flag per matrix after every sweep (read back to stop early; a converged or NaN
+    matrix is copied untouched), the threshold tolerance * max(1, max |lower|) fixed at the start."""
+    from jaxcore.routine import JacobiEighParams
+
+    t = routine.type
+    shape, dtype = t.input_shapes[0], t.input_dtypes[0]
+    params = routine.params
+    assert isinstance(params, JacobiEighParams)
+    n = shape[-1]
+    batch = math.prod(shape[:-2])
+    nn = n * n
+    w = batch * nn
+    s = _shift(w, max_size)
+    sb, sr = _shift(batch, max_size), _shift(batch * n, max_size)
+    head = f"  int c = e % {n}; int r = (e / {n}) % {n}; int b = e / {nn}; int base = b * {nn};\n"
+    # symmetric full storage from the lower triangle; V = I
+    init_a = head + f"  return floatBitsToUint(r >= c ? r0(e) : r0(base + c * {n} + r));"
+    init_v = head + "  return floatBitsToUint(r == c ? 1.0 : 0.0);"
+    rot = (
+        "  float apq = r0(base + u_q * {n} + u_p);\n"
+        "  if (ld1(b) == 0u || apq == 0.0) return ld{src}(e);\n"
+        "  float app = r0(base + u_p * {n} + u_p), aqq = r0(base + u_q * {n} + u_q);\n"
+        "  float tau = (aqq - app) / (2.0 * apq);\n"
+        "  float t = (tau >= 0.0 ? 1.0 : -1.0) / (abs(tau) + sqrt(tau * tau + 1.0));\n"
+        "  float cs = 1.0 / sqrt(t * t + 1.0), sn = t * cs;\n"
+    )
+    a_body = (
+        head
+        + rot.format(n=n, src=0)
+        + "  if ((r == u_p && c == u_q) || (r == u_q && c == u_p)) return 0u;\n"
+        + "  float k = 2.0 * sn * cs * apq;\n"
+        + "  if (r == u_p && c == u_p) return floatBitsToUint(cs * cs * app - k + sn * sn * aqq);\n"
+        + "  if (r == u_q && c == u_q) return floatBitsToUint(sn * sn * app + k + cs * cs * aqq);\n"
+        + "  int o = r == u_p || r == u_q ? c : r;  // the index along the rotated row or column\n"
+        + "  bool isp = r == u_p || c == u_p;\n"
+        + "  if (!(isp || r == u_q || c == u_q)) return ld0(e);\n"
+        + f"  float xp = r0(base + u_p * {n} + o), xq = r0(base + u_q * {n} + o);\n"
+        + "  return floatBitsToUint(isp ? cs * xp - sn * xq : sn * xp + cs * xq);"
+    )
+    v_body = (
+        head
+        + rot.format(n=n, src=2)
+        + "  if (c != u_p && c != u_q) return ld2(e);\n"
+        + f"  float vp = r2(base + r * {n} + u_p), vq = r2(base + r * {n} + u_q);\n"
+        + "  return floatBitsToUint(c == u_p ? cs * vp - sn * vq : sn * vp + cs * vq);"
+    )
+    # per row max |strict lower| of A, then per matrix; flags: active and still above threshold
+    row_max = (
+        f"  int r = e % {n}; int base = (e / {n}) * {nn};\n  float m = 0.0;\n"
+        f"  for (int c = 0; c < r; c++) {{ float v = abs(r0(base + r * {n} + c));"
+        " if (isnan_(v)) return 0x7fc00000u; m = max(m, v); }\n"
+        "  return floatBitsToUint(m);"
+    )
+    low_max = (  # max |lower| of the input (threshold), per row over c <= r
+        f"  int r = e % {n}; int base = (e / {n}) * {nn};\n  float m = 0.0;\n"
+        f"  for (int c = 0; c <= r; c++) {{ float v = abs(r0(base + r * {n} + c));"
+        " if (isnan_(v)) return 0x7fc00000u; m = max(m, v); }\n"
+        "  return floatBitsToUint(m);"
+    )
+    per_matrix = (
+        "  float m = 0.0;\n"
+        f"  for (int r = 0; r < {n}; r++) {{ float v = r0(e * {n} + r);"
+        " if (isnan_(v)) return 0x7fc00000u; m = max(m, v); }\n"
+        "  return floatBitsToUint(m);"
+    )
+    tol = float(params.tolerance)
+    flag = (  # in0: per-matrix max offdiag, in1: threshold base, in2: previous flag
+        f"  float m = r0(e), thr = {tol!r} * max(1.0, r1(e));\n"
+        "  if (isnan_(m) || isnan_(thr)) return 0u;\n"
+        "  return (u_first != 0 || ld2(e) != 0u) && m > thr ? 1u : 0u;"
+    )
+    progs = {
+        "w": dev.program(widen(dtype, w, s), 1),
+        "init_a": dev.program(word_pass(1, w, s, init_a), 1),
+        "init_v": dev.program(word_pass(0, w, s, init_v), 0),
+        "rot_a": dev.program(word_pass(2, w, s, a_body, ("u_p", "u_q")), 2, ("u_p", "u_q")),
+        "rot_v": dev.program(word_pass(3, w, s, v_body, ("u_p", "u_q")), 3, ("u_p", "u_q")),
+        "row_max": dev.program(word_pass(1, batch * n, sr, row_max), 1),
+        "low_max": dev.program(word_pass(1, batch * n, sr, low_max), 1),
+        "mat_max": dev.program(word_pass(1, batch, sb, per_matrix), 1),
+        "flag": dev.program(word_pass(3, batch, sb, flag, ("u_first",)), 3, ("u_first",)),
+        "tril": dev.program(word_pass(1, w, s, head + "  return c > r ? 0u : ld0(e);"), 1),
+        "out": dev.program(narrow(dtype, w, _out_shift(dtype, w, max_size)), 1),
+    }
+
+    def steps(dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
+        if w == 0:
+            return
+        tex = [dev.alloc(w * 4) for _ in range(5)]
+        raw, a, a2, v, v2 = tex
+        small = [dev.alloc(max(batch * n, 1) * 4)] + [dev.alloc(batch * 4) for _ in range(4)]
+        rows, thr, mx, f0, f1 = small
+        tw = _texels(w)
+        try:
+            dev.draw(progs["w"], [inputs[0]], raw, tw)
+            dev.draw(progs["init_a"], [raw], a, tw)
+            dev.draw(progs["init_v"], [], v, tw)
+            if n >= 2:
+                dev.draw(progs["low_max"], [raw], rows, _texels(batch * n))
+                dev.draw(progs["mat_max"], [rows], thr, _texels(batch))
+
+                def update_flags(first: int) -> None:
+                    nonlocal f0, f1
+                    dev.draw(progs["row_max"], [a], rows, _texels(batch * n))
+                    dev.draw(progs["mat_max"], [rows], mx, _texels(batch))
+                    dev.draw(progs["flag"], [mx, thr, f0], f1, _texels(batch), {"u_first": first})
+                    f0, f1 = f1, f0
+
+                update_flags(1)
+                for _ in range(params.max_sweeps):
+                    if not any(dev.download(f0, 0, batch * 4)):
+                        break
+                    for p in range(n - 1):
+                        for q in range(p + 1, n):
+                            pq = {"u_p": p, "u_q": q}
+                            dev.draw(progs["rot_v"], [a, f0, v], v2, tw, pq)
+                            dev.draw(progs["rot_a"], [a, f0], a2, tw, pq)
+                            a, a2, v, v2 = a2, a, v2, v
+                    update_flags(0)
+            dev.draw(progs["tril"], [a], a2, tw)
+            dev.draw(progs["out"], [a2], outputs[0], _narrow_texels(dtype, w))
+            dev.draw(progs["out"], [v], outputs[1], _narrow_texels(dtype, w))
+        finally:
+            for x in tex + small:
+                dev.free(x)
+
+    return PassPlan(steps, progs)
+
+
+PLANS[Routines.JacobiEigh] = jacobi_eigh_plan
