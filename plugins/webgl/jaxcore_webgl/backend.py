@@ -51,7 +51,10 @@ class WebGLBackend(BaseBackend):
             )
         self.info = info
         dump = env.get("dump", "").strip() or None
-        self.device: Device = self.thread.call(lambda: Device(info.max_texture_size, dump))
+        cfg = settings.current()
+        binaries = cfg.cache_dir / "webgl" if cfg.plugin_flag("webgl", "disk_cache", True) else None
+        driver = f"{info.vendor}|{info.renderer}|{info.version}"
+        self.device: Device = self.thread.call(lambda: Device(info.max_texture_size, dump, binaries, driver))
         max_texels = info.max_texture_size * info.max_texture_size
         self.capabilities = Capabilities(
             dtypes=DTYPES,

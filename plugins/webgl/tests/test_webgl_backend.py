@@ -301,3 +301,32 @@ def test_jacobi_eigh_against_numpy(gl) -> None:
     v64 = v.astype(np.float64)
     np.testing.assert_allclose(v64 @ (w[..., :, None] * v64.transpose(0, 2, 1)), sym, atol=1e-4)
     assert (np.triu(d, 1) == 0).all()
+
+
+def test_program_binaries_cached_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second context loads the first one's program binary instead of compiling (where the driver
+    supports GL_OES_get_program_binary), and computes the same."""
+    from jaxcore_webgl.backend import WebGLBackend
+
+    monkeypatch.setenv("JAXCORE_CACHE_DIR", str(tmp_path))
+    settings.reload()
+    k = map_kernel(["float32"], 64, lambda v: AluExp.mul(AluExp.exp(v), AluExp.f32(0.5)))
+    x = np.linspace(-3, 3, 64).astype(np.float32)
+    results, hits = [], []
+    try:
+        for _ in range(2):
+            b = WebGLBackend(platform="egl")
+            try:
+                results.append(run_kernel(b, k, [x]))
+                hits.append(b.thread.call(lambda b=b: b.device.binary_hits))
+                supported = b.device.binary_dir is not None
+            finally:
+                b.close()
+    finally:
+        monkeypatch.delenv("JAXCORE_CACHE_DIR")
+        settings.reload()
+    assert results[0].tobytes() == results[1].tobytes()
+    if not supported:
+        pytest.skip("the driver offers no program binary format")
+    assert list((tmp_path / "webgl").glob("*.bin"))
+    assert hits[0] == 0 and hits[1] >= 1, hits
