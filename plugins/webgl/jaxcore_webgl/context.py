@@ -315,7 +315,11 @@ class GLThread:
             vendor=_cstr(gl.glGetString(gl.GL_VENDOR)),
             glsl=_cstr(gl.glGetString(gl.GL_SHADING_LANGUAGE_VERSION)),
             extensions=exts,
-            max_texture_size=int(gl.glGetIntegerv(gl.GL_MAX_TEXTURE_SIZE)),
+            # a texture is only as usable as the viewport that renders into it
+            max_texture_size=min(
+                int(gl.glGetIntegerv(gl.GL_MAX_TEXTURE_SIZE)),
+                *(int(v) for v in gl.glGetIntegerv(gl.GL_MAX_VIEWPORT_DIMS)),
+            ),
             max_texture_units=int(gl.glGetIntegerv(gl.GL_MAX_TEXTURE_IMAGE_UNITS)),
             max_draw_buffers=int(gl.glGetIntegerv(gl.GL_MAX_DRAW_BUFFERS)),
             max_fragment_uniform_vectors=int(gl.glGetIntegerv(gl.GL_MAX_FRAGMENT_UNIFORM_VECTORS)),
