@@ -80,6 +80,14 @@ def _bind_pyopengl_to_egl() -> None:
         )
 
 
+def _brief(e: BaseException) -> str:
+    """One line for an exception (PyOpenGL's EGLError prints a multi-line argument dump)."""
+    err = getattr(e, "err", None)
+    if err is not None:
+        return f"{type(e).__name__} {getattr(err, 'name', err)}"
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+
+
 def _cstr(x: Any) -> str:
     if x is None:
         return ""
@@ -107,7 +115,7 @@ class _EGLContext:
                     break
                 errors.append(f"{how}: eglInitialize failed")
             except Exception as e:  # a missing extension entry point raises from PyOpenGL
-                errors.append(f"{how}: {type(e).__name__}: {str(e)[:120]}")
+                errors.append(f"{how}: {_brief(e)}")
         if self.dpy is None:
             raise ContextError(
                 "no EGL display: " + "; ".join(errors),

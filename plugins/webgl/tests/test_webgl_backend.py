@@ -330,3 +330,16 @@ def test_program_binaries_cached_on_disk(tmp_path: Path, monkeypatch: pytest.Mon
         pytest.skip("the driver offers no program binary format")
     assert list((tmp_path / "webgl").glob("*.bin"))
     assert hits[0] == 0 and hits[1] >= 1, hits
+
+
+def test_no_egl_driver_declines_with_reason_and_fix() -> None:
+    """With glvnd pointed at no EGL vendor, the device is 'unavailable' with the reason and the fix."""
+    env = dict(os.environ, __EGL_VENDOR_LIBRARY_FILENAMES="/nonexistent.json", JAXCORE_WEBGL_PLATFORM="egl")
+    code = (
+        "import jaxcore; jaxcore.init(['webgl']); i = jaxcore.device_info('webgl');"
+        " print(i.status); print(i.reason); print(i.hint)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    status, reason, hint = out.stdout.strip().splitlines()[:3]
+    assert status == "unavailable" and "EGL" in reason and "apt-get install" in hint, out.stdout
