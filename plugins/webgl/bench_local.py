@@ -50,9 +50,8 @@ def main() -> None:
     dt = timeit(lambda: (b.dispatch(mm, [ia, ib], [oc]), b.read(oc, 0, 4)), 2)
     got = np.frombuffer(b.read(oc), np.float32).reshape(m, m)
     err = np.abs(got - a_ @ b_).max()
-    print(
-        f"matmul {m} (generic kernel): {dt * 1e3:.1f} ms = {2 * m**3 / dt / 1e9:.2f} GFLOP/s, max err {err:.1e}"
-    )
+    gflops = 2 * m**3 / dt / 1e9
+    print(f"matmul {m} (generic kernel): {dt * 1e3:.1f} ms = {gflops:.2f} GFLOP/s, max err {err:.1e}")
     k = int(os.environ.get("BENCH_SORT", 1 << 20))
     s = np.random.rand(k).astype(np.float32)
     si, so = b.malloc(4 * k, s.tobytes()), b.malloc(4 * k)
