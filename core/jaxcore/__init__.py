@@ -1,4 +1,8 @@
-"""jaxcore: the backend layer of jax-js as a Python framework where every device is a plugin."""
+"""jaxcore: the backend layer of jax-js as a Python framework where every device is a plugin.
+
+Two namespaces: `jaxcore` is for users (pick devices, build kernels and routines, run them);
+`jaxcore.plugin` is for backend authors and is what `API_VERSION` versions.
+"""
 
 from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
 from jaxcore.backend import (
@@ -27,6 +31,17 @@ from jaxcore.registry import (
     plugin_info,
     register_plugin,
 )
+from jaxcore.routine import (
+    FftParams,
+    JacobiEighParams,
+    Routine,
+    Routines,
+    RoutineType,
+    ScatterOp,
+    ScatterParams,
+    TriangularSolveParams,
+)
+from jaxcore.shape import ShapeTracker, View
 from jaxcore.tracing import start_trace, stop_trace
 from jaxcore.tuner import TuneResult, TuneSize, tune_nullopt
 
@@ -45,15 +60,25 @@ __all__ = [
     "DeviceInfo",
     "DeviceUnavailable",
     "Executable",
+    "FftParams",
+    "JacobiEighParams",
     "Kernel",
     "PluginInfo",
     "Reduction",
+    "Routine",
+    "RoutineType",
+    "Routines",
+    "ScatterOp",
+    "ScatterParams",
+    "ShapeTracker",
     "Slot",
     "SlotError",
+    "TriangularSolveParams",
     "TuneResult",
     "TuneSize",
     "UnsupportedOpError",
     "UnsupportedRoutineError",
+    "View",
     "byte_width",
     "default_device",
     "device_info",

@@ -1,4 +1,4 @@
-"""The `jaxcore` command: `devices`, `conformance` and `bench`.
+"""The `jaxcore` command: `devices`, `conformance`, `bench` and `new-plugin`.
 
 `jaxcore devices` does not only list: it runs a tiny kernel on every ready device, because a
 device that registers but cannot compute is the failure users most need to see. It exits 1 when
@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
@@ -117,6 +118,10 @@ def cmd_devices(args: argparse.Namespace, out: TextIO) -> int:
         rows.append((f"{mark}{d.name}", plugin, str(d.priority), d.status, dtypes, routines, max_args))
         extra = [f"reason: {d.reason}"] if d.reason else []
         extra += [f"fix: {d.hint}"] if d.hint else []
+        if d.conflicts:
+            extra.append(
+                f"conflict: also registered by {', '.join(d.conflicts)} (ignored; {registry.OWNER_RULE})"
+            )
         if extra:
             notes[len(rows) - 1] = extra
     if len(rows) == 1:
@@ -165,6 +170,25 @@ def cmd_conformance(args: argparse.Namespace, out: TextIO) -> int:
     return int(conformance.run(list(args.devices), list(args.pytest_args)))
 
 
+def cmd_new_plugin(args: argparse.Namespace, out: TextIO) -> int:
+    from jaxcore import scaffold
+
+    try:
+        root = scaffold.new_plugin(args.name, Path(args.dir))
+    except (ValueError, FileExistsError) as exc:
+        out.write(f"jaxcore new-plugin: {exc}\n")
+        return 2
+    out.write(f"wrote {root}/\n")
+    for rel in scaffold.package_files(args.name):
+        out.write(f"  {rel}\n")
+    out.write(
+        f"\nnext:\n  pip install -e {root}\n  jaxcore devices\n  jaxcore conformance {args.name}\n"
+        f"then implement the hooks in {root / ('jaxcore_' + args.name.replace('-', '_')) / 'backend.py'} "
+        "(each raises NotImplementedError naming itself until then).\n"
+    )
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
     from jaxcore import bench
 
@@ -188,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("devices", nargs="*", help="devices to test (default: every ready device)")
     c.set_defaults(func=cmd_conformance, pytest_args=[])
+    n = sub.add_parser("new-plugin", help="write a new device plugin package, ready to pip install")
+    n.add_argument("name", help="the device name (lowercase letters, digits, '-', '_')")
+    n.add_argument("--dir", default=".", help="where to create jaxcore-NAME/ (default: here)")
+    n.set_defaults(func=cmd_new_plugin)
     b = sub.add_parser("bench", help="run the standard workloads against numpy")
     bench.add_arguments(b)
     b.set_defaults(func=cmd_bench)

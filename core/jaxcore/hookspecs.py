@@ -2,14 +2,15 @@
 
 A plugin module (found through the entry-point group ``jaxcore``) writes::
 
-    import jaxcore
+    from jaxcore.plugin import hookimpl
 
-    @jaxcore.hookimpl
+    @hookimpl
     def jaxcore_register_devices(register):
         register("mydev", make_backend, api_version=1, priority=50, hint="pip install mydev-runtime")
 
 Registering only records a factory; no device is created until `jaxcore.init()` or first use, so a
-plugin's import and hook must stay cheap (import heavy runtimes inside the factory).
+plugin's import and hook must stay cheap (import heavy runtimes inside the factory). The import + hook,
+and later the factory, each run on a worker thread bounded by `JAXCORE_PLUGIN_TIMEOUT` (see registry).
 """
 
 from __future__ import annotations
@@ -46,9 +47,13 @@ class RegisterDevice(Protocol):
         """Declare device `name`, created by `factory()` on first use.
 
         - `factory()` returns a Backend, or raises `jaxcore.DeviceUnavailable(reason, hint)` to decline
-          (missing hardware or runtime). Any other exception is recorded as a plugin error.
+          (missing hardware or runtime). Any other exception, SystemExit included, is recorded as a
+          plugin error; one that does not return within `JAXCORE_PLUGIN_TIMEOUT` s leaves the device
+          unavailable. It runs on a worker thread (the calling thread when the timeout is 0).
         - `api_version`: the `jaxcore.API_VERSION` the plugin was written against, as a literal number;
           a mismatch is recorded as an error instead of loading a backend built for another core.
+        - `name`: if another plugin registers it too, the plugin whose entry point is named `name`
+          keeps it, else the one loaded first; the other is reported (see `jaxcore.registry`).
         - `priority`: the ready device with the highest priority becomes the default device.
         - `hint`: a fix-it line shown when the factory fails (e.g. which package to install).
         - `plugin`/`version`: display name and version; default to the distribution that provides the

@@ -7,6 +7,10 @@
 - `JAXCORE_PLUGINS`: comma list of plugins to load: entry-point names (`cpu`) or module paths
   (`pkg.plugin`, for plugins that are importable but not installed).
 - `JAXCORE_STRICT_PLUGINS=1`: re-raise a plugin's import or hook failure instead of recording it (plugin CI).
+- `JAXCORE_PLUGIN_TIMEOUT`: seconds a plugin's import + hook, and each device factory, may take (default 30).
+  Each runs on its own daemon thread; one that takes longer is reported "timed out after N s" and the rest
+  of jaxcore carries on without it. `0` turns the bound off: imports and factories then run in the calling
+  thread and a hang hangs the caller (for a backend that must be created on the main thread).
 - `JAXCORE_CACHE_DIR`: where plugins keep on-disk caches (compiled kernels); default
   `$XDG_CACHE_HOME/jaxcore` or `~/.cache/jaxcore`. A plugin uses its own subfolder.
 - `JAXCORE_<PLUGIN>_<KEY>`: plugin-specific settings, read with `current().plugin("<plugin>")`.
@@ -14,6 +18,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,6 +45,22 @@ def _names(raw: str | None) -> tuple[str, ...] | None:
     return names or None
 
 
+DEFAULT_PLUGIN_TIMEOUT = 30.0
+
+
+def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
+    raw = env.get(key, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{key}={env[key]!r} is not a number of seconds; use e.g. 30, or 0 for no limit")
+    return value
+
+
 def _default_cache_dir(environ: Mapping[str, str]) -> Path:
     if environ.get("JAXCORE_CACHE_DIR", "").strip():
         return Path(environ["JAXCORE_CACHE_DIR"].strip()).expanduser()
@@ -56,6 +77,7 @@ class Settings:
     disable_plugin_autoload: bool = False
     plugins: tuple[str, ...] = ()
     strict_plugins: bool = False
+    plugin_timeout: float = DEFAULT_PLUGIN_TIMEOUT
     cache_dir: Path = field(default_factory=lambda: _default_cache_dir({}))
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -69,6 +91,7 @@ class Settings:
             disable_plugin_autoload=_flag(env, "JAXCORE_DISABLE_PLUGIN_AUTOLOAD"),
             plugins=_names(env.get("JAXCORE_PLUGINS")) or (),
             strict_plugins=_flag(env, "JAXCORE_STRICT_PLUGINS"),
+            plugin_timeout=_seconds(env, "JAXCORE_PLUGIN_TIMEOUT", DEFAULT_PLUGIN_TIMEOUT),
             cache_dir=_default_cache_dir(environ),
             env=MappingProxyType(env),
         )

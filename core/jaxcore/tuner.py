@@ -17,7 +17,8 @@ index) before they are lowered:
   (a full sum of 64M items): a first pass writes `size * split` partial results to scratch and a
   second pass folds each output's partials and applies the epilogue;
 - **unroll**: reduction items per loop trip (the loop body repeated with `ridx + u`);
-- **upcast**: outputs per thread (register tiling; reserved, always 1 here — see the report).
+- **upcast**: outputs per thread (register blocking): 4 when some read does not move with the
+  output index (a matmul's row of A, a broadcast), so one load per trip feeds four accumulators.
 
 The expression the plan computes is always the nullopt one (`Special gidx`/`ridx` keep their
 full ranges, so the simplifier's range facts stay true); the plan only says how the renderer
@@ -160,6 +161,12 @@ def tune_gpu(kernel: Kernel, limits: GpuLimits | None = None) -> TuneResult:
     if group > 1 and n < lim.fill_workgroups and r >= group * 64:
         split = min(-(-lim.fill_workgroups // n), -(-r // (group * 16)))
         split = max(split, 1)
+    # Upcast: four outputs per thread when some read does not move with the output (it is then
+    # loaded once per trip for all four: register blocking) and there are threads to spare.
+    upcast = 1
+    reuse = any(s.d_gidx == 0 for s in strides)
+    if group == 1 and reuse and n % 4 == 0 and n // 4 >= lim.fill_workgroups * 16:
+        upcast = 4
     unroll = 1
     if group == 1:
         for u in (4, 2):
@@ -170,8 +177,9 @@ def tune_gpu(kernel: Kernel, limits: GpuLimits | None = None) -> TuneResult:
         groups=group,
         reduce=r,
         unroll=unroll,
+        upcast=upcast,
         local=group if group > 1 else local,
         split=split,
     )
-    threads = n * group * split
+    threads = n * group * split // upcast
     return TuneResult(base.exp, base.epilogue, base.output_idx_exp, threads, size)

@@ -11,11 +11,20 @@ from typing import Any
 
 import numpy as np
 
-from jaxcore import BaseBackend, Capabilities, DType, Executable, Kernel, tune_nullopt
-from jaxcore.dtype import arith, to_numpy
-from jaxcore.host_routines import run_routine
-from jaxcore.interpret import Interpreter
-from jaxcore.routine import Routine, Routines
+from jaxcore.plugin import (
+    BaseBackend,
+    Capabilities,
+    DType,
+    Executable,
+    Interpreter,
+    Kernel,
+    Routine,
+    Routines,
+    arith,
+    run_routine,
+    to_numpy,
+    tune_nullopt,
+)
 
 _FOLD = {"Add": "add", "Mul": "mul", "Min": "min", "Max": "max"}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import jaxcore
-from jaxcore.hookspecs import RegisterDevice
+from jaxcore.plugin import RegisterDevice
 
 
 def _create() -> jaxcore.Backend:

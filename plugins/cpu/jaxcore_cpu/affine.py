@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jaxcore.alu import AluExp, AluOp
-from jaxcore.dtype import DType
+from jaxcore.plugin import AluExp, AluOp, DType
 
 
 @dataclass(frozen=True, order=True)

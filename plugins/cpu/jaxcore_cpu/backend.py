@@ -6,11 +6,18 @@ import math
 
 import numpy as np
 
-from jaxcore.backend import BaseBackend, Capabilities, Executable
-from jaxcore.dtype import DType, to_numpy
-from jaxcore.host_routines import run_routine
-from jaxcore.kernel import Kernel
-from jaxcore.routine import Routine, Routines, Shape
+from jaxcore.plugin import (
+    BaseBackend,
+    Capabilities,
+    DType,
+    Executable,
+    Kernel,
+    Routine,
+    Routines,
+    Shape,
+    run_routine,
+    to_numpy,
+)
 from jaxcore_cpu.executor import KernelPlan, plan_kernel, run_kernel
 
 CAPABILITIES = Capabilities(
@@ -49,6 +56,9 @@ class CpuBackend(BaseBackend):
 
     def _copyout(self, handle: np.ndarray, start: int, count: int) -> bytes:
         return handle[start : start + count].tobytes()
+
+    def _copy_buffer(self, src_handle: np.ndarray, dst_handle: np.ndarray, nbytes: int) -> None:
+        dst_handle[:nbytes] = src_handle[:nbytes]
 
     def _compile_kernel(self, kernel: Kernel) -> KernelPlan:
         return plan_kernel(kernel)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import jaxcore
-from jaxcore.hookspecs import RegisterDevice
+from jaxcore.plugin import RegisterDevice
 
 if TYPE_CHECKING:
-    from jaxcore.backend import Backend
+    from jaxcore.plugin import Backend
 
 
 def _create() -> Backend:

@@ -18,11 +18,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from jaxcore import settings
-from jaxcore.backend import BaseBackend, Capabilities, Executable
-from jaxcore.dtype import DType, to_numpy
-from jaxcore.host_routines import run_routine
-from jaxcore.kernel import Kernel
-from jaxcore.routine import Routine, Routines
+from jaxcore.plugin import (
+    BaseBackend,
+    Capabilities,
+    DType,
+    Executable,
+    Kernel,
+    Routine,
+    Routines,
+    run_routine,
+    to_numpy,
+)
 from jaxcore_wasm import codegen, matmul, runtime
 from jaxcore_wasm.codegen import KernelPlan
 from jaxcore_wasm.compiler import compiler
@@ -151,9 +157,6 @@ class WasmBackend(BaseBackend):
         if data is None:
             self._run_routine(exe.source, inputs, outputs)
             return
-        if outputs[0] in inputs and data.plan.size:
-            self._run_aliased(exe, inputs, outputs)
-            return
         if data.single:  # the hot path: one call on this thread, no allocation
             args = data.args
             with self._lane_lock:
@@ -176,15 +179,10 @@ class WasmBackend(BaseBackend):
         else:
             self._run_chunks(data, ptrs)
 
-    def _run_aliased(self, exe: Executable, inputs: list[int], outputs: list[int]) -> None:
-        """The output is also an input: compute into a temporary (kernels assume no overlap), copy back."""
-        nbytes = exe.source.bytes
-        tmp = self.allocator.alloc(nbytes)
-        try:
-            self._run(exe, inputs, [tmp])
-            self.memory.view(outputs[0], nbytes)[:] = self.memory.view(tmp, nbytes)
-        finally:
-            self.allocator.free(tmp)
+    def _copy_buffer(self, src_handle: int, dst_handle: int, nbytes: int) -> None:
+        """An aliased dispatch's temporary to its output, within linear memory (the base class runs
+        it: kernels are compiled `noalias` and never see an output that is also an input)."""
+        self.memory.view(dst_handle, nbytes)[:] = self.memory.view(src_handle, nbytes)
 
     def pool(self) -> runtime.Pool:
         if self._pool is None:

@@ -15,10 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from jaxcore import settings
-from jaxcore.alu import AluExp, AluOp
-from jaxcore.dtype import DType
-from jaxcore.kernel import Kernel
-from jaxcore.tuner import tune_nullopt
+from jaxcore.plugin import AluExp, AluOp, DType, Kernel, tune_nullopt
 from jaxcore_wasm import matmul
 from jaxcore_wasm.emitter import DEVICE, Emitter, Ranges, accumulate, reg_type
 from jaxcore_wasm.irtext import F32, F64, I32, Fn, Module, loop

@@ -15,8 +15,7 @@ from pathlib import Path
 import wasmtime
 
 from jaxcore import settings
-from jaxcore.dtype import DType
-from jaxcore.kernel import Kernel
+from jaxcore.plugin import DType, Kernel
 from jaxcore_wasm import codegen, module, toolchain
 from jaxcore_wasm.cache import DiskCache
 from jaxcore_wasm.codegen import KernelPlan

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jaxcore.alu import AluExp, AluOp
-from jaxcore.dtype import DType
-from jaxcore.kernel import Kernel
+from jaxcore.plugin import AluExp, AluOp, DType, Kernel
 from jaxcore_wasm.irtext import F32, I32, Fn, Module, fconst, loop
 from jaxcore_wasm.toolchain import TRIPLE, datalayout
 

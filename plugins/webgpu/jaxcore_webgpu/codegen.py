@@ -20,8 +20,10 @@ passes share. The runtime owns devices, buffers and pipelines; all it needs is h
   lists the features the device must have been created with (`"shader-f16"`, `"shader-f64"`).
 
 Strategies (chosen by the tuner from how the reads move in memory):
-- elementwise: one thread per output, `local` threads per workgroup;
-- reduction, thread per output: a loop over the reduction (unrolled by `unroll`);
+- elementwise: one thread per output, `local` threads per workgroup; four per thread with vec4
+  loads and stores when the map is contiguous (`a*b+c`);
+- reduction, thread per output: a loop over the reduction (unrolled by `unroll`), `upcast`
+  outputs per thread when a read does not move with the output (register blocking);
 - grouped: `groups` threads of one workgroup share an output, stride over the reduction (coalesced
   row reads), then fold in workgroup memory (a tree) and thread 0 applies the epilogue;
 - split (two passes): `split` workgroups per output each fold a chunk into scratch, then one
@@ -127,11 +129,21 @@ class _Program:
         self.bindings: list[Binding] = []
         self.body: list[str] = []
 
-    def bind(self, kind: str, index: int, dtype: DType, elements: int, read_only: bool, name: str) -> None:
+    def bind(
+        self,
+        kind: str,
+        index: int,
+        dtype: DType,
+        elements: int,
+        read_only: bool,
+        name: str,
+        vec: bool = False,
+    ) -> None:
         b = Binding(len(self.bindings), kind, index, dtype, elements, read_only)
         self.bindings.append(b)
         access = "read" if read_only else "read_write"
         ty = self.lang.storage_type(dtype)
+        ty = f"vec4<{ty}>" if vec else ty
         self.decls.append(f"@group(0) @binding({b.binding}) var<storage, {access}> {name}: array<{ty}>;")
 
     def finish(
@@ -216,6 +228,9 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
 
     red = kernel.reduction
     if red is None:
+        vec = _elementwise_vec4(kernel, tune, lang, target, traits, enables, in_dtypes, need)
+        if vec is not None:
+            return ShaderPlan((vec,), (), tune)
         return ShaderPlan((_elementwise(kernel, tune, lang, target, exp, enables, declare),), (), tune)
     if tune.size.split > 1:
         return _split(kernel, tune, lang, target, exp, epilogue, enables, declare)
@@ -248,6 +263,76 @@ def _elementwise(kernel, tune, lang, target, exp, enables, declare) -> ShaderPro
         f"  if (gidx_u >= {kernel.size}u) {{ return; }}",
         "  let gidx: i32 = i32(gidx_u);",
         *_indent(r.lines, 2),
+    ]
+    return p.finish(wg, grid, enables, [])
+
+
+_VEC_DTYPES = (DType.float32, DType.int32, DType.uint32)
+_LANES = "xyzw"
+
+
+def _elementwise_vec4(kernel, tune, lang, target, traits, enables, in_dtypes, need) -> ShaderProgram | None:
+    """Four outputs per thread with vec4 loads and stores, for contiguous elementwise maps.
+
+    Each lane's expression is the kernel's with `gidx = 4 q + u`, simplified with one cache so the
+    lanes share what they can; an input read only at `4 q + u` in lane u (and sized in whole
+    vec4s) becomes one `vec4` load per thread, anything else stays a scalar read of its
+    component (`in[i >> 2][i & 3]` on a vec4 binding would also do, but is not needed).
+    """
+    n = kernel.size
+    if n % 4 or n < 4 or kernel.dtype not in _VEC_DTYPES:
+        return None
+    q = AluExp.special(DType.int32, "jc_q", n // 4)
+    cache: dict[str, AluExp] = {}
+    lane_idx = [AluExp.add(AluExp.mul(q, AluExp.i32(4)), AluExp.i32(u)).simplify(cache) for u in range(4)]
+
+    def sub(u: int) -> AluExp:
+        def visit(e: AluExp) -> AluExp | None:
+            if e.op == AluOp.Special and e.arg[0] == "gidx":
+                return lane_idx[u]
+            return None
+
+        return tune.exp.rewrite(visit).simplify(cache)
+
+    lanes = [sub(u) for u in range(4)]
+    reads: dict[int, bool] = {}
+    for u, e in enumerate(lanes):
+        for node in e.nodes():
+            if node.op == AluOp.GlobalIndex:
+                gid = node.arg[0]
+                ok = node.src[0] == lane_idx[u] and node.dtype in _VEC_DTYPES and need[gid] % 16 == 0
+                reads[gid] = reads.get(gid, True) and ok
+    vec_in = {g for g, ok in reads.items() if ok}
+    if not vec_in:
+        return None
+
+    def to_var(u: int, e: AluExp) -> AluExp:
+        def visit(node: AluExp) -> AluExp | None:
+            if node.op == AluOp.GlobalIndex and node.arg[0] in vec_in:
+                return AluExp.variable(node.dtype, f"jc_v{node.arg[0]}.{_LANES[u]}")
+            return None
+
+        return legalize(e.rewrite(visit), traits)
+
+    lanes = [to_var(u, e) for u, e in enumerate(lanes)]
+    p = _Program(lang, target)
+    for gid in range(kernel.nargs):
+        dt = in_dtypes.get(gid, DType.uint32)
+        p.bind("in", gid, dt, need[gid] // byte_width(dt), True, f"in{gid}", vec=gid in vec_in)
+    p.bind("out", 0, kernel.dtype, n, False, "out0", vec=True)
+    r = p.root
+    r.count(*lanes)
+    vals = [r.render(e) for e in lanes]
+    ty = lang.type_name(kernel.dtype)
+    wg = tune.size.local
+    grid = fold_grid(-(-(n // 4) // wg), target.max_workgroups_per_dim)
+    p.body += [
+        f"  let jc_qu: u32 = wg * {wg}u + lid;",
+        f"  if (jc_qu >= {n // 4}u) {{ return; }}",
+        "  let jc_q: i32 = i32(jc_qu);",
+        *(f"  let jc_v{g} = in{g}[jc_q];" for g in sorted(vec_in)),
+        *_indent(r.lines, 2),
+        f"  out0[jc_q] = vec4<{ty}>({', '.join(v for v in vals)});",
     ]
     return p.finish(wg, grid, enables, [])
 
@@ -290,27 +375,80 @@ def _shift_ridx(exp: AluExp, u: int) -> AluExp:
     return exp.rewrite(visit)
 
 
+def _lanes(exp: AluExp, lane_gidx: list[AluExp], cache: dict[str, AluExp]) -> list[AluExp]:
+    """`exp` once per upcast lane, with the Special `gidx` replaced by that lane's output index."""
+    out = []
+    for idx in lane_gidx:
+
+        def visit(e: AluExp, idx: AluExp = idx) -> AluExp | None:
+            return idx if e.op == AluOp.Special and e.arg[0] == "gidx" else None
+
+        out.append(exp.rewrite(visit).simplify(cache))
+    return out
+
+
 def _per_thread(kernel, tune, lang, target, exp, epilogue, enables, declare) -> ShaderProgram:
+    """One thread per `upcast` outputs, each a loop over the reduction (unrolled by `unroll`).
+
+    With upcast U, thread q owns outputs 4q+u; the lanes' expressions are simplified with one
+    cache, so reads that do not move with the output (a matmul's row of A) are one load per trip,
+    shared by the U accumulators.
+    """
     p = _Program(lang, target)
     declare(p)
     red = kernel.reduction
+    up = tune.size.upcast
     wg = tune.size.local
-    grid = fold_grid(-(-kernel.size // wg), target.max_workgroups_per_dim)
+    threads = kernel.size // up
+    grid = fold_grid(-(-threads // wg), target.max_workgroups_per_dim)
     r = p.root
     ty = lang.type_name(red.dtype)
     ident = lang.render_const(r, red.identity, red.dtype)
     unroll = tune.size.unroll
     header = [_combine_fn(lang, r, red, lang.traits)]
-    loop = _loop_body(r, exp, unroll, "ridx")
+    traits = lang.traits
+    if up == 1:
+        lane_gidx = [AluExp.special(DType.int32, "gidx", kernel.size)]
+        lane_exp, lane_epi = [exp], [epilogue]
+        accs = ["acc"]
+        prologue = [
+            f"  let gidx_u: u32 = wg * {wg}u + lid;",
+            f"  if (gidx_u >= {kernel.size}u) {{ return; }}",
+            "  let gidx: i32 = i32(gidx_u);",
+        ]
+    else:
+        cache: dict[str, AluExp] = {}
+        q = AluExp.special(DType.int32, "jc_q", threads)
+        lane_gidx = [
+            AluExp.add(AluExp.mul(q, AluExp.i32(up)), AluExp.i32(u)).simplify(cache) for u in range(up)
+        ]
+        lane_exp = [legalize(e, traits) for e in _lanes(tune.exp, lane_gidx, cache)]
+        accs = [f"acc{u}" for u in range(up)]
+        epis = _lanes(tune.epilogue, lane_gidx, cache)
+        lane_epi = [
+            legalize(e.substitute({"acc": AluExp.variable(red.dtype, a)}), traits) for e, a in zip(epis, accs)
+        ]
+        prologue = [
+            f"  let jc_qu: u32 = wg * {wg}u + lid;",
+            f"  if (jc_qu >= {threads}u) {{ return; }}",
+            "  let jc_q: i32 = i32(jc_qu);",
+        ]
+    body = r.child()
+    terms = [[e if v == 0 else _shift_ridx(e, v) for v in range(unroll)] for e in lane_exp]
+    body.count(*(t for ts in terms for t in ts))
+    for a, ts in zip(accs, terms):
+        for t in ts:
+            body.lines.append(f"{a} = jc_combine({a}, {body.render(t)});")
     tail = r.child()
-    _store(p, tail, kernel.dtype, tune.output_idx_exp, epilogue)
+    out_idx = lane_gidx if up > 1 else [tune.output_idx_exp]
+    tail.count(*out_idx, *lane_epi)
+    for i, e in zip(out_idx, lane_epi):
+        tail.lines.append(f"out0[{tail.render(i)}] = {lang.store_value(tail, kernel.dtype, tail.render(e))};")
     p.body += [
-        f"  let gidx_u: u32 = wg * {wg}u + lid;",
-        f"  if (gidx_u >= {kernel.size}u) {{ return; }}",
-        "  let gidx: i32 = i32(gidx_u);",
-        f"  var acc: {ty} = {ident};",
+        *prologue,
+        *(f"  var {a}: {ty} = {ident};" for a in accs),
         f"  for (var ridx: i32 = 0i; ridx < {red.size}i; ridx = ridx + {unroll}i) {{",
-        *_indent(loop, 4),
+        *_indent(body.lines, 4),
         "  }",
         *_indent(tail.lines, 2),
     ]
