@@ -11,11 +11,18 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from jaxcore import settings, tracing
-from jaxcore.backend import BaseBackend, Capabilities, Executable, UnsupportedOpError
-from jaxcore.dtype import DType
-from jaxcore.kernel import Kernel
-from jaxcore.routine import Routine, Routines
+from jaxcore import tracing
+from jaxcore.plugin import (
+    BaseBackend,
+    Capabilities,
+    DType,
+    Executable,
+    Kernel,
+    Routine,
+    Routines,
+    UnsupportedOpError,
+    current_settings,
+)
 from jaxcore_webgl import glsl, linalg, routines, scatter
 from jaxcore_webgl.context import REQUIRED_EXTENSIONS, ContextError, GLThread
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
@@ -37,7 +44,7 @@ class WebGLBackend(BaseBackend):
 
     def __init__(self, platform: str | None = None) -> None:
         super().__init__()
-        env = settings.current().plugin("webgl")
+        env = current_settings().plugin("webgl")
         if platform is None:
             platform = env.get("platform", "").strip() or None
         self.thread = GLThread(platform)
@@ -51,7 +58,7 @@ class WebGLBackend(BaseBackend):
             )
         self.info = info
         dump = env.get("dump", "").strip() or None
-        cfg = settings.current()
+        cfg = current_settings()
         binaries = cfg.cache_dir / "webgl" if cfg.plugin_flag("webgl", "disk_cache", True) else None
         driver = f"{info.vendor}|{info.renderer}|{info.version}"
         self.device: Device = self.thread.call(lambda: Device(info.max_texture_size, dump, binaries, driver))

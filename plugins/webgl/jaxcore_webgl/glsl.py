@@ -20,12 +20,9 @@ import struct
 
 import numpy as np
 
-from jaxcore.alu import AluExp, AluOp
-from jaxcore.backend import UnsupportedOpError
 from jaxcore.cstyle import CStyleLanguage, ExpRenderer, OpRender, strip_parens
-from jaxcore.dtype import INT32_MIN, DType
-from jaxcore.kernel import Kernel
 from jaxcore.legalize import TargetTraits, legalize
+from jaxcore.plugin import INT32_MIN, AluExp, AluOp, DType, Kernel, UnsupportedOpError
 from jaxcore_webgl import glsl_lib
 
 HEADER = "#version 300 es\nprecision highp float;\nprecision highp int;\nprecision highp usampler2D;\n"

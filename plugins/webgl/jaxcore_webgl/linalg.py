@@ -16,8 +16,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from jaxcore.dtype import DType
-from jaxcore.routine import Routine, Routines, TriangularSolveParams
+from jaxcore.plugin import DType, FftParams, JacobiEighParams, Routine, Routines, TriangularSolveParams
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
 
 HEADER = "#version 300 es\nprecision highp float;\nprecision highp int;\nprecision highp usampler2D;\n"
@@ -325,8 +324,6 @@ FFT_TRIG = """vec2 cis(int num, int den) {
 
 def fft_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
     """Mixed-radix Stockham passes (natural order out, any factor order); the inverse scales by 1/n."""
-    from jaxcore.routine import FftParams
-
     t = routine.type
     shape, dtype = t.input_shapes[0], t.input_dtypes[0]
     params = routine.params
@@ -416,8 +413,6 @@ def jacobi_eigh_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
     """Cyclic Jacobi: one pass pair per rotation (V first, since it needs A before the rotation),
     a convergence flag per matrix after every sweep (read back to stop early; a converged or NaN
     matrix is copied untouched), the threshold tolerance * max(1, max |lower|) fixed at the start."""
-    from jaxcore.routine import JacobiEighParams
-
     t = routine.type
     shape, dtype = t.input_shapes[0], t.input_dtypes[0]
     params = routine.params

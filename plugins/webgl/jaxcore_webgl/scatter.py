@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import math
 
-from jaxcore.alu import AluExp, AluOp, AluVar
-from jaxcore.dtype import DType
-from jaxcore.kernel import Kernel, Reduction
-from jaxcore.routine import Routine, ScatterParams
+from jaxcore.plugin import AluExp, AluOp, AluVar, DType, Kernel, Reduction, Routine, ScatterParams
 
 I32 = DType.int32
 
