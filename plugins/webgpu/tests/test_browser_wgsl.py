@@ -35,7 +35,8 @@ _JS = """async (codes) => {
     dev.pushErrorScope("validation");
     const m = dev.createShaderModule({code});
     const info = await m.getCompilationInfo();
-    let errs = info.messages.filter(x => x.type == "error").map(x => `${x.lineNum}:${x.linePos} ${x.message}`);
+    let errs = info.messages.filter(x => x.type == "error")
+      .map(x => `${x.lineNum}:${x.linePos} ${x.message}`);
     try {
       await dev.createComputePipelineAsync({layout: "auto", compute: {module: m, entryPoint: "main"}});
     } catch (e) { errs.push("pipeline: " + e.message); }
