@@ -599,7 +599,11 @@ def test_legalize_matches_contract_on_interpreter() -> None:
             e = AluExp(op, dtype, (x, y))
             want = Interpreter({"a": a, "b": b}).run(e)
             got = Interpreter({"a": a, "b": b}).run(legalize(e, traits))
-            np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+            got, want = np.asarray(got), np.asarray(want)
+            if dtype == F32:  # a NaN's sign and payload are not part of the contract
+                assert np.array_equal(np.isnan(got), np.isnan(want))
+                got, want = got[~np.isnan(want)], want[~np.isnan(want)]
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 def test_vec4_elementwise(gpu: Harness) -> None:
