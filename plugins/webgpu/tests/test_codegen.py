@@ -650,3 +650,13 @@ def test_transcendental_expansions_on_gpu(gpu: Harness, op: AluOp) -> None:
     plan = compile_kernel(k, gpu.target, replace(WGSL_TRAITS, expand_transcendentals=True))
     assert "jc_" + op.value.lower() not in plan.passes[0].code
     assert_close(gpu.run(plan, [a], F32, n), reference(k, [a]), F32, op.value)
+
+
+def test_empty_kernels(gpu: Harness) -> None:
+    """A reduction over 0 items gives its identity through the epilogue; 0 outputs dispatch nothing."""
+    x = AluExp.global_view(F32, 0, ShapeTracker.from_shape([5, 0]), [AluVar.gidx, AluVar.ridx])
+    k = Kernel(1, 5, x, Reduction(F32, AluOp.Max, 0, AluVar.acc(F32) * 2.0))
+    got = gpu.run(compile_kernel(k, gpu.target), [np.zeros(1, np.float32)], F32, 5)
+    np.testing.assert_array_equal(got, np.full(5, -np.inf, np.float32))
+    plan = compile_kernel(Kernel(1, 0, gv(F32, 0, 0) + 1.0), gpu.target)
+    assert all(0 in p.grid for p in plan.passes)
