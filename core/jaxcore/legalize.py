@@ -111,7 +111,7 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
         a, b = e.src
         if dt == DType.float16:  # f32 has 2*11+2 bits: rounding the f32 quotient to f16 is exact
             a, b = AluExp.cast(DType.float32, a), AluExp.cast(DType.float32, b)
-            return AluExp.cast(DType.float16, _trunc(divide_rn(a, b)))
+            return _trunc(AluExp.cast(DType.float16, divide_rn(a, b)))  # round to f16, then trunc
         return _trunc(divide_rn(a, b))
     if op in (AluOp.Idiv, AluOp.Mod) and dt in (DType.int32, DType.uint32):
         return _int_divmod(e, t)
