@@ -50,6 +50,8 @@ class MatmulPlan:
 
 def _affine(e: AluExp, names: tuple[str, ...]) -> dict[str, int] | None:
     """Coefficients of e as base + sum c_v * v over Specials `names`, or None if not affine."""
+    if e.dtype not in (DType.int32, DType.uint32):
+        return None  # a float constant may be inf or NaN: never an index coefficient
     if e.op == AluOp.Const:
         return {"": int(e.arg)}
     if e.op == AluOp.Special and e.arg[0] in names:
@@ -70,7 +72,8 @@ def _affine(e: AluExp, names: tuple[str, ...]) -> dict[str, int] | None:
 def divisors(exp: AluExp) -> set[int]:
     out = set()
     for n in exp.nodes():
-        if n.op in (AluOp.Idiv, AluOp.Mod) and n.src[1].op == AluOp.Const:
+        # integer divisions only: a float divisor may be inf or NaN, and splits nothing
+        if n.op in (AluOp.Idiv, AluOp.Mod) and n.dtype == DType.int32 and n.src[1].op == AluOp.Const:
             if any(x.op == AluOp.Special and x.arg[0] == "gidx" for x in n.src[0].nodes()):
                 out.add(int(n.src[1].arg))
     return out
