@@ -5,11 +5,15 @@ kernels."""
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import numpy as np
 import pytest
+import wasmtime
 
-from jaxcore import AluExp, AluVar, DType, Kernel
+from jaxcore import AluExp, AluVar, DType, Kernel, settings
+from jaxcore_wasm import runtime
 
 g = AluVar.gidx
 FLOATS = {DType.float32: np.float32, DType.float64: np.float64, DType.float16: np.float16}
@@ -78,3 +82,144 @@ def test_even_functions_of_signed_zero(wasm_backend, dtype: DType) -> None:
     for fn, want in (("cos", 1.0), ("exp", 1.0), ("erfc", 1.0)):
         k = Kernel(1, 2, getattr(AluExp, fn)(AluExp.global_index(dtype, 0, 2, g)))
         np.testing.assert_array_equal(run(wasm_backend, k, [xs], npd), np.array([want, want], npd))
+
+
+# ---- item 2: a process compiles without limit (wasmtime caps a Store at 10,000 instances) ------------
+
+
+def _store_module() -> wasmtime.Module:
+    """`k(p, v)`: *p = v + 1."""
+    from jaxcore_wasm import module, toolchain
+
+    text = f"""target triple = "{toolchain.TRIPLE}"
+target datalayout = "{toolchain.datalayout()}"
+define void @k(ptr %p, i32 %v) #0 {{
+  %w = add i32 %v, 1
+  store i32 %w, ptr %p
+  ret void
+}}
+attributes #0 = {{ nounwind "wasm-export-name"="k" }}
+"""
+    return wasmtime.Module(runtime.engine(), module.finalize(toolchain.compile_ir(text)[0]))
+
+
+def test_a_lane_runs_more_modules_than_a_store_can_hold() -> None:
+    # 10,050 distinct modules (deserialized copies: cheap), each instantiated and run once, past
+    # wasmtime's 10,000 instances per Store; the old Lane failed with "instance count too high".
+    blob = _store_module().serialize()
+    mem = runtime.Memory(runtime.engine())
+    lane = runtime.Lane(runtime.engine(), mem)
+    n = 10_050
+    for i in range(n):
+        mod = wasmtime.Module.deserialize(runtime.engine(), blob)
+        lane.call(lane.funcs(mod)["k"], runtime.make_args([64, i]), 2)
+        assert int.from_bytes(mem.view(64, 4), "little") == i + 1
+    assert lane.instantiations == n
+    assert lane.instances <= lane.limit < runtime.WASMTIME_STORE_LIMIT
+    assert lane.generation >= n // lane.limit
+
+
+def _setting(monkeypatch, name: str, value: str) -> None:
+    """Set a JAXCORE_* variable for this test only (the settings object is restored afterwards)."""
+    monkeypatch.setenv(name, value)
+    monkeypatch.setattr(settings, "_current", settings.Settings.from_env())
+
+
+def test_backend_keeps_running_kernels_across_store_recycling(monkeypatch) -> None:
+    from jaxcore_wasm.backend import WasmBackend
+
+    _setting(monkeypatch, "JAXCORE_WASM_STORE_INSTANCES", "8")
+    be = WasmBackend(threads=1)
+    xs = np.arange(16, dtype=np.float32)
+    kernels = [Kernel(1, 16, AluExp.global_index(DType.float32, 0, 16, g) * float(i + 2)) for i in range(30)]
+    for _ in range(2):  # the second round runs kernels whose instances were dropped with their Store
+        for i, k in enumerate(kernels):
+            np.testing.assert_array_equal(run(be, k, [xs], np.float32), xs * (i + 2))
+    assert be.lane.limit == 8 and be.lane.instances <= 8 and be.lane.generation >= 6
+
+
+def test_store_instances_setting_is_checked(monkeypatch) -> None:
+    _setting(monkeypatch, "JAXCORE_WASM_STORE_INSTANCES", "20000")
+    with pytest.raises(ValueError, match="JAXCORE_WASM_STORE_INSTANCES"):
+        runtime.store_instances()
+
+
+# ---- concurrent first use: one pool and one set of scratch blocks per backend ------------------------
+
+
+def test_concurrent_first_use_starts_one_pool(monkeypatch) -> None:
+    from jaxcore_wasm.backend import WasmBackend
+
+    made = []
+    real_init = runtime.Pool.__init__
+
+    def slow_init(self, *a, **kw):  # widen the window in which racing threads see no pool yet
+        made.append(self)
+        time.sleep(0.2)
+        real_init(self, *a, **kw)
+
+    monkeypatch.setattr(runtime.Pool, "__init__", slow_init)
+    be = WasmBackend(threads=4)
+    n = 1 << 20
+    a = np.linspace(-3, 3, n, dtype=np.float32)
+    k = Kernel(1, n, AluExp.exp(AluExp.global_index(DType.float32, 0, n, g)) + 1.0)
+    assert not be.prepare_kernel(k).data.single  # runs on the pool
+    barrier = threading.Barrier(4)
+    results: list[np.ndarray] = []
+
+    def worker() -> None:
+        barrier.wait()
+        results.append(run(be, k, [a], np.float32))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == 4
+    for r in results:
+        np.testing.assert_allclose(r, np.exp(a) + 1, rtol=1e-6)
+    assert len(made) == 1
+    assert len(be._scratch) == be.threads
+    workers = [t for t in threading.enumerate() if t.name.startswith("jaxcore-wasm-")]
+    assert sum(1 for t in workers if t.is_alive()) >= be.threads - 1
+
+
+# ---- no process-wide lock across a compile --------------------------------------------------------------
+
+
+def test_a_slow_compile_does_not_block_another(tmp_path, monkeypatch) -> None:
+    import llvmlite.binding as llvm
+
+    from jaxcore_wasm.backend import WasmBackend
+    from jaxcore_wasm.cache import DiskCache
+    from jaxcore_wasm.compiler import Compiler
+
+    be = WasmBackend(threads=1)
+    be.compiler = Compiler(DiskCache(tmp_path, enabled=False))
+    entered, release = threading.Event(), threading.Event()
+    real_parse = llvm.parse_assembly
+    marker = "0x4058A00000000000"  # 98.5, only in the slow kernel's IR
+
+    def parse(text, *a, **kw):
+        if marker in text:
+            entered.set()
+            release.wait(120)
+        return real_parse(text, *a, **kw)
+
+    monkeypatch.setattr(llvm, "parse_assembly", parse)
+    x = AluExp.global_index(DType.float32, 0, 16, g)
+    slow = threading.Thread(target=be.prepare_kernel, args=(Kernel(1, 16, x * 98.5),))
+    slow.start()
+    try:
+        assert entered.wait(120)
+        done = threading.Event()
+        other = threading.Thread(target=lambda: (be.prepare_kernel(Kernel(1, 16, x * 3.25)), done.set()))
+        other.start()
+        assert done.wait(30), "a second compile waited on the first one's lock"
+        assert slow.is_alive()
+    finally:
+        release.set()
+        slow.join(120)
+    xs = np.arange(16, dtype=np.float32)
+    np.testing.assert_array_equal(run(be, Kernel(1, 16, x * 98.5), [xs], np.float32), xs * np.float32(98.5))
