@@ -4,7 +4,9 @@ kernels."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import threading
 import time
 
@@ -223,3 +225,172 @@ def test_a_slow_compile_does_not_block_another(tmp_path, monkeypatch) -> None:
         slow.join(120)
     xs = np.arange(16, dtype=np.float32)
     np.testing.assert_array_equal(run(be, Kernel(1, 16, x * 98.5), [xs], np.float32), xs * np.float32(98.5))
+
+
+# ---- bounded caches --------------------------------------------------------------------------------
+
+
+def _scale(i: float, n: int = 16) -> Kernel:
+    return Kernel(1, n, AluExp.global_index(DType.float32, 0, n, g) * float(i))
+
+
+def test_compiler_memory_cache_is_an_lru(tmp_path) -> None:
+    from jaxcore_wasm.cache import DiskCache
+    from jaxcore_wasm.compiler import Compiler
+
+    c = Compiler(DiskCache(tmp_path, enabled=False), capacity=4)
+    for i in range(10):
+        assert c.compile(_scale(i + 0.5)).source == "llvm"
+    assert len(c) == 4 and c.evictions == 6 and not c._key_locks
+    assert c.compile(_scale(9.5)).source == "memory"
+    assert c.compile(_scale(0.5)).source == "llvm"  # evicted: built again
+
+
+def test_backend_kernel_cache_is_bounded_and_evicted_executables_still_run(monkeypatch) -> None:
+    from jaxcore_wasm.backend import WasmBackend
+
+    _setting(monkeypatch, "JAXCORE_WASM_MEMORY_CACHE", "4")
+    be = WasmBackend(threads=1)
+    xs = np.arange(16, dtype=np.float32)
+    first = be.prepare_kernel(_scale(2.0))
+    for i in range(12):
+        be.prepare_kernel(_scale(i + 3.0))
+    assert len(be._kernel_cache) == 4 and len(be.compiler) <= max(4, be.compiler.capacity)
+    a, out = be.malloc(xs.nbytes, xs.tobytes()), be.malloc(xs.nbytes)
+    be.dispatch(first, [a], [out])  # an executable the cache no longer holds
+    np.testing.assert_array_equal(np.frombuffer(be.read(out), np.float32), xs * 2)
+
+
+@pytest.mark.parametrize("var", ["JAXCORE_WASM_MEMORY_CACHE", "JAXCORE_WASM_DISK_CACHE_MB"])
+@pytest.mark.parametrize("value", ["lots", "0"])
+def test_cache_size_settings_are_checked(monkeypatch, var: str, value: str) -> None:
+    from jaxcore_wasm.cache import DiskCache
+    from jaxcore_wasm.compiler import memory_cache_size
+
+    _setting(monkeypatch, var, value)
+    with pytest.raises(ValueError, match=var):
+        memory_cache_size() if "MEMORY" in var else DiskCache()
+
+
+def test_disk_cache_is_bounded_least_recently_used_first(tmp_path, monkeypatch) -> None:
+    from jaxcore_wasm.cache import DiskCache
+
+    _setting(monkeypatch, "JAXCORE_WASM_DISK_CACHE_MB", "1")
+    c = DiskCache(tmp_path, enabled=True)
+    assert c.limit == 1 << 20
+    payload = bytes(100_000)
+    c.put("keep", {}, payload)
+    for i in range(30):
+        os.utime(c.path("keep"))  # used all along: the oldest by write, the newest by use
+        c.put(f"k{i}", {}, payload)
+        assert c.get("keep") is not None
+        assert c.size() <= c.limit
+    assert c.evictions > 0 and c.get("k0") is None and c.get("k29") is not None
+    assert c.size() <= c.limit
+
+
+# ---- the disk cache checks what it loads against the kernel ----------------------------------------
+
+
+def _disk_backend(tmp_path):
+    from jaxcore_wasm.backend import WasmBackend
+    from jaxcore_wasm.cache import DiskCache
+    from jaxcore_wasm.compiler import Compiler
+
+    be = WasmBackend(threads=1)
+    be.compiler = Compiler(DiskCache(tmp_path, enabled=True))
+    return be
+
+
+def _entry(tmp_path, k: Kernel) -> tuple[dict, bytes]:
+    be = _disk_backend(tmp_path)
+    be.prepare_kernel(k)
+    got = be.compiler.disk.get(k.key())
+    assert got is not None
+    return got
+
+
+def _reload(tmp_path, k: Kernel, xs: np.ndarray, want: np.ndarray) -> str:
+    """A new process's view (fresh caches): prepare `k` from disk, check its result, and check
+    that the entry was rewritten well (the process after it starts from disk)."""
+    be = _disk_backend(tmp_path)
+    source = be.prepare_kernel(k).data.source
+    np.testing.assert_array_equal(run(be, k, [xs], want.dtype), want)
+    assert _disk_backend(tmp_path).prepare_kernel(k).data.source == "disk"
+    return source
+
+
+XS = np.arange(16, dtype=np.float32)
+
+
+def test_disk_entry_with_a_transplanted_module_is_rebuilt(tmp_path) -> None:
+    # the module of x*3 moved into the entry of x*2, with a plain sha256 of the body as the checksum
+    import hashlib
+
+    from jaxcore_wasm import cache
+
+    a, b = _scale(2.0), _scale(3.0)
+    plan_a, _ = _entry(tmp_path, a)
+    _, module_b = _entry(tmp_path, b)
+    header = json.dumps(plan_a).encode()
+    body = len(header).to_bytes(4, "little") + header + module_b
+    disk = cache.DiskCache(tmp_path, enabled=True)
+    disk.path(a.key()).write_bytes(cache.MAGIC + hashlib.sha256(body).digest() + body)
+    assert _reload(tmp_path, a, XS, XS * 2) == "llvm"
+
+
+def test_disk_entry_with_a_module_of_another_arity_is_rebuilt(tmp_path) -> None:
+    # even with a checksum made the cache's own way: the module must export what the plan needs
+    from jaxcore_wasm import cache
+
+    a = _scale(2.0)
+    b = Kernel(
+        2, 16, AluExp.global_index(DType.float32, 0, 16, g) + AluExp.global_index(DType.float32, 1, 16, g)
+    )
+    plan_a, _ = _entry(tmp_path, a)
+    _, module_b = _entry(tmp_path, b)
+    cache.DiskCache(tmp_path, enabled=True).put(a.key(), plan_a, module_b)
+    assert _reload(tmp_path, a, XS, XS * 2) == "llvm"
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("size", 32), ("size", 1 << 20), ("nargs", 2), ("reduce", 8), ("split", True), ("acc_bytes", 1 << 30),
+     ("out_dtype", "float64"), ("out_dtype", "float99"), ("split", "yes"), ("matmul", {"m": 1}),
+     ("size", None), ("extra", 1)],
+)  # fmt: skip
+def test_disk_entry_with_a_bad_plan_is_rebuilt(tmp_path, field: str, value) -> None:
+    from jaxcore_wasm import cache
+
+    a = _scale(2.0)
+    plan, module_a = _entry(tmp_path, a)
+    cache.DiskCache(tmp_path, enabled=True).put(a.key(), dict(plan, **{field: value}), module_a)
+    be = _disk_backend(tmp_path)
+    xs = np.arange(16, dtype=np.float32)
+    # a neighbour right after the output: an enlarged size would write over it
+    a_slot, out, neighbour = be.malloc(64, xs.tobytes()), be.malloc(64), be.malloc(1 << 16, bytes(1 << 16))
+    exe = be.prepare_kernel(a)
+    assert exe.data.source == "llvm" and exe.data.plan.size == 16
+    be.dispatch(exe, [a_slot], [out])
+    np.testing.assert_array_equal(np.frombuffer(be.read(out), np.float32), xs * 2)
+    assert be.read(neighbour) == bytes(1 << 16)
+    assert _disk_backend(tmp_path).prepare_kernel(a).data.source == "disk"  # rewritten well
+
+
+def test_disk_entry_that_fails_to_load_is_rebuilt(tmp_path) -> None:
+    from jaxcore_wasm import cache
+
+    a = _scale(2.0)
+    plan, _ = _entry(tmp_path, a)
+    cache.DiskCache(tmp_path, enabled=True).put(a.key(), plan, b"\x7fELF" + bytes(200))
+    assert _reload(tmp_path, a, XS, XS * 2) == "llvm"
+
+
+def test_disk_entry_of_another_kernel_is_rebuilt(tmp_path) -> None:
+    a, b = _scale(2.0), _scale(3.0)
+    _entry(tmp_path, a), _entry(tmp_path, b)
+    from jaxcore_wasm import cache
+
+    disk = cache.DiskCache(tmp_path, enabled=True)
+    disk.path(a.key()).write_bytes(disk.path(b.key()).read_bytes())
+    assert _reload(tmp_path, a, XS, XS * 2) == "llvm"

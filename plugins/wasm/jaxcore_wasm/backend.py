@@ -25,7 +25,7 @@ from jaxcore.kernel import Kernel
 from jaxcore.routine import Routine, Routines
 from jaxcore_wasm import codegen, matmul, runtime
 from jaxcore_wasm.codegen import KernelPlan
-from jaxcore_wasm.compiler import compiler
+from jaxcore_wasm.compiler import LruDict, compiler, memory_cache_size
 from jaxcore_wasm.memory import Allocator
 from jaxcore_wasm.module import MAX_PAGES, PAGE
 
@@ -89,6 +89,10 @@ class WasmBackend(BaseBackend):
 
     def __init__(self, threads: int | None = None) -> None:
         super().__init__()
+        # BaseBackend keeps every Executable it ever prepared (each holds a compiled module): keep
+        # the JAXCORE_WASM_MEMORY_CACHE most recently prepared instead. An evicted Executable still
+        # runs; preparing its kernel again only makes a new one (from the compiler's caches).
+        self._kernel_cache = LruDict(memory_cache_size())
         self.engine = runtime.engine()
         self.memory = runtime.Memory(self.engine)
         self.allocator = Allocator(self.memory.ensure)

@@ -354,6 +354,39 @@ def _render(mod: Module) -> str:
     return mod.render(inline=mod.inlined_size() <= INLINE_BUDGET)
 
 
+def _matmul_plan(w: _KernelWriter) -> MatmulPlan | None:
+    kernel, red = w.kernel, w.red
+    matmul_enabled = settings.current().plugin_flag(DEVICE, "matmul", default=True)
+    if red is not None and matmul_enabled and kernel.size * red.size >= MATMUL_MIN_WORK:
+        return matmul.detect(kernel, w.tuned.exp, w.tuned.epilogue)
+    return None
+
+
+def _plan(w: _KernelWriter, mm: MatmulPlan | None) -> KernelPlan:
+    kernel, red = w.kernel, w.red
+    if mm is not None:
+        return KernelPlan(kernel.nargs, kernel.size, red.size, False, 4, kernel.dtype, mm)
+    split = bool(red and red.size >= SPLIT_MIN_REDUCE and 0 < kernel.size <= SPLIT_MAX_OUTPUTS)
+    acc_bytes = 8 if red and red.dtype == DType.float64 else 4
+    return KernelPlan(kernel.nargs, kernel.size, red.size if red else 0, split, acc_bytes, kernel.dtype)
+
+
+def plan(kernel: Kernel) -> KernelPlan:
+    """The plan `generate` gives `kernel`, without writing any IR (checks a disk-cache entry)."""
+    w = _KernelWriter(kernel)
+    return _plan(w, _matmul_plan(w))
+
+
+def entry_points(p: KernelPlan) -> dict[str, int]:
+    """The functions a kernel's module exports for plan `p`, with their (i32) parameter counts."""
+    if p.matmul is not None:
+        return {} if p.matmul.direct else {"epilogue": p.nargs + 4}
+    out = {"kernel": p.nargs + 4}
+    if p.split:
+        out |= {"partial": p.nargs + 3, "finish": p.nargs + 5}
+    return out
+
+
 def generate(kernel: Kernel) -> tuple[str, KernelPlan]:
     """IR text for `kernel` (exports `kernel`, and `partial`/`finish` for split reductions).
 
@@ -361,20 +394,13 @@ def generate(kernel: Kernel) -> tuple[str, KernelPlan]:
     map (text is "" when the epilogue is the identity and there is nothing to compile).
     """
     w = _KernelWriter(kernel)
-    red = kernel.reduction
-    mm = None
-    matmul_enabled = settings.current().plugin_flag(DEVICE, "matmul", default=True)
-    if red is not None and matmul_enabled and kernel.size * red.size >= MATMUL_MIN_WORK:
-        mm = matmul.detect(kernel, w.tuned.exp, w.tuned.epilogue)
+    mm = _matmul_plan(w)
+    p = _plan(w, mm)
     if mm is not None:
         if not mm.direct:
             w.epilogue_fn()
-        text = _render(w.mod) if w.mod.functions else ""
-        return text, KernelPlan(kernel.nargs, kernel.size, red.size, False, 4, kernel.dtype, mm)
+        return (_render(w.mod) if w.mod.functions else ""), p
     w.kernel_fn()
-    split = bool(red and red.size >= SPLIT_MIN_REDUCE and 0 < kernel.size <= SPLIT_MAX_OUTPUTS)
-    if split:
+    if p.split:
         w.split_fns()
-    acc_bytes = 8 if red and red.dtype == DType.float64 else 4
-    plan = KernelPlan(kernel.nargs, kernel.size, red.size if red else 0, split, acc_bytes, kernel.dtype)
-    return _render(w.mod), plan
+    return _render(w.mod), p
