@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import threading
 import time
 
@@ -394,3 +395,116 @@ def test_disk_entry_of_another_kernel_is_rebuilt(tmp_path) -> None:
     disk = cache.DiskCache(tmp_path, enabled=True)
     disk.path(a.key()).write_bytes(disk.path(b.key()).read_bytes())
     assert _reload(tmp_path, a, XS, XS * 2) == "llvm"
+
+
+# ---- deep and large kernels ----------------------------------------------------------------------------
+
+DEEP = 10_000
+
+
+def _chain(depth: int, x: AluExp) -> AluExp:
+    """A `depth`-long chain (keys made as it grows, so no key computation recurses)."""
+    e = x
+    for i in range(depth):
+        e = e * 1.0001 + x if i % 2 else AluExp.max(e, x) - 0.5
+        e.key()
+    return e
+
+
+def _chain_ref(depth: int, xs: np.ndarray) -> np.ndarray:
+    r = xs.copy()
+    for i in range(depth):
+        r = (r * np.float32(1.0001) + xs) if i % 2 else (np.maximum(r, xs) - np.float32(0.5))
+    return r
+
+
+def test_emitter_ranges_and_affine_forms_do_not_recurse() -> None:
+    # under Python's default recursion limit: the wasm side walks the expression with a stack
+    from jaxcore_wasm import codegen, matmul, toolchain
+    from jaxcore_wasm.emitter import Emitter, Ranges
+    from jaxcore_wasm.irtext import Fn, Module
+
+    assert sys.getrecursionlimit() < DEEP
+    e = _chain(DEEP, AluExp.global_index(DType.float32, 0, 64, g))
+    idx = AluExp.special(DType.int32, "gidx", 64)
+    for _ in range(DEEP):
+        idx = idx + AluExp.i32(1)
+        idx.key()
+    mod = Module(toolchain.TRIPLE, toolchain.datalayout())
+    fn = Fn("f", "void", [("ptr", "%in0")])
+    em = Emitter(mod, fn, ["%in0"], {"gidx": "%g"}, Ranges({"gidx": (0, 63)}))
+    assert em.value(e).startswith("%") and len(fn.lines) > 2 * DEEP
+    assert Ranges({"gidx": (0, 63)}).get(idx) == (DEEP, DEEP + 63)
+    assert matmul._affine(idx, ("gidx",)) == {"gidx": 1, "": DEEP}
+    assert codegen.depth(e) > 2 * DEEP
+
+
+def _deep_stack(fn):
+    """Run `fn` in a thread with a large stack and recursion limit: the core's own traversals
+    (simplify, tuning) still recurse on depth; the wasm side no longer needs this."""
+    out: list = []
+    limit = sys.getrecursionlimit()
+    old = threading.stack_size(1 << 28)
+    sys.setrecursionlimit(max(limit, 20 * DEEP))
+    try:
+        t = threading.Thread(target=lambda: out.append(fn()))
+        t.start()
+        t.join()
+    finally:
+        sys.setrecursionlimit(limit)
+        threading.stack_size(old)
+    assert out, "the deep kernel failed (see the thread's traceback above)"
+    return out[0]
+
+
+def test_ten_thousand_deep_chain_compiles_and_runs(tmp_path) -> None:
+    from jaxcore_wasm.backend import WasmBackend
+    from jaxcore_wasm.cache import DiskCache
+    from jaxcore_wasm.compiler import Compiler
+
+    xs = np.linspace(-1, 1, 64, dtype=np.float32)
+
+    def go():
+        be = WasmBackend(threads=1)
+        be.compiler = Compiler(DiskCache(tmp_path, enabled=False))
+        k = Kernel(1, 64, _chain(DEEP, AluExp.global_index(DType.float32, 0, 64, g)))
+        exe = be.prepare_kernel(k)
+        return run(be, k, [xs], np.float32), exe
+
+    got, exe = _deep_stack(go)
+    np.testing.assert_array_equal(got, _chain_ref(DEEP, xs))
+
+
+def _wide(nodes: int, n: int = 64) -> Kernel:
+    """A wide (balanced) kernel of about `nodes` nodes, a third of them transcendentals."""
+    rng = np.random.default_rng(nodes)
+    a = AluExp.global_index(DType.float32, 0, n, g)
+    terms = []
+    for i in range(nodes // 11):
+        x = AluExp.global_index(DType.float32, 1, n, AluExp.mod(g + AluExp.i32(i), AluExp.i32(n)))
+        c = AluExp.const(DType.float32, float(rng.random()))
+        if i % 2:
+            terms.append(AluExp.max(a * c, AluExp.sin(x * c)) + AluExp.exp(x - c))
+        else:
+            terms.append(AluExp.where(AluExp.cmplt(x, c), AluExp.mod(x, c), AluExp.log(x + c)) * c)
+    while len(terms) > 1:
+        terms = [sum(terms[j : j + 2][1:], terms[j]) for j in range(0, len(terms), 2)]
+    return Kernel(2, n, terms[0])
+
+
+def test_big_kernels_keep_helpers_as_calls_and_agree_with_cpu(tmp_path) -> None:
+    from jaxcore_cpu.backend import CpuBackend
+    from jaxcore_wasm import codegen
+    from jaxcore_wasm.backend import WasmBackend
+    from jaxcore_wasm.cache import DiskCache
+    from jaxcore_wasm.compiler import Compiler
+
+    small, big = codegen.generate(_wide(100)), codegen.generate(_wide(3000))
+    assert small.codegen_opt == 3 and "alwaysinline" in small.text and "noinline nounwind {" not in small.text
+    assert big.codegen_opt == 0 and "alwaysinline" not in big.text.replace("optnone", "")
+    be = WasmBackend(threads=1)
+    be.compiler = Compiler(DiskCache(tmp_path, enabled=False))
+    rng = np.random.default_rng(1)
+    ins = [rng.uniform(0.1, 3, 64).astype(np.float32) for _ in range(2)]
+    k = _wide(3000)
+    np.testing.assert_allclose(run(be, k, ins, np.float32), run(CpuBackend(), k, ins, np.float32), rtol=2e-5)

@@ -35,10 +35,15 @@ MAP_INTERLEAVE = 1  # 2 and 4 measured the same on memory-bound maps
 ROW_SPLIT = True
 TILE = 4096  # outputs per tile of a column reduction (16-32 KiB of accumulators in scratch)
 SCRATCH_BYTES = TILE * 8  # outputs x reduction items below which the generic loop is cheaper
-# Inlined instructions past which helpers stay calls: compile time then grows about linearly with the
-# kernel instead of ~x2.5 per doubling (a 12k-node kernel of transcendentals: 26 s inlined, 1.3 s
-# not). Typical kernels (a few transcendentals: under 5,000) are not affected.
+# Big kernels compile differently, because LLVM's wasm backend is superlinear in a function's size
+# and in its dependence chains (WebAssembly Register Stackify, machine sinking): past INLINE_BUDGET
+# instructions (counting every helper inlined) the helpers stay calls, and past that or
+# DEPTH_BUDGET nodes of expression depth the machine code is made at -O0 (which skips those passes;
+# Cranelift optimises the wasm anyway). A 12k-node kernel of transcendentals took 26 s inlined,
+# a 500-deep chain 8.7 s at -O3 (0.25 s at -O0). Typical kernels (a few transcendentals: under
+# 5,000 instructions, depth under 50) are not affected.
 INLINE_BUDGET = 40_000
+DEPTH_BUDGET = 200
 
 
 Body = Callable[[str], None]  # emits one iteration of a loop over output elements, given gidx
@@ -350,8 +355,30 @@ class _KernelWriter:
         self.mod.functions.append(fn.render())
 
 
-def _render(mod: Module) -> str:
-    return mod.render(inline=mod.inlined_size() <= INLINE_BUDGET)
+@dataclass(frozen=True)
+class Generated:
+    """A kernel's IR text, its plan, and how hard LLVM may work on it."""
+
+    text: str
+    plan: KernelPlan
+    codegen_opt: int = 3  # the machine-code optimisation level (0 for big kernels)
+
+
+def depth(exp: AluExp) -> int:
+    """Nodes on the longest path from `exp` to a leaf (without recursion)."""
+    d: dict[str, int] = {}
+    for n in exp.nodes():
+        d[n.key()] = 1 + max((d[s.key()] for s in n.src), default=0)
+    return d[exp.key()]
+
+
+def _generated(w: _KernelWriter, p: KernelPlan) -> Generated:
+    if not w.mod.functions:
+        return Generated("", p)
+    exps = [w.tuned.exp, w.tuned.epilogue] if w.tuned.epilogue is not None else [w.tuned.exp]
+    small = w.mod.inlined_size() <= INLINE_BUDGET
+    shallow = max(depth(e) for e in exps) <= DEPTH_BUDGET
+    return Generated(w.mod.render(inline=small), p, 3 if small and shallow else 0)
 
 
 def _matmul_plan(w: _KernelWriter) -> MatmulPlan | None:
@@ -387,7 +414,7 @@ def entry_points(p: KernelPlan) -> dict[str, int]:
     return out
 
 
-def generate(kernel: Kernel) -> tuple[str, KernelPlan]:
+def generate(kernel: Kernel) -> Generated:
     """IR text for `kernel` (exports `kernel`, and `partial`/`finish` for split reductions).
 
     A matmul-like kernel runs on the SGEMM library instead; its module only holds the `epilogue`
@@ -399,8 +426,8 @@ def generate(kernel: Kernel) -> tuple[str, KernelPlan]:
     if mm is not None:
         if not mm.direct:
             w.epilogue_fn()
-        return (_render(w.mod) if w.mod.functions else ""), p
+        return _generated(w, p)
     w.kernel_fn()
     if p.split:
         w.split_fns()
-    return _render(w.mod), p
+    return _generated(w, p)

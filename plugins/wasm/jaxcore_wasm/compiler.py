@@ -188,16 +188,17 @@ class Compiler:
         return CompiledKernel(mod, plan, "disk")
 
     def _build(self, kernel: Kernel, key: str) -> CompiledKernel:
-        text, plan = codegen.generate(kernel)
+        gen = codegen.generate(kernel)
+        text, plan = gen.text, gen.plan
         mod = None
         if text:
-            mod = self._compile_text(text, key, str(kernel))
+            mod = self._compile_text(text, key, kernel, gen.codegen_opt)
         if self.disk.enabled:
             self.disk.put(key, dataclasses.asdict(plan), bytes(mod.serialize()) if mod else b"")
         return CompiledKernel(mod, plan, "llvm")
 
-    def _compile_text(self, text: str, key: str, what: str) -> wasmtime.Module:
-        obj, optimised = toolchain.compile_ir(text)
+    def _compile_text(self, text: str, key: str, what: object, codegen_opt: int = 3) -> wasmtime.Module:
+        obj, optimised = toolchain.compile_ir(text, codegen_opt=codegen_opt)
         wasm = module.finalize(obj)
         self.llvm_compiles += 1
         dump = settings.current().plugin("wasm").get("dump")
@@ -207,7 +208,7 @@ class Compiler:
             (d / f"{key}.ll").write_text(text)
             (d / f"{key}.opt.ll").write_text(optimised)
             (d / f"{key}.wasm").write_bytes(wasm)
-            (d / f"{key}.txt").write_text(what + "\n")
+            (d / f"{key}.txt").write_text(f"{what}\n")  # str(kernel) only when dumping: it is slow
         return wasmtime.Module(engine(), wasm)
 
     def library(self, name: str, key: str, make_text: Callable[[], str]) -> wasmtime.Module:

@@ -10,6 +10,9 @@ range.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from jaxcore.alu import AluExp, AluOp
@@ -36,6 +39,23 @@ def _mem_type(dtype: DType) -> str:
 _BOUNDS = {DType.int32: (INT32_MIN, INT32_MAX), DType.uint32: (0, UINT32_MAX), DType.bool: (0, 1)}
 
 
+def _post_order(root: AluExp, memo: dict[str, Any], compute: Callable[[AluExp], Any]) -> None:
+    """memo[n.key()] = compute(n) for every node under `root` not in memo yet, children first, with
+    an explicit stack: a kernel may be 10,000+ nodes deep, far past Python's recursion limit.
+    `compute` may look its children up through memo-backed methods: they are all there."""
+    stack: list[tuple[AluExp, bool]] = [(root, False)]
+    while stack:
+        node, ready = stack.pop()
+        k = node.key()
+        if k in memo:
+            continue
+        if ready or not node.src:
+            memo[k] = compute(node)
+            continue
+        stack.append((node, True))
+        stack.extend((s, False) for s in reversed(node.src) if s.key() not in memo)
+
+
 class Ranges:
     """Exact integer ranges for subtrees that provably never wrap (None when they might)."""
 
@@ -46,7 +66,7 @@ class Ranges:
     def get(self, e: AluExp) -> tuple[int, int] | None:
         k = e.key()
         if k not in self.memo:
-            self.memo[k] = self._compute(e)
+            _post_order(e, self.memo, self._compute)
         return self.memo[k]
 
     def _compute(self, e: AluExp) -> tuple[int, int] | None:
@@ -131,8 +151,8 @@ class Emitter:
         k = e.key()
         v = self.memo.get(k)
         if v is None:
-            v = self._lower(e)
-            self.memo[k] = v
+            _post_order(e, self.memo, self._lower)
+            v = self.memo[k]
         return v
 
     def _lower(self, e: AluExp) -> str:

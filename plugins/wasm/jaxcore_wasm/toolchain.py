@@ -37,13 +37,14 @@ def _initialize() -> Any:
             raise ToolchainError(f"llvmlite {llvmlite.__version__} has no wasm32 target: {e}") from None
 
 
-def target_machine() -> Any:
-    """This thread's target machine."""
-    tm = getattr(_local, "tm", None)
+def target_machine(opt: int = 3) -> Any:
+    """This thread's target machine for machine-code optimisation level `opt`."""
+    tms = _local.__dict__.setdefault("tms", {})
+    tm = tms.get(opt)
     if tm is None:
         target = _initialize()
-        tm = _local.tm = target.create_target_machine(
-            cpu="generic", features=FEATURES, opt=3, reloc="static", codemodel="default"
+        tm = tms[opt] = target.create_target_machine(
+            cpu="generic", features=FEATURES, opt=opt, reloc="static", codemodel="default"
         )
     return tm
 
@@ -55,15 +56,16 @@ def datalayout() -> str:
     return _layout
 
 
-def compile_ir(text: str, opt: int = 3) -> tuple[bytes, str]:
-    """Parse, verify, optimise (O`opt`) and emit a wasm object; returns (object bytes, optimised IR).
+def compile_ir(text: str, opt: int = 3, codegen_opt: int = 3) -> tuple[bytes, str]:
+    """Parse, verify, optimise (O`opt`) and emit a wasm object (machine code at `codegen_opt`);
+    returns (object bytes, optimised IR).
 
     No process-wide lock: each compile parses into an LLVM context of its own and uses this thread's
     target machine, so compiles on several threads run in parallel (llvmlite releases the GIL).
     """
     import llvmlite.binding as llvm
 
-    tm = target_machine()
+    tm = target_machine(codegen_opt)
     ctx = llvm.create_context()
     mod = llvm.parse_assembly(text, context=ctx)
     mod.verify()
