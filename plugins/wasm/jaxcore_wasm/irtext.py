@@ -200,7 +200,12 @@ _HELPER_CALL = re.compile(r"call [^@\n]*@([A-Za-z0-9_.]+)\(")
 
 
 def _noinline(helper: str) -> str:
+    """The helper as a real function, unless it returns an aggregate: the wasm C ABI returns those
+    through the stack, which a kernel module does not have."""
     head, sep, body = helper.partition("\n")
+    ret = head.split("@", 1)[0]
+    if "{" in ret:
+        return helper
     return head.replace("alwaysinline", "noinline") + sep + body
 
 
