@@ -20,7 +20,6 @@ import wasmtime
 from wasmtime import _bindings as ffi
 from wasmtime import _ffi
 
-from jaxcore import settings
 from jaxcore_wasm.module import MAX_PAGES, PAGE
 
 
@@ -113,22 +112,19 @@ class Memory:
 
 # Instances per Store before a Lane starts a fresh Store. wasmtime caps a Store at 10,000 instances
 # and frees an instance only with its Store, so a Lane that instantiated every kernel it ever ran
-# into one Store failed on the 10,001st distinct kernel and kept every evicted module alive.
-# Setting: JAXCORE_WASM_STORE_INSTANCES.
-STORE_INSTANCES = 2048
+# into one Store failed on the 10,001st distinct kernel and kept every evicted module alive. The
+# default follows the compiler's memory cache (JAXCORE_WASM_MEMORY_CACHE), so that no more modules
+# stay alive through a lane than the cache keeps; JAXCORE_WASM_STORE_INSTANCES overrides it.
 WASMTIME_STORE_LIMIT = 10_000
 
 
 def store_instances() -> int:
-    raw = settings.current().plugin("wasm").get("store_instances", "").strip()
-    if not raw:
-        return STORE_INSTANCES
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"JAXCORE_WASM_STORE_INSTANCES={raw!r} is not an integer") from None
-    if not 1 <= n <= WASMTIME_STORE_LIMIT:
-        raise ValueError(f"JAXCORE_WASM_STORE_INSTANCES={n} must be in [1, {WASMTIME_STORE_LIMIT}]")
+    from jaxcore_wasm.cache import int_setting
+    from jaxcore_wasm.compiler import memory_cache_size
+
+    n = int_setting("store_instances", min(memory_cache_size(), WASMTIME_STORE_LIMIT), minimum=1)
+    if n > WASMTIME_STORE_LIMIT:
+        raise ValueError(f"JAXCORE_WASM_STORE_INSTANCES={n} is more than wasmtime's {WASMTIME_STORE_LIMIT}")
     return n
 
 
