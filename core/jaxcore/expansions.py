@@ -236,7 +236,8 @@ def log(x: AluExp) -> AluExp:
     y = y + z * -0.5
     v = (m + y) + fe * 0.693359375
     v = _sel(_eq(b0, _u(0x7F800000)), x, v)
-    v = _sel(_eq(AluExp.bit_and(b0, 0x7FFFFFFF), _u(0)), _f(-math.inf), v)
+    zero = _or(_eq(AluExp.bit_and(b0, 0x7FFFFFFF), _u(0)), _eq(b, _u(0)))  # b: a flushed subnormal
+    v = _sel(zero, _f(-math.inf), v)
     return _sel(_or(_is_nan(x), _lt(_u(0x80000000), b0)), _f(math.nan), v)
 
 

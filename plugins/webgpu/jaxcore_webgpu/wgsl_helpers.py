@@ -232,6 +232,7 @@ fn jc_log_f32(x0: f32) -> f32 {
   if (bits == 0x7f800000u) { return x0; }
   var e: i32 = 0;
   if (bits < 0x00800000u) { bits = bitcast<u32>(x0 * 16777216.0f); e = -24; }
+  if (bits == 0u) { return -jc_inf_f32(); }  // a subnormal the device flushed to zero
   e = e + i32(bits >> 23u) - 126;
   var m = bitcast<f32>((bits & 0x007fffffu) | 0x3f000000u);
   if (m < 0.707106781186547524f) { e = e - 1; m = (m + m) - 1.0f; } else { m = m - 1.0f; }
