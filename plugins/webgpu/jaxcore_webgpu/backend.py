@@ -23,6 +23,7 @@ from jaxcore.backend import Capabilities, Executable, UnsupportedOpError
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel
 from jaxcore.pool import BufferPool
+from jaxcore.settings import current as current_settings
 from jaxcore.queue import QueuedBackend, QueuedBuffer
 from jaxcore_webgpu.device import Gpu
 from jaxcore_webgpu.program import CompiledPlan, PipelineCache, Plan, dump_dir_from_env, plan_from_shaders
@@ -186,6 +187,12 @@ class WebGpuBackend(QueuedBackend):
             from jaxcore_webgpu import codegen
         except ImportError as e:
             raise UnsupportedOpError(None, kernel.dtype, self.name, f"no WGSL compiler: {e}") from None
+        if current_settings().plugin_flag("webgpu", "matmul", default=True):
+            from jaxcore_webgpu.matmul import plan_matmul
+
+            tiled = plan_matmul(kernel, self.target)
+            if tiled is not None:
+                return tiled
         shader_plan = codegen.compile_kernel(kernel, self.target)
         return plan_from_shaders(shader_plan)
 
