@@ -18,6 +18,7 @@ DECLARED: frozenset[Routines] = frozenset(
     {
         Routines.Sort,
         Routines.Argsort,
+        Routines.Scatter,
     }
 )
 
