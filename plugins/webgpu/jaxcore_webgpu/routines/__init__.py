@@ -19,6 +19,10 @@ DECLARED: frozenset[Routines] = frozenset(
         Routines.Sort,
         Routines.Argsort,
         Routines.Scatter,
+        Routines.TriangularSolve,
+        Routines.Cholesky,
+        Routines.LU,
+        Routines.JacobiEigh,
     }
 )
 
