@@ -23,6 +23,7 @@ DECLARED: frozenset[Routines] = frozenset(
         Routines.Cholesky,
         Routines.LU,
         Routines.JacobiEigh,
+        Routines.Fft,
     }
 )
 

@@ -1,0 +1,104 @@
+"""Fft along the last axis: radix-2 Stockham for powers of two, a direct DFT for other lengths.
+
+The twiddles exp(∓2πi·t/n) come from a table pass that uses the dialect's accurate sin/cos
+helpers (WGSL's built-ins are only bounded to 2^-11). A power-of-two length runs log2(n) Stockham
+stages, one thread per butterfly, ping-ponging between two complex scratch buffers (the stage's
+stride is the pass's uniform, so all stages share one pipeline); no bit reversal is needed. Other
+lengths sum the DFT directly, one thread per output, with the table index advanced mod n (exact
+integer arithmetic). The inverse scales by 1/n at the end, as numpy's ifft. Any factor list
+gives the same DFT, so `FftParams.factors` only has to multiply to n.
+"""
+
+from __future__ import annotations
+
+import math
+
+from jaxcore.dtype import DType
+from jaxcore.routine import FftParams, Routine
+from jaxcore_webgpu.program import Pass, Plan
+from jaxcore_webgpu.routines.common import elementwise_pass, header, helpers, storage, u32s, wgsl_type, work_dtype
+
+_UNI = "struct U { m: u32, p1: u32, p2: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
+
+
+def plan_fft(routine: Routine) -> Plan:
+    params = routine.params
+    assert isinstance(params, FftParams)
+    dtype = routine.type.input_dtypes[0]
+    shape = routine.type.input_shapes[0]
+    n = shape[-1]
+    batch = math.prod(shape[:-1])
+    if batch == 0:
+        return Plan(())
+    ty = wgsl_type(dtype)
+    wd = work_dtype(dtype)
+    T = wgsl_type(wd)
+    V = f"vec2<{T}>"
+    hdr = header([dtype])
+    cvt = (lambda x: f"f32({x})") if dtype == DType.float16 else (lambda x: x)
+    outc = (lambda x: f"f16({x})") if dtype == DType.float16 else (lambda x: x)
+    sign = 1.0 if params.inverse else -1.0
+    elem = 16 if wd == DType.float64 else 8
+    cbytes = max(16, batch * n * elem)
+    scratch = (cbytes, cbytes, max(16, n * elem))
+    sfx = "f64" if wd == DType.float64 else "f32"
+    passes: list[Pass] = []
+
+    # twiddle table: tw[t] = (cos, sign*sin)(2π t / n)
+    decl = storage(0, "tw", V, False) + "\n" + helpers([f"jc_sin_{sfx}", f"jc_cos_{sfx}"])
+    two_pi = f"{T}({2 * math.pi!r})"
+    body = (
+        f"  let th = {T}(gid) * ({two_pi} / {T}({n}));\n"
+        f"  tw[gid] = {V}(jc_cos_{sfx}(th), {T}({sign}) * jc_sin_{sfx}(th));\n"
+    )
+    passes.append(elementwise_pass(decl, ["tw"], body, n, [("scratch", 2)]))
+    # load
+    decl = hdr + storage(0, "in0", ty, True) + "\n" + storage(1, "in1", ty, True) + "\n"
+    decl += storage(2, "S", V, False) + "\n"
+    body = f"  S[gid] = {V}({cvt('in0[gid]')}, {cvt('in1[gid]')});\n"
+    passes.append(elementwise_pass(decl, ["in0", "in1", "S"], body, batch * n, [("in", 0), ("in", 1), ("scratch", 0)]))
+    cur = 0
+    if n & (n - 1) == 0:
+        half = n // 2
+        decl = storage(0, "src", V, False) + "\n" + storage(1, "dst", V, False) + "\n"
+        decl += storage(2, "tw", V, False) + "\n" + _UNI
+        body = f"""  let row = gid / {max(half, 1)}u; let t = gid % {max(half, 1)}u;
+  let m = u.m; let j = t / m; let k = t % m;
+  let o = row * {n}u;
+  let c0 = src[o + k + j * m]; let c1 = src[o + k + j * m + {half}u];
+  let w = tw[j * m];
+  let d = c0 - c1;
+  dst[o + k + 2u * j * m] = c0 + c1;
+  dst[o + k + 2u * j * m + m] = {V}(w.x * d.x - w.y * d.y, w.x * d.y + w.y * d.x);
+"""
+        m = 1
+        while m < n:
+            bind = [("scratch", cur), ("scratch", 1 - cur), ("scratch", 2)]
+            passes.append(elementwise_pass(decl, ["src", "dst", "tw"], body, batch * half, bind, uniform=u32s(m)))
+            cur = 1 - cur
+            m *= 2
+    else:
+        decl = storage(0, "src", V, False) + "\n" + storage(1, "dst", V, False) + "\n"
+        decl += storage(2, "tw", V, False) + "\n"
+        body = f"""  let row = gid / {n}u; let kk = gid % {n}u;
+  let o = row * {n}u;
+  var acc = {V}(0);
+  var idx = 0u;
+  for (var j = 0u; j < {n}u; j = j + 1u) {{
+    let x = src[o + j]; let w = tw[idx];
+    acc = acc + {V}(w.x * x.x - w.y * x.y, w.x * x.y + w.y * x.x);
+    idx = idx + kk; if (idx >= {n}u) {{ idx = idx - {n}u; }}
+  }}
+  dst[gid] = acc;
+"""
+        passes.append(
+            elementwise_pass(decl, ["src", "dst", "tw"], body, batch * n, [("scratch", 0), ("scratch", 1), ("scratch", 2)])
+        )
+        cur = 1
+    # store (the inverse scales by 1/n)
+    decl = hdr + storage(0, "out0", ty, False) + "\n" + storage(1, "out1", ty, False) + "\n"
+    decl += storage(2, "S", V, False) + "\n"
+    scale = f" / {T}({n})" if params.inverse else ""
+    body = f"  let z = S[gid];\n  out0[gid] = {outc(f'z.x{scale}')};\n  out1[gid] = {outc(f'z.y{scale}')};\n"
+    passes.append(elementwise_pass(decl, ["out0", "out1", "S"], body, batch * n, [("out", 0), ("out", 1), ("scratch", cur)]))
+    return Plan(tuple(passes), scratch)
