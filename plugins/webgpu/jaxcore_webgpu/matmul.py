@@ -209,6 +209,21 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
         vconv = (lambda x: x) if op.dtype == mm.product else (lambda x: f"vec4<{P}>({x})")
         setup, load, put = [], [], []
         base = f"({op.base} + bb * {op.s_batch})"
+        full_outer, full_k = outer_dim % outer_tile == 0, K % t.bk == 0
+
+        def trim(ok: str) -> str:
+            """Drop the bound checks that whole tiles make true (the common aligned case)."""
+            keep = []
+            for term in ok.split(" && "):
+                if term.endswith(f"g{u}") and f"{name}g{u} = true;" in "".join(setup):
+                    continue
+                if full_outer and term.startswith(o0):
+                    continue
+                if full_k and term.startswith("KSLAB"):
+                    continue
+                keep.append(term)
+            return " && ".join(keep) or "true"
+
         if mode == "s":
             n_el = outer_tile * t.bk
             per = -(-n_el // nt)
@@ -224,7 +239,7 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
                 setup.append(f"  var r{name}{u}: {P} = {P}(0);")
                 ok = f"{name}g{u} && {o0} + {name}o{u} < {outer_dim} && KSLAB + {name}k{u} < {K}"
                 idx = f"{base} + ({o0} + {name}o{u}) * {op.s_outer} + (KSLAB + {name}k{u}) * {op.s_k}"
-                load.append(f"    r{name}{u} = {P}(0); if ({ok}) {{ r{name}{u} = {conv(f'{src}[{idx}]')}; }}")
+                load.append(f"    r{name}{u} = {P}(0); if ({trim(ok)}) {{ r{name}{u} = {conv(f'{src}[{idx}]')}; }}")
                 put.append(
                     f"    if ({name}g{u}) {{ {sh}[{name}k{u} * {outer_tile // 4} + {name}o{u} / 4][{name}o{u} % 4]"
                     f" = r{name}{u}; }}"
@@ -244,7 +259,7 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
                 ok = f"{name}g{u} && {o0} + {name}o{u} < {outer_dim} && KSLAB + {name}q{u} * 4 < {K}"
                 idx = f"({base} + ({o0} + {name}o{u}) * {op.s_outer}) / 4 + KSLAB / 4 + {name}q{u}"
                 load.append(
-                    f"    r{name}{u} = vec4<{P}>(0); if ({ok}) {{ r{name}{u} = {vconv(f'{src}[{idx}]')}; }}"
+                    f"    r{name}{u} = vec4<{P}>(0); if ({trim(ok)}) {{ r{name}{u} = {vconv(f'{src}[{idx}]')}; }}"
                 )
                 put.append(f"    if ({name}g{u}) {{")
                 for c, comp in enumerate("xyzw"):
@@ -261,7 +276,7 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
                 ok = f"{name}g{u} && {o0} + {name}q{u} * 4 < {outer_dim} && KSLAB + {name}k{u} < {K}"
                 idx = f"({base} + (KSLAB + {name}k{u}) * {op.s_k}) / 4 + {o0} / 4 + {name}q{u}"
                 load.append(
-                    f"    r{name}{u} = vec4<{P}>(0); if ({ok}) {{ r{name}{u} = {vconv(f'{src}[{idx}]')}; }}"
+                    f"    r{name}{u} = vec4<{P}>(0); if ({trim(ok)}) {{ r{name}{u} = {vconv(f'{src}[{idx}]')}; }}"
                 )
                 put.append(
                     f"    if ({name}g{u}) {{ {sh}[{name}k{u} * {outer_tile // 4} + {name}q{u}] = r{name}{u}; }}"
@@ -304,7 +319,7 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
     for rr in range(t.tm):
         v, comp = divmod(rr, 4)
         w(f"  {{ let row = m0 + {4 * v * wy} + ty * 4 + {comp};")
-        w(f"    if (row < {M}) {{")
+        w(f"    if ({'true' if M % t.bm == 0 else f'row < {M}'}) {{")
         for h in range(bv):
             for j, cj in enumerate("xyzw"):
                 w(f"      {{ let col = n0 + {4 * h * wx} + tx * 4 + {j};")
