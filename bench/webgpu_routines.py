@@ -196,7 +196,9 @@ def sort(g: Gpu, t: Torch, n: int, reps: int, argsort: bool) -> Row:
         ref_s, ref = host_time(fn, max(2, reps // 4)), "numpy"
     g.free()
     label = "argsort" if argsort else "sort"
-    return Row(f"{label} {n >> 20}M f32" if n >= 1 << 20 else f"{label} {n} f32", s, ref_s, ref, n, "elem", ok)
+    return Row(
+        f"{label} {n >> 20}M f32" if n >= 1 << 20 else f"{label} {n} f32", s, ref_s, ref, n, "elem", ok
+    )
 
 
 def cholesky(g: Gpu, t: Torch, batch: int, n: int, reps: int) -> Row:
@@ -247,7 +249,9 @@ def scatter_add(g: Gpu, t: Torch, updates: int, size: int, reps: int) -> Row:
     upd = rng.standard_normal(updates).astype(np.float32)
     idx = rng.integers(0, size, updates).astype(np.int32)
     p = ScatterParams("add", (size,), (0,), 0)
-    exe = g.be.prepare_routine(Routine.build(Routines.Scatter, [(updates,), (updates,)], ["float32", "int32"], p))
+    exe = g.be.prepare_routine(
+        Routine.build(Routines.Scatter, [(updates,), (updates,)], ["float32", "int32"], p)
+    )
     ins, out = [g.put(upd), g.put(idx)], g.empty(4 * size)
     g.be.dispatch(exe, ins, [out])
     want = np.zeros(size, np.float64)
@@ -281,17 +285,21 @@ def main(argv: list[str] | None = None) -> int:
     torch = Torch(not args.no_torch)
     g = Gpu()
     print(f"webgpu: {g.be.capabilities.description}")
-    print(f"reference: {f'PyTorch {torch.torch.__version__} on CUDA (TF32 off)' if torch.torch else 'numpy on the host'}")
+    ref_name = f"PyTorch {torch.torch.__version__} on CUDA (TF32 off)" if torch.torch else "numpy on the host"
+    print(f"reference: {ref_name}")
     small = args.small
     reps = args.reps or (3 if small else 20)
     sizes = (128, 256) if small else (1024, 2048, 4096)
     work: list[tuple[str, Callable[[], Row]]] = [
-        *((f"matmul", lambda n=n: matmul(g, torch, n, reps)) for n in sizes),
+        *(("matmul", lambda n=n: matmul(g, torch, n, reps)) for n in sizes),
         ("sort", lambda: sort(g, torch, (1 << 16) if small else (16 << 20), reps, False)),
         ("argsort", lambda: sort(g, torch, (1 << 16) if small else (16 << 20), reps, True)),
         ("cholesky", lambda: cholesky(g, torch, *((4, 64) if small else (64, 512)), reps)),
         ("fft", lambda: fft(g, torch, *((64, 256) if small else (4096, 4096)), reps)),
-        ("scatter", lambda: scatter_add(g, torch, *((1 << 18, 1 << 14) if small else (16 << 20, 1 << 20)), reps)),
+        (
+            "scatter",
+            lambda: scatter_add(g, torch, *((1 << 18, 1 << 14) if small else (16 << 20, 1 << 20)), reps),
+        ),
     ]
     only = {w for w in args.only.split(",") if w}
     rows: list[Row] = []

@@ -22,10 +22,10 @@ from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
 from jaxcore.backend import Capabilities, Executable, UnsupportedOpError
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel
-from jaxcore.routine import Routine
 from jaxcore.pool import BufferPool
-from jaxcore.settings import current as current_settings
 from jaxcore.queue import QueuedBackend, QueuedBuffer
+from jaxcore.routine import Routine
+from jaxcore.settings import current as current_settings
 from jaxcore_webgpu.device import Gpu
 from jaxcore_webgpu.program import CompiledPlan, PipelineCache, Plan, dump_dir_from_env, plan_from_shaders
 

@@ -166,7 +166,8 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
         ty = f"vec4<{ty}>" if g in vec_in else ty
         w(f"@group(0) @binding({g}) var<storage, read> in{g}: array<{ty}>;")
     w(
-        f"@group(0) @binding({kernel.nargs}) var<storage, read_write> out0: array<{lang.storage_type(mm.out)}>;"
+        f"@group(0) @binding({kernel.nargs}) var<storage, read_write> out0: "
+        f"array<{lang.storage_type(mm.out)}>;"
     )
     w(f"var<workgroup> As: array<vec4<{P}>, {t.bk * t.bm // 4}>;")
     w(f"var<workgroup> Bs: array<vec4<{P}>, {t.bk * t.bn // 4}>;")
@@ -239,9 +240,12 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
                 setup.append(f"  var r{name}{u}: {P} = {P}(0);")
                 ok = f"{name}g{u} && {o0} + {name}o{u} < {outer_dim} && KSLAB + {name}k{u} < {K}"
                 idx = f"{base} + ({o0} + {name}o{u}) * {op.s_outer} + (KSLAB + {name}k{u}) * {op.s_k}"
-                load.append(f"    r{name}{u} = {P}(0); if ({trim(ok)}) {{ r{name}{u} = {conv(f'{src}[{idx}]')}; }}")
+                load.append(
+                    f"    r{name}{u} = {P}(0); if ({trim(ok)}) {{ r{name}{u} = {conv(f'{src}[{idx}]')}; }}"
+                )
                 put.append(
-                    f"    if ({name}g{u}) {{ {sh}[{name}k{u} * {outer_tile // 4} + {name}o{u} / 4][{name}o{u} % 4]"
+                    f"    if ({name}g{u}) {{ "
+                    f"{sh}[{name}k{u} * {outer_tile // 4} + {name}o{u} / 4][{name}o{u} % 4]"
                     f" = r{name}{u}; }}"
                 )
             return setup, load, put
@@ -259,13 +263,14 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
                 ok = f"{name}g{u} && {o0} + {name}o{u} < {outer_dim} && KSLAB + {name}q{u} * 4 < {K}"
                 idx = f"({base} + ({o0} + {name}o{u}) * {op.s_outer}) / 4 + KSLAB / 4 + {name}q{u}"
                 load.append(
-                    f"    r{name}{u} = vec4<{P}>(0); if ({trim(ok)}) {{ r{name}{u} = {vconv(f'{src}[{idx}]')}; }}"
+                    f"    r{name}{u} = vec4<{P}>(0); "
+                    f"if ({trim(ok)}) {{ r{name}{u} = {vconv(f'{src}[{idx}]')}; }}"
                 )
                 put.append(f"    if ({name}g{u}) {{")
                 for c, comp in enumerate("xyzw"):
                     put.append(
-                        f"      {sh}[({name}q{u} * 4 + {c}) * {outer_tile // 4} + {name}o{u} / 4][{name}o{u} % 4]"
-                        f" = r{name}{u}.{comp};"
+                        f"      {sh}[({name}q{u} * 4 + {c}) * {outer_tile // 4} + {name}o{u} / 4]"
+                        f"[{name}o{u} % 4] = r{name}{u}.{comp};"
                     )
                 put.append("    }")
             else:  # "o4": vec4 along m/n: unit = (k, outer quad q)
@@ -276,10 +281,12 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
                 ok = f"{name}g{u} && {o0} + {name}q{u} * 4 < {outer_dim} && KSLAB + {name}k{u} < {K}"
                 idx = f"({base} + (KSLAB + {name}k{u}) * {op.s_k}) / 4 + {o0} / 4 + {name}q{u}"
                 load.append(
-                    f"    r{name}{u} = vec4<{P}>(0); if ({trim(ok)}) {{ r{name}{u} = {vconv(f'{src}[{idx}]')}; }}"
+                    f"    r{name}{u} = vec4<{P}>(0); "
+                    f"if ({trim(ok)}) {{ r{name}{u} = {vconv(f'{src}[{idx}]')}; }}"
                 )
                 put.append(
-                    f"    if ({name}g{u}) {{ {sh}[{name}k{u} * {outer_tile // 4} + {name}q{u}] = r{name}{u}; }}"
+                    f"    if ({name}g{u}) {{ "
+                    f"{sh}[{name}k{u} * {outer_tile // 4} + {name}q{u}] = r{name}{u}; }}"
                 )
         return setup, load, put
 
@@ -320,12 +327,12 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
         v, comp = divmod(rr, 4)
         w(f"  {{ let row = m0 + {4 * v * wy} + ty * 4 + {comp};")
         w(f"    if ({'true' if M % t.bm == 0 else f'row < {M}'}) {{")
+        col_ok = "true" if N % t.bn == 0 else f"col < {N}"
         for h in range(bv):
             for j, cj in enumerate("xyzw"):
                 w(f"      {{ let col = n0 + {4 * h * wx} + tx * 4 + {j};")
-                w(
-                    f"        if (col < {N}) {{ let g = cb + row * {N} + col; out0[g] = jc_epi(c{rr}_{h}.{cj}, g); }} }}"
-                )
+                store = f"let g = cb + row * {N} + col; out0[g] = jc_epi(c{rr}_{h}.{cj}, g);"
+                w(f"        if ({col_ok}) {{ {store} }} }}")
         w("    }")
         w("  }")
     w("}")

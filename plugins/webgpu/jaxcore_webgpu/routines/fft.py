@@ -16,7 +16,15 @@ import math
 from jaxcore.dtype import DType
 from jaxcore.routine import FftParams, Routine
 from jaxcore_webgpu.program import Pass, Plan
-from jaxcore_webgpu.routines.common import elementwise_pass, header, helpers, storage, u32s, wgsl_type, work_dtype
+from jaxcore_webgpu.routines.common import (
+    elementwise_pass,
+    header,
+    helpers,
+    storage,
+    u32s,
+    wgsl_type,
+    work_dtype,
+)
 
 _UNI = "struct U { m: u32, p1: u32, p2: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
 
@@ -56,7 +64,9 @@ def plan_fft(routine: Routine) -> Plan:
     decl = hdr + storage(0, "in0", ty, True) + "\n" + storage(1, "in1", ty, True) + "\n"
     decl += storage(2, "S", V, False) + "\n"
     body = f"  S[gid] = {V}({cvt('in0[gid]')}, {cvt('in1[gid]')});\n"
-    passes.append(elementwise_pass(decl, ["in0", "in1", "S"], body, batch * n, [("in", 0), ("in", 1), ("scratch", 0)]))
+    passes.append(
+        elementwise_pass(decl, ["in0", "in1", "S"], body, batch * n, [("in", 0), ("in", 1), ("scratch", 0)])
+    )
     cur = 0
     if n & (n - 1) == 0:
         half = n // 2
@@ -74,7 +84,9 @@ def plan_fft(routine: Routine) -> Plan:
         m = 1
         while m < n:
             bind = [("scratch", cur), ("scratch", 1 - cur), ("scratch", 2)]
-            passes.append(elementwise_pass(decl, ["src", "dst", "tw"], body, batch * half, bind, uniform=u32s(m)))
+            passes.append(
+                elementwise_pass(decl, ["src", "dst", "tw"], body, batch * half, bind, uniform=u32s(m))
+            )
             cur = 1 - cur
             m *= 2
     else:
@@ -92,7 +104,9 @@ def plan_fft(routine: Routine) -> Plan:
   dst[gid] = acc;
 """
         passes.append(
-            elementwise_pass(decl, ["src", "dst", "tw"], body, batch * n, [("scratch", 0), ("scratch", 1), ("scratch", 2)])
+            elementwise_pass(
+                decl, ["src", "dst", "tw"], body, batch * n, [("scratch", 0), ("scratch", 1), ("scratch", 2)]
+            )
         )
         cur = 1
     # store (the inverse scales by 1/n)
@@ -100,5 +114,9 @@ def plan_fft(routine: Routine) -> Plan:
     decl += storage(2, "S", V, False) + "\n"
     scale = f" / {T}({n})" if params.inverse else ""
     body = f"  let z = S[gid];\n  out0[gid] = {outc(f'z.x{scale}')};\n  out1[gid] = {outc(f'z.y{scale}')};\n"
-    passes.append(elementwise_pass(decl, ["out0", "out1", "S"], body, batch * n, [("out", 0), ("out", 1), ("scratch", cur)]))
+    passes.append(
+        elementwise_pass(
+            decl, ["out0", "out1", "S"], body, batch * n, [("out", 0), ("out", 1), ("scratch", cur)]
+        )
+    )
     return Plan(tuple(passes), scratch)

@@ -95,9 +95,12 @@ def _cholesky(routine: Routine) -> Plan:
     nn = n * n
     decls = (
         header([dtype])
-        + storage(0, "in0", ty, True) + "\n"
-        + storage(1, "out0", ty, False) + "\n"
-        + storage(2, "W", T, False) + "\n"
+        + storage(0, "in0", ty, True)
+        + "\n"
+        + storage(1, "out0", ty, False)
+        + "\n"
+        + storage(2, "W", T, False)
+        + "\n"
     )
     body = f"""  let base = b * {nn};
   for (var e = lid; e < {nn}; e = e + {LOCAL}) {{
@@ -117,7 +120,8 @@ def _cholesky(routine: Routine) -> Plan:
     let d = sqrt(W[base + j * {n} + j]);
     {SYNC}
     for (var i = j + lid; i < {n}; i = i + {LOCAL}) {{
-      if (i == j) {{ W[base + i * {n} + j] = d; }} else {{ W[base + i * {n} + j] = W[base + i * {n} + j] / d; }}
+      let e = base + i * {n} + j;
+      if (i == j) {{ W[e] = d; }} else {{ W[e] = W[e] / d; }}
     }}
     {SYNC}
   }}
@@ -141,10 +145,14 @@ def _triangular_solve(routine: Routine) -> Plan:
     ty, T, wd = _types(dtype)
     decls = (
         header([dtype])
-        + storage(0, "in0", ty, True) + "\n"
-        + storage(1, "in1", ty, True) + "\n"
-        + storage(2, "out0", ty, False) + "\n"
-        + storage(3, "W", T, False) + "\n"
+        + storage(0, "in0", ty, True)
+        + "\n"
+        + storage(1, "in1", ty, True)
+        + "\n"
+        + storage(2, "out0", ty, False)
+        + "\n"
+        + storage(3, "W", T, False)
+        + "\n"
     )
     div = "" if params.unit_diagonal else f"    s = s / {_cvt(dtype, f'in0[ab + i * {n} + i]')};\n"
     body = f"""  let g = i32(gid);
@@ -158,7 +166,12 @@ def _triangular_solve(routine: Routine) -> Plan:
   for (var i = 0; i < {n}; i = i + 1) {{ out0[xb + i] = {_out(dtype, "W[xb + i]")}; }}
 """
     p = elementwise_pass(
-        decls, ["in0", "in1", "out0", "W"], body, rows, [("in", 0), ("in", 1), ("out", 0), ("scratch", 0)], wg=64
+        decls,
+        ["in0", "in1", "out0", "W"],
+        body,
+        rows,
+        [("in", 0), ("in", 1), ("out", 0), ("scratch", 0)],
+        wg=64,
     )
     return Plan((p,), (nbytes(wd, rows * n),))
 
@@ -176,11 +189,16 @@ def _lu(routine: Routine) -> Plan:
     nonzero = "(bitcast<u32>(d) & 0x7fffffffu) != 0u" if wd == DType.float32 else "d != 0.0"
     decls = (
         header([dtype])
-        + storage(0, "in0", ty, True) + "\n"
-        + storage(1, "out0", ty, False) + "\n"
-        + storage(2, "out1", "i32", False) + "\n"
-        + storage(3, "out2", "i32", False) + "\n"
-        + storage(4, "W", T, False) + "\n"
+        + storage(0, "in0", ty, True)
+        + "\n"
+        + storage(1, "out0", ty, False)
+        + "\n"
+        + storage(2, "out1", "i32", False)
+        + "\n"
+        + storage(3, "out2", "i32", False)
+        + "\n"
+        + storage(4, "W", T, False)
+        + "\n"
         + "var<workgroup> piv: i32;\n"
         + hs
     )
@@ -225,7 +243,8 @@ def _lu(routine: Routine) -> Plan:
     let cnt = ({m} - j - 1) * w;
     for (var e = lid; e < cnt; e = e + {LOCAL}) {{
       let i = j + 1 + e / w; let c = j + 1 + e % w;
-      if (ok) {{ W[base + i * {n} + c] = W[base + i * {n} + c] - W[base + i * {n} + j] * W[base + j * {n} + c]; }}
+      let e = base + i * {n} + c;
+      if (ok) {{ W[e] = W[e] - W[base + i * {n} + j] * W[base + j * {n} + c]; }}
     }}
     {SYNC}
   }}
@@ -254,11 +273,16 @@ def _jacobi(routine: Routine) -> Plan:
     nn = n * n
     decls = (
         header([dtype])
-        + storage(0, "in0", ty, True) + "\n"
-        + storage(1, "out0", ty, False) + "\n"
-        + storage(2, "out1", ty, False) + "\n"
-        + storage(3, "W", T, False) + "\n"
-        + storage(4, "V", T, False) + "\n"
+        + storage(0, "in0", ty, True)
+        + "\n"
+        + storage(1, "out0", ty, False)
+        + "\n"
+        + storage(2, "out1", ty, False)
+        + "\n"
+        + storage(3, "W", T, False)
+        + "\n"
+        + storage(4, "V", T, False)
+        + "\n"
         + hs
         + f"""fn off(base: i32) -> {T} {{
   var mx = {T}(0);

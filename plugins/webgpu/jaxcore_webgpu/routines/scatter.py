@@ -118,8 +118,10 @@ def plan_scatter(routine: Routine) -> Plan:
     if accumulate:
         if dtype in (DType.int32, DType.uint32, DType.bool):
             d += storage(ob, "out0", f"atomic<{ty}>", False) + "\n"
-            op = "  if (in0[gid] != 0i) { atomicOr(&out0[t], 1i); }\n" if dtype == DType.bool else (
-                "  atomicAdd(&out0[t], in0[gid]);\n"
+            op = (
+                "  if (in0[gid] != 0i) { atomicOr(&out0[t], 1i); }\n"
+                if dtype == DType.bool
+                else ("  atomicAdd(&out0[t], in0[gid]);\n")
             )
         elif dtype == DType.float32:
             d += storage(ob, "out0", "atomic<u32>", False) + "\n"

@@ -68,7 +68,7 @@ def plan_sort(routine: Routine) -> Plan:
     passes: list[Pass] = []
 
     # init: keys (and indices) of every padded position
-    kx = _key(dtype, "in0[row * %du + c]" % n, argsort)
+    kx = _key(dtype, f"in0[row * {n}u + c]", argsort)
     fn = ""
     if isinstance(kx, tuple):
         kx, fn = kx
@@ -90,7 +90,9 @@ def plan_sort(routine: Routine) -> Plan:
         gt = "(ka > kb) || (ka == kb && ia > ib)" if argsort else "ka > kb"
         # workgroup-memory stages: k from u.k to u.j (doubling), j from min(k/2, t) down to 1
         lcode = (
-            key_decl + idx_decl + _UNI
+            key_decl
+            + idx_decl
+            + _UNI
             + f"var<workgroup> sk: array<u32, {blk}>;\n"
             + (f"var<workgroup> si: array<u32, {blk}>;\n" if argsort else "")
         )
@@ -112,7 +114,8 @@ def plan_sort(routine: Routine) -> Plan:
             + f"    for (var j = min(k >> 1u, {t}u); j > 0u; j = j >> 1u) {{\n"
             + "      let i = ((lid & ~(j - 1u)) << 1u) | (lid & (j - 1u)); let l = i + j;\n"
             + f"      let asc = (((base + i) & {p - 1}u) & k) == 0u;\n"
-            + "      let ka = sk[i]; let kb = sk[l];\n" + sw_i
+            + "      let ka = sk[i]; let kb = sk[l];\n"
+            + sw_i
             + f"      if (({gt}) == asc) {{\n        sk[i] = kb; sk[l] = ka;\n{swap_i}      }}\n"
             + "      workgroupBarrier();\n    }\n  }\n"
             + f"  K[base + lid] = sk[lid]; K[base + lid + {t}u] = sk[lid + {t}u];\n"
