@@ -159,7 +159,7 @@ def test_jacobi_eigh_8x8(gpu):
     np.testing.assert_allclose(v64 @ (w[..., :, None] * v64.transpose(0, 2, 1)), sym, atol=1e-4)
 
 
-@pytest.mark.parametrize("n", [1024, 30, 97])
+@pytest.mark.parametrize("n", [1024, 8192, 30, 97])
 @pytest.mark.parametrize("inverse", [False, True])
 def test_fft_long_and_odd_lengths(gpu, n, inverse):
     re = RNG.normal(0, 1, (3, n)).astype(np.float32)
@@ -170,6 +170,15 @@ def test_fft_long_and_odd_lengths(gpu, n, inverse):
     tol = 1e-5 * np.abs(want).max()
     np.testing.assert_allclose(gr, want.real, atol=tol)
     np.testing.assert_allclose(gim, want.imag, atol=tol)
+
+
+def test_fft_beyond_workgroup_memory_uses_global_stages(gpu):
+    from jaxcore_webgpu.routines.fft import plan_fft
+
+    n = 8192
+    r = Routine.build(Routines.Fft, [(2, n), (2, n)], ["float32", "float32"], FftParams.default(n))
+    assert len(plan_fft(r, gpu.target).passes) == 2 + 13 + 1  # twiddles, load, 13 stages, store
+    assert len(plan_fft(r, type("T", (), {"max_workgroup_storage": 1 << 17})()).passes) == 2
 
 
 def test_fft_float64(gpu):

@@ -51,7 +51,7 @@ def plan_routine(routine: Routine, target: Any) -> Plan:
     if name == Routines.Fft:
         from jaxcore_webgpu.routines.fft import plan_fft
 
-        return plan_fft(routine)
+        return plan_fft(routine, target)
     from jaxcore_webgpu.routines import linalg
 
     return linalg.plan_linalg(routine)

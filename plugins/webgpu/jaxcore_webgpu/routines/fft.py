@@ -18,6 +18,7 @@ from jaxcore.routine import FftParams, Routine
 from jaxcore_webgpu.program import Pass, Plan
 from jaxcore_webgpu.routines.common import (
     elementwise_pass,
+    fold,
     header,
     helpers,
     storage,
@@ -29,7 +30,51 @@ from jaxcore_webgpu.routines.common import (
 _UNI = "struct U { m: u32, p1: u32, p2: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
 
 
-def plan_fft(routine: Routine) -> Plan:
+def _local_stockham(n: int, batch: int, T: str, V: str, hdr: str, ty: str, cvt, outc, scale: str) -> Pass:
+    """The whole power-of-two FFT of a row in workgroup memory: one read and one write of the row.
+
+    Each thread owns R butterflies per stage; they read into registers, a barrier, then write
+    (so one buffer serves as both Stockham arrays)."""
+    half = n // 2
+    wg = min(256, half)
+    per = half // wg
+    decl = hdr + storage(0, "in0", ty, True) + "\n" + storage(1, "in1", ty, True) + "\n"
+    decl += storage(2, "out0", ty, False) + "\n" + storage(3, "out1", ty, False) + "\n"
+    decl += storage(4, "tw", V, False) + "\n" + f"var<workgroup> sh: array<{V}, {n}>;\n"
+    grid = fold(batch)
+    regs = "".join(f"    var y0_{r}: {V}; var y1_{r}: {V}; var p_{r}: u32;\n" for r in range(per))
+    reads = "".join(
+        f"    {{ let t = lid + {r * wg}u; let j = t / m; let k = t % m;\n"
+        f"      let c0 = sh[k + j * m]; let c1 = sh[k + j * m + {half}u];\n"
+        f"      let w = tw[j * m]; let d = c0 - c1;\n"
+        f"      p_{r} = k + 2u * j * m; y0_{r} = c0 + c1;\n"
+        f"      y1_{r} = {V}(w.x * d.x - w.y * d.y, w.x * d.y + w.y * d.x); }}\n"
+        for r in range(per)
+    )
+    writes = "".join(f"    sh[p_{r}] = y0_{r}; sh[p_{r} + m] = y1_{r};\n" for r in range(per))
+    code = (
+        decl
+        + f"@compute @workgroup_size({wg}, 1, 1)\n"
+        + "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+        + "".join(f"  _ = &{x};\n" for x in ("in0", "in1", "out0", "out1", "tw"))
+        + f"  let row = wid.x + wid.y * {grid[0]}u;\n  if (row >= {batch}u) {{ return; }}\n"
+        + f"  let o = row * {n}u;\n"
+        + f"  for (var e = lid; e < {n}u; e = e + {wg}u) {{\n"
+        + f"    sh[e] = {V}({cvt('in0[o + e]')}, {cvt('in1[o + e]')});\n  }}\n"
+        + "  workgroupBarrier();\n"
+        + f"  for (var m = 1u; m < {n}u; m = m * 2u) {{\n"
+        + regs
+        + reads
+        + "    workgroupBarrier();\n"
+        + writes
+        + "    workgroupBarrier();\n  }\n"
+        + f"  for (var e = lid; e < {n}u; e = e + {wg}u) {{\n    let z = sh[e];\n"
+        + f"    out0[o + e] = {outc(f'z.x{scale}')};\n    out1[o + e] = {outc(f'z.y{scale}')};\n  }}\n}}\n"
+    )
+    return Pass(code, grid, (("in", 0), ("in", 1), ("out", 0), ("out", 1), ("scratch", 0)))
+
+
+def plan_fft(routine: Routine, target: object = None) -> Plan:
     params = routine.params
     assert isinstance(params, FftParams)
     dtype = routine.type.input_dtypes[0]
@@ -60,6 +105,12 @@ def plan_fft(routine: Routine) -> Plan:
         f"  tw[gid] = {V}(jc_cos_{sfx}(th), {T}({sign}) * jc_sin_{sfx}(th));\n"
     )
     passes.append(elementwise_pass(decl, ["tw"], body, n, [("scratch", 2)]))
+    scale = f" / {T}({n})" if params.inverse else ""
+    shared = getattr(target, "max_workgroup_storage", 16384)
+    if n >= 2 and n & (n - 1) == 0 and n * elem <= shared:
+        tw_only = Pass(passes[0].code, passes[0].grid, (("scratch", 0),))
+        local = _local_stockham(n, batch, T, V, hdr, ty, cvt, outc, scale)
+        return Plan((tw_only, local), (max(16, n * elem),))
     # load
     decl = hdr + storage(0, "in0", ty, True) + "\n" + storage(1, "in1", ty, True) + "\n"
     decl += storage(2, "S", V, False) + "\n"
@@ -112,7 +163,6 @@ def plan_fft(routine: Routine) -> Plan:
     # store (the inverse scales by 1/n)
     decl = hdr + storage(0, "out0", ty, False) + "\n" + storage(1, "out1", ty, False) + "\n"
     decl += storage(2, "S", V, False) + "\n"
-    scale = f" / {T}({n})" if params.inverse else ""
     body = f"  let z = S[gid];\n  out0[gid] = {outc(f'z.x{scale}')};\n  out1[gid] = {outc(f'z.y{scale}')};\n"
     passes.append(
         elementwise_pass(
