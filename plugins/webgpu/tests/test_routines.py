@@ -36,7 +36,7 @@ def run(be, name, arrays, dtypes, params=None):
     return res
 
 
-@pytest.mark.parametrize("shape", [(3, 1500), (2, 2048), (5, 7), (1, 513), (4, 1)])
+@pytest.mark.parametrize("shape", [(3, 1500), (2, 2048), (1, 9000), (5, 7), (1, 513), (4, 1)])
 def test_sort_multi_stage_with_nans(gpu, shape):
     """Lengths past one workgroup block (global stages), padding, NaN last, -0 before +0."""
     x = RNG.normal(0, 10, shape).astype(np.float32)

@@ -16,6 +16,7 @@ from jaxcore.routine import Routine, Routines
 from jaxcore_webgpu.program import Pass, Plan
 from jaxcore_webgpu.routines.common import elementwise_pass, fold, header, storage, u32s, wgsl_type
 
+MULTI = 3  # partner distances handled per global pass (8 keys per thread in registers)
 LOCAL = 256  # threads of a workgroup-memory stage (block of 2*LOCAL keys)
 
 _UNI = "struct U { k: u32, j: u32, p2: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
@@ -141,13 +142,51 @@ def plan_sort(routine: Routine) -> Plan:
         def step(k: int, j: int) -> Pass:
             return elementwise_pass(gdecls, work, gbody, batch * p // 2, work_b, uniform=u32s(k, j))
 
+        def multi_body(levels: int) -> str:
+            """Distances j, j/2, .. j/2^(levels-1) in one pass: 2^levels keys per thread in registers."""
+            ne = 1 << levels
+            lines = ["  let j = u.j; let k = u.k; let hb = countTrailingZeros(j);", "  var i = gid;"]
+            for b in range(levels):
+                q = f"(hb - {levels - 1 - b}u)"
+                lines.append(f"  {{ let q = {q}; i = ((i >> q) << (q + 1u)) | (i & ((1u << q) - 1u)); }}")
+            lines.append(f"  let asc = ((i & {p - 1}u) & k) == 0u;")
+            offs = []
+            for e in range(ne):
+                terms = [f"(j >> {levels - 1 - q}u)" for q in range(levels) if e >> q & 1]
+                offs.append(" + ".join(terms) if terms else "0u")
+                lines.append(f"  var k{e} = K[i + {offs[e]}];")
+                if argsort:
+                    lines.append(f"  var i{e} = I[i + {offs[e]}];")
+            for st in range(levels):
+                q = levels - 1 - st
+                for e in range(ne):
+                    if e >> q & 1:
+                        continue
+                    f = e | (1 << q)
+                    gt = f"(k{e} > k{f}) || (k{e} == k{f} && i{e} > i{f})" if argsort else f"k{e} > k{f}"
+                    sw = f"let tk = k{e}; k{e} = k{f}; k{f} = tk;"
+                    if argsort:
+                        sw += f" let ti = i{e}; i{e} = i{f}; i{f} = ti;"
+                    lines.append(f"  if (({gt}) == asc) {{ {sw} }}")
+            for e in range(ne):
+                lines.append(f"  K[i + {offs[e]}] = k{e};")
+                if argsort:
+                    lines.append(f"  I[i + {offs[e]}] = i{e};")
+            return "\n".join(lines) + "\n"
+
+        def multi(k: int, j: int, levels: int) -> Pass:
+            threads = batch * p >> levels
+            body = multi_body(levels)
+            return elementwise_pass(gdecls, work, body, threads, work_b, uniform=u32s(k, j))
+
         passes.append(local(2, min(blk, p)))
         k = 2 * blk
         while k <= p:
             j = k // 2
             while j >= blk:
-                passes.append(step(k, j))
-                j //= 2
+                levels = min(MULTI, (j // blk).bit_length())
+                passes.append(step(k, j) if levels == 1 else multi(k, j, levels))
+                j >>= levels
             passes.append(local(k, k))
             k *= 2
 
