@@ -102,30 +102,35 @@ def _cholesky(routine: Routine) -> Plan:
         + storage(2, "W", T, False)
         + "\n"
     )
+    # W holds L column-major (W[c*n + r] = L[r, c]): a column's rows are adjacent, so the threads
+    # of a step read and write consecutive addresses.
     body = f"""  let base = b * {nn};
   for (var e = lid; e < {nn}; e = e + {LOCAL}) {{
     let i = e / {n}; let j = e % {n};
     var v = {T}(0);
     if (j <= i) {{ v = {_cvt(dtype, "in0[base + e]")}; }}
-    W[base + e] = v;
+    W[base + j * {n} + i] = v;
   }}
   {SYNC}
   for (var j = 0; j < {n}; j = j + 1) {{
     for (var i = j + lid; i < {n}; i = i + {LOCAL}) {{
-      var s = W[base + i * {n} + j];
-      for (var p = 0; p < j; p = p + 1) {{ s = s - W[base + i * {n} + p] * W[base + j * {n} + p]; }}
-      W[base + i * {n} + j] = s;
+      var s = W[base + j * {n} + i];
+      for (var p = 0; p < j; p = p + 1) {{ s = s - W[base + p * {n} + i] * W[base + p * {n} + j]; }}
+      W[base + j * {n} + i] = s;
     }}
     {SYNC}
     let d = sqrt(W[base + j * {n} + j]);
     {SYNC}
     for (var i = j + lid; i < {n}; i = i + {LOCAL}) {{
-      let e = base + i * {n} + j;
+      let e = base + j * {n} + i;
       if (i == j) {{ W[e] = d; }} else {{ W[e] = W[e] / d; }}
     }}
     {SYNC}
   }}
-  for (var e = lid; e < {nn}; e = e + {LOCAL}) {{ out0[base + e] = {_out(dtype, "W[base + e]")}; }}
+  for (var e = lid; e < {nn}; e = e + {LOCAL}) {{
+    let i = e / {n}; let j = e % {n};
+    out0[base + e] = {_out(dtype, f"W[base + j * {n} + i]")};
+  }}
 """
     p = _group_pass(decls, ["in0", "out0", "W"], body, batch, [("in", 0), ("out", 0), ("scratch", 0)])
     return Plan((p,), (nbytes(wd, batch * nn),))
