@@ -34,6 +34,7 @@ from jaxcore.matmul_shape import MatmulShape, Operand, detect
 from jaxcore_webgpu.program import Pass, Plan
 from jaxcore_webgpu.wgsl import WGSL_TRAITS, WGSLLanguage
 
+FILL_WORKGROUPS = 128  # workgroups that keep a big GPU busy (an H200 has 132 SMs; gpu-probe.md §2)
 MIN_WORK = 1 << 12  # multiply-adds below which the generic reduction kernel is as good
 
 
@@ -75,7 +76,7 @@ def choose_tile(mm: MatmulShape, target: object, name: str | None = None) -> Til
     for key in order:
         t = TILES[key]
         tiles = mm.batch * -(-mm.m // t.bm) * -(-mm.n // t.bn)
-        enough = tiles >= 132 * 2 if key != "small" else True
+        enough = tiles >= FILL_WORKGROUPS if key != "small" else True
         if fits(t) and enough:
             return t
     return None

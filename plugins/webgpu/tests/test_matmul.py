@@ -185,3 +185,23 @@ def test_float64(gpu):
     exe, got = run(gpu, k, [sa, sb], np.float64)
     assert tiled(exe)
     np.testing.assert_allclose(got.reshape(m, n), a[0] @ b[0], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("b_transposed", [False, True])
+def test_global_views_as_the_frontend_builds_them(gpu, b_transposed):
+    """A[M,K] and B[K,N] (or B stored as [N,K]) broadcast to [M,N,K] by ShapeTracker views."""
+    from jaxcore.shape import ShapeTracker
+
+    m, n, kk = 36, 44, 52
+    st_a = ShapeTracker.from_shape((m, kk)).reshape((m, 1, kk)).expand((m, n, kk))
+    if b_transposed:
+        st_b = ShapeTracker.from_shape((n, kk)).reshape((1, n, kk)).expand((m, n, kk))
+    else:
+        st_b = ShapeTracker.from_shape((kk, n)).permute((1, 0)).reshape((1, n, kk)).expand((m, n, kk))
+    idx = [AluExp.idiv(g, AluExp.i32(n)), AluExp.mod(g, AluExp.i32(n)), r]
+    exp = AluExp.global_view(F32, 0, st_a, idx) * AluExp.global_view(F32, 1, st_b, idx)
+    k = Kernel(2, m * n, exp, Reduction(F32, AluOp.Add, kk))
+    a, b, sa, sb = operands(m, n, kk, 1, False, b_transposed)
+    exe, got = run(gpu, k, [sa, sb])
+    assert tiled(exe)
+    np.testing.assert_allclose(got.reshape(m, n), a[0].astype(np.float64) @ b[0], rtol=1e-4, atol=1e-3)
