@@ -150,6 +150,8 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
     if mm.a.gid == mm.b.gid and (ma == "s") != (mb == "s"):
         ma = mb = "s"
 
+    vec_out = mm.n % 4 == 0  # each thread's 4 adjacent columns are one aligned vec4 store
+    out_elem = f"vec4<{lang.storage_type(mm.out)}>" if vec_out else lang.storage_type(mm.out)
     L: list[str] = []
     w = L.append
     if uses_f16:
@@ -166,10 +168,7 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
         ty = lang.storage_type(dt)
         ty = f"vec4<{ty}>" if g in vec_in else ty
         w(f"@group(0) @binding({g}) var<storage, read> in{g}: array<{ty}>;")
-    w(
-        f"@group(0) @binding({kernel.nargs}) var<storage, read_write> out0: "
-        f"array<{lang.storage_type(mm.out)}>;"
-    )
+    w(f"@group(0) @binding({kernel.nargs}) var<storage, read_write> out0: array<{out_elem}>;")
     w(f"var<workgroup> As: array<vec4<{P}>, {t.bk * t.bm // 4}>;")
     w(f"var<workgroup> Bs: array<vec4<{P}>, {t.bk * t.bn // 4}>;")
 
@@ -330,6 +329,15 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
         w(f"    if ({'true' if M % t.bm == 0 else f'row < {M}'}) {{")
         col_ok = "true" if N % t.bn == 0 else f"col < {N}"
         for h in range(bv):
+            if vec_out:
+                w(f"      {{ let col = n0 + {4 * h * wx} + tx * 4;")
+                c = f"c{rr}_{h}"
+                vals = ", ".join(f"jc_epi({c}.{cj}, g + {j})" for j, cj in enumerate("xyzw"))
+                store = (
+                    f"let g = cb + row * {N} + col; out0[g / 4] = vec4<{lang.storage_type(mm.out)}>({vals});"
+                )
+                w(f"        if ({col_ok}) {{ {store} }} }}")
+                continue
             for j, cj in enumerate("xyzw"):
                 w(f"      {{ let col = n0 + {4 * h * wx} + tx * 4 + {j};")
                 store = f"let g = cb + row * {N} + col; out0[g] = jc_epi(c{rr}_{h}.{cj}, g);"
