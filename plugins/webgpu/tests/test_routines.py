@@ -197,3 +197,19 @@ def test_float64_sort_is_undeclared(gpu):
 
     with pytest.raises((UnsupportedOpError, UnsupportedRoutineError)):
         gpu.prepare_routine(Routine.build(Routines.Sort, [(4,)], ["float64"]))
+
+
+@pytest.mark.parametrize("argsort", [False, True])
+def test_sort_small_workgroups_take_four_distances_per_pass(gpu, monkeypatch, argsort):
+    """An adapter with 32-thread workgroups: 64-key blocks, so most stages run as 4-level global passes."""
+    import dataclasses
+
+    monkeypatch.setitem(gpu.__dict__, "target", dataclasses.replace(gpu.target, max_workgroup_size=32))
+    x = RNG.integers(0, 50, (2, 3001)).astype(np.float32)
+    x[:, ::13] = np.nan
+    if argsort:
+        vals, idx = run(gpu, Routines.Argsort, [x], ["float32"])
+        np.testing.assert_array_equal(idx, np.argsort(x, axis=-1, kind="stable"))
+    else:
+        (vals,) = run(gpu, Routines.Sort, [x], ["float32"])
+    np.testing.assert_array_equal(vals, np.sort(x, axis=-1))

@@ -43,7 +43,7 @@ def plan_routine(routine: Routine, target: Any) -> Plan:
     if name in (Routines.Sort, Routines.Argsort):
         from jaxcore_webgpu.routines.sort import plan_sort
 
-        return plan_sort(routine)
+        return plan_sort(routine, target)
     if name == Routines.Scatter:
         from jaxcore_webgpu.routines.scatter import plan_scatter
 

@@ -16,8 +16,10 @@ from jaxcore.routine import Routine, Routines
 from jaxcore_webgpu.program import Pass, Plan
 from jaxcore_webgpu.routines.common import elementwise_pass, fold, header, storage, u32s, wgsl_type
 
-MULTI = 3  # partner distances handled per global pass (8 keys per thread in registers)
-LOCAL = 256  # threads of a workgroup-memory stage (block of 2*LOCAL keys)
+MULTI = 4  # partner distances handled per global pass (16 keys per thread in registers)
+LOCAL = (
+    1024  # threads of a workgroup-memory stage at most (block of 2*LOCAL keys), within the adapter's limits
+)
 
 _UNI = "struct U { k: u32, j: u32, p2: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
 
@@ -47,7 +49,7 @@ def _unkey(dtype: DType, k: str) -> str:
     return f"f16({v})" if dtype == DType.float16 else v
 
 
-def plan_sort(routine: Routine) -> Plan:
+def plan_sort(routine: Routine, target: object = None) -> Plan:
     argsort = routine.name == Routines.Argsort
     dtype = routine.type.input_dtypes[0]
     shape = routine.type.input_shapes[0]
@@ -86,7 +88,10 @@ def plan_sort(routine: Routine) -> Plan:
     passes.append(elementwise_pass(decls, ["in0", *work], body, batch * p, [("in", 0), *work_b]))
 
     if p >= 2:
-        t = min(LOCAL, p // 2)
+        max_wg = getattr(target, "max_workgroup_size", 256)
+        shared = getattr(target, "max_workgroup_storage", 16384)
+        t = min(LOCAL, max_wg, shared // (16 if argsort else 8), p // 2)
+        t = 1 << (t.bit_length() - 1)
         blk = 2 * t
         gt = "(ka > kb) || (ka == kb && ia > ib)" if argsort else "ka > kb"
         # workgroup-memory stages: k from u.k to u.j (doubling), j from min(k/2, t) down to 1
