@@ -35,6 +35,7 @@ from jaxcore_webgpu.program import Pass, Plan
 from jaxcore_webgpu.wgsl import WGSL_TRAITS, WGSLLanguage
 
 FILL_WORKGROUPS = 128  # workgroups that keep a big GPU busy (an H200 has 132 SMs; gpu-probe.md §2)
+MIN_SIDE = 16  # thinner products (matrix-vector) stream better as the compiler's grouped reductions
 MIN_WORK = 1 << 12  # multiply-adds below which the generic reduction kernel is as good
 
 
@@ -97,7 +98,11 @@ def _vec_mode(op: Operand, outer: int, k: int, outer_tile: int, bk: int, is_a: b
 def plan_matmul(kernel: Kernel, target: object, tile: str | None = None) -> Plan | None:
     """A one-pass plan for a matmul-shaped kernel, or None to leave it to the generic compiler."""
     mm = detect(kernel)
-    if mm is None or mm.m * mm.n * mm.k * mm.batch < MIN_WORK and tile is None:
+    if (
+        mm is None
+        or (mm.m * mm.n * mm.k * mm.batch < MIN_WORK or min(mm.m, mm.n) < MIN_SIDE)
+        and tile is None
+    ):
         return None
     if mm.product == DType.float16 and not getattr(target, "has_f16", False):
         return None

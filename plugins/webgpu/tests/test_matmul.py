@@ -205,3 +205,15 @@ def test_global_views_as_the_frontend_builds_them(gpu, b_transposed):
     exe, got = run(gpu, k, [sa, sb])
     assert tiled(exe)
     np.testing.assert_allclose(got.reshape(m, n), a[0].astype(np.float64) @ b[0], rtol=1e-4, atol=1e-3)
+
+
+def test_matrix_vector_stays_a_grouped_reduction(gpu):
+    """M or N = 1 is matmul-shaped, but a tile would waste its rows: the compiler's reduction runs it."""
+    m, kk = 64, 256
+    exp = gi(0, m * kk, g * kk + r) * gi(1, kk, r)
+    k = Kernel(2, m, exp, Reduction(F32, AluOp.Add, kk))
+    assert detect(k) is not None and min(detect(k).m, detect(k).n) == 1
+    a, v = RNG.normal(0, 1, (m, kk)).astype(np.float32), RNG.normal(0, 1, kk).astype(np.float32)
+    exe, got = run(gpu, k, [a.ravel(), v])
+    assert not tiled(exe)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ v, rtol=1e-4, atol=1e-4)
