@@ -159,7 +159,7 @@ def test_jacobi_eigh_8x8(gpu):
     np.testing.assert_allclose(v64 @ (w[..., :, None] * v64.transpose(0, 2, 1)), sym, atol=1e-4)
 
 
-@pytest.mark.parametrize("n", [1024, 8192, 30, 97])
+@pytest.mark.parametrize("n", [1024, 8192, 30, 97, 1000, 4099])
 @pytest.mark.parametrize("inverse", [False, True])
 def test_fft_long_and_odd_lengths(gpu, n, inverse):
     re = RNG.normal(0, 1, (3, n)).astype(np.float32)
@@ -181,15 +181,26 @@ def test_fft_beyond_workgroup_memory_uses_global_stages(gpu):
     assert len(plan_fft(r, type("T", (), {"max_workgroup_storage": 1 << 17})()).passes) == 2
 
 
-def test_fft_float64(gpu):
+@pytest.mark.parametrize("n", [64, 100])
+def test_fft_float64(gpu, n):
     if "float64" not in {str(d) for d in gpu.capabilities.dtypes}:
         pytest.skip("no shader-f64")
-    n = 64
     re, im = RNG.normal(0, 1, (2, n)), RNG.normal(0, 1, (2, n))
     gr, gim = run(gpu, Routines.Fft, [re, im], ["float64", "float64"], FftParams.default(n))
     want = np.fft.fft(re + 1j * im, axis=-1)
     np.testing.assert_allclose(gr, want.real, atol=1e-11)
     np.testing.assert_allclose(gim, want.imag, atol=1e-11)
+
+
+def test_fft_float16_bluestein(gpu):
+    if "float16" not in {str(d) for d in gpu.capabilities.dtypes}:
+        pytest.skip("no shader-f16")
+    n = 90
+    re, im = RNG.uniform(-1, 1, (2, n)).astype(np.float16), RNG.uniform(-1, 1, (2, n)).astype(np.float16)
+    gr, gim = run(gpu, Routines.Fft, [re, im], ["float16", "float16"], FftParams.default(n, True))
+    want = np.fft.ifft(re.astype(np.float64) + 1j * im, axis=-1)
+    np.testing.assert_allclose(gr.astype(np.float64), want.real, atol=2e-3)
+    np.testing.assert_allclose(gim.astype(np.float64), want.imag, atol=2e-3)
 
 
 def test_float64_sort_is_undeclared(gpu):
