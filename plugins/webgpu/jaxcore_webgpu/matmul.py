@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jaxcore.alu import AluExp, AluOp
+from jaxcore.alu import AluOp
 from jaxcore.backend import UnsupportedOpError
 from jaxcore.cstyle import ExpRenderer
-from jaxcore.dtype import DType, byte_width
+from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel
 from jaxcore.legalize import legalize
 from jaxcore.matmul_shape import MatmulShape, Operand, detect
@@ -83,7 +83,7 @@ def choose_tile(mm: MatmulShape, target: object, name: str | None = None) -> Til
     return None
 
 
-def _vec_mode(op: Operand, outer: int, k: int, outer_tile: int, bk: int, is_a: bool) -> str:
+def _vec_mode(op: Operand, outer: int, k: int) -> str:
     """How one operand's slab is loaded: "k4" (vec4 along k), "o4" (vec4 along m or n) or "s"."""
     aligned = op.base % 4 == 0 and op.s_batch % 4 == 0 and op.length % 4 == 0
     if not aligned:
@@ -142,18 +142,11 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
     for node in epi.nodes():
         if node.op == AluOp.GlobalIndex:
             epi_reads[node.arg[0]] = node.dtype
-    ma = _vec_mode(mm.a, mm.m, mm.k, t.bm, t.bk, True)
-    mb = _vec_mode(mm.b, mm.n, mm.k, t.bn, t.bk, False)
-    if mm.a.gid == mm.b.gid and ma != mb and "s" in (ma, mb):
-        ma = mb = "s"
-    if mm.a.gid == mm.b.gid and ma != mb:
-        ma = mb = "s"
-    if mm.a.gid in epi_reads:
-        ma = "s"
-    if mm.b.gid in epi_reads:
-        mb = "s"
-    if mm.a.gid == mm.b.gid and (ma == "s") != (mb == "s"):
-        ma = mb = "s"
+    ma, mb = _vec_mode(mm.a, mm.m, mm.k), _vec_mode(mm.b, mm.n, mm.k)
+    # A buffer is bound as vec4 only when every read of it is a vec4 slab load.
+    scalar = set(epi_reads) | {op.gid for op, mode in ((mm.a, ma), (mm.b, mb)) if mode == "s"}
+    ma = "s" if mm.a.gid in scalar else ma
+    mb = "s" if mm.b.gid in scalar else mb
 
     vec_out = mm.n % 4 == 0  # each thread's 4 adjacent columns are one aligned vec4 store
     out_elem = f"vec4<{lang.storage_type(mm.out)}>" if vec_out else lang.storage_type(mm.out)
@@ -161,7 +154,6 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
     w = L.append
     if uses_f16:
         w("enable f16;")
-    need = kernel.input_bytes()
     vec_in = set()
     if ma != "s":
         vec_in.add(mm.a.gid)
@@ -350,8 +342,7 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
         w("    }")
         w("  }")
     w("}")
-    _ = byte_width, need
     return "\n".join(L) + "\n"
 
 
-__all__ = ["MIN_WORK", "TILES", "Tile", "choose_tile", "plan_matmul", "render", "AluExp"]
+__all__ = ["MIN_WORK", "TILES", "Tile", "choose_tile", "plan_matmul", "render"]

@@ -217,3 +217,17 @@ def test_matrix_vector_stays_a_grouped_reduction(gpu):
     exe, got = run(gpu, k, [a.ravel(), v])
     assert not tiled(exe)
     np.testing.assert_allclose(got, a.astype(np.float64) @ v, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_one_buffer_as_both_operands(gpu, transposed):
+    """A @ A (vec4 along k and along n from one binding) and A @ A^T (a Gram matrix)."""
+    n = 48
+    i, j = AluExp.idiv(g, n), AluExp.mod(g, n)
+    b_idx = j * n + r if transposed else r * n + j
+    k = Kernel(1, n * n, gi(0, n * n, i * n + r) * gi(0, n * n, b_idx), Reduction(F32, AluOp.Add, n))
+    a = RNG.normal(0, 1, (n, n)).astype(np.float32)
+    exe, got = run(gpu, k, [a.ravel()])
+    assert tiled(exe)
+    a64 = a.astype(np.float64)
+    np.testing.assert_allclose(got.reshape(n, n), a64 @ (a64.T if transposed else a64), rtol=1e-4, atol=1e-3)
