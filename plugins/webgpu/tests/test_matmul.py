@@ -231,3 +231,22 @@ def test_one_buffer_as_both_operands(gpu, transposed):
     assert tiled(exe)
     a64 = a.astype(np.float64)
     np.testing.assert_allclose(got.reshape(n, n), a64 @ (a64.T if transposed else a64), rtol=1e-4, atol=1e-3)
+
+
+def test_flipped_and_batch_broadcast_operands(gpu):
+    """B read with a negative k stride (a flipped view) and shared by every batch entry (stride 0)."""
+    batch, m, n, kk = 3, 20, 24, 28
+    ib, i, j = AluExp.idiv(g, m * n), AluExp.mod(AluExp.idiv(g, n), m), AluExp.mod(g, n)
+    a_idx = ib * (m * kk) + i * kk + r
+    b_idx = (AluExp.i32(kk - 1) - r) * n + j
+    k = Kernel(
+        2, batch * m * n, gi(0, batch * m * kk, a_idx) * gi(1, kk * n, b_idx), Reduction(F32, AluOp.Add, kk)
+    )
+    mm = detect(k)
+    assert mm is not None and mm.b.s_k == -n and mm.b.s_batch == 0
+    a = RNG.normal(0, 1, (batch, m, kk)).astype(np.float32)
+    b = RNG.normal(0, 1, (kk, n)).astype(np.float32)
+    exe, got = run(gpu, k, [a.ravel(), b.ravel()])
+    assert tiled(exe)
+    want = a.astype(np.float64) @ b[::-1].astype(np.float64)
+    np.testing.assert_allclose(got.reshape(batch, m, n), want, rtol=1e-4, atol=1e-3)
