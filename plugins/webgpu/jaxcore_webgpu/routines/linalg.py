@@ -248,8 +248,8 @@ def _lu(routine: Routine) -> Plan:
     let cnt = ({m} - j - 1) * w;
     for (var e = lid; e < cnt; e = e + {LOCAL}) {{
       let i = j + 1 + e / w; let c = j + 1 + e % w;
-      let e = base + i * {n} + c;
-      if (ok) {{ W[e] = W[e] - W[base + i * {n} + j] * W[base + j * {n} + c]; }}
+      let ix = base + i * {n} + c;
+      if (ok) {{ W[ix] = W[ix] - W[base + i * {n} + j] * W[base + j * {n} + c]; }}
     }}
     {SYNC}
   }}
