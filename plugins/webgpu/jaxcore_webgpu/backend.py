@@ -24,6 +24,8 @@ from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel
 from jaxcore.pool import BufferPool
 from jaxcore.queue import QueuedBackend, QueuedBuffer
+from jaxcore.routine import Routine
+from jaxcore.settings import current as current_settings
 from jaxcore_webgpu.device import Gpu
 from jaxcore_webgpu.program import CompiledPlan, PipelineCache, Plan, dump_dir_from_env, plan_from_shaders
 
@@ -51,6 +53,18 @@ class _Token:
     n_queries: int = 0
 
 
+def _declared_routines() -> frozenset:
+    from jaxcore_webgpu.routines import DECLARED
+
+    return DECLARED
+
+
+def _undeclared_routine_dtypes() -> frozenset:
+    from jaxcore_webgpu.routines import UNDECLARED_DTYPES
+
+    return UNDECLARED_DTYPES
+
+
 class WebGpuBackend(QueuedBackend):
     name = "webgpu"
 
@@ -69,13 +83,14 @@ class WebGpuBackend(QueuedBackend):
             dtypes.add(DType.float64)
         self.capabilities = Capabilities(
             dtypes=frozenset(dtypes),
-            routines=frozenset(),  # routines are the next issue: UnsupportedRoutineError at prepare
+            routines=_declared_routines(),
             max_args=lim["max-storage-buffers-per-shader-stage"] - 1,  # one binding is the output
             max_buffer_bytes=min(self.binding_limit, lim.get("max-buffer-size", self.binding_limit)) // 4 * 4,
             device_timestamps=self.timestamps,
             description=f"WGSL compute shaders on {gpu.description} through wgpu",
         )
-        self.capabilities = replace(self.capabilities, unsupported_ops=self._compiler_gaps())
+        gaps = self._compiler_gaps() | _undeclared_routine_dtypes()
+        self.capabilities = replace(self.capabilities, unsupported_ops=gaps)
         super().__init__()
         self.pipelines = PipelineCache(self.device, dump_dir_from_env())
         self.staging: BufferPool[Any] = BufferPool(
@@ -186,6 +201,12 @@ class WebGpuBackend(QueuedBackend):
             from jaxcore_webgpu import codegen
         except ImportError as e:
             raise UnsupportedOpError(None, kernel.dtype, self.name, f"no WGSL compiler: {e}") from None
+        if current_settings().plugin_flag("webgpu", "matmul", default=True):
+            from jaxcore_webgpu.matmul import plan_matmul
+
+            tiled = plan_matmul(kernel, self.target)
+            if tiled is not None:
+                return tiled
         shader_plan = codegen.compile_kernel(kernel, self.target)
         return plan_from_shaders(shader_plan)
 
@@ -206,6 +227,12 @@ class WebGpuBackend(QueuedBackend):
             max_storage_buffers_per_stage=lim["max-storage-buffers-per-shader-stage"],
             max_workgroup_storage=lim["max-compute-workgroup-storage-size"],
         )
+
+    def _compile_routine(self, routine: Routine) -> CompiledPlan:
+        """Every declared routine runs as WGSL passes (jaxcore_webgpu.routines); none on the host."""
+        from jaxcore_webgpu.routines import plan_routine
+
+        return self.pipelines.compile(plan_routine(routine, self.target))
 
     def compile_plan(self, source: Kernel, plan: Plan) -> Executable:
         """Prepare `source` with a hand-made plan instead of the compiler's (tests, experiments);

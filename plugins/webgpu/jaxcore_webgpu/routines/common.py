@@ -1,0 +1,91 @@
+"""What every routine shader shares: WGSL types, binding declarations, folded grids, helpers.
+
+A routine compiles to a `Plan` (jaxcore_webgpu.program): passes run in order in one compute pass,
+each dispatch's writes visible to the next. Sizes are baked into the WGSL; per-pass values that
+change between otherwise identical passes (a sort's stage) go in the pass's uniform block, so the
+pipeline is shared. Work buffers are plan scratch: no routine reads memory it has not written.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+
+from jaxcore.dtype import DType, byte_width
+from jaxcore_webgpu.program import Pass
+from jaxcore_webgpu.wgsl import WGSL_TRAITS, WGSLLanguage
+
+WG = 256  # threads per workgroup for element-parallel passes (the WebGPU default limit)
+
+_TYPE = {
+    DType.float32: "f32",
+    DType.float16: "f16",
+    DType.float64: "f64",
+    DType.int32: "i32",
+    DType.uint32: "u32",
+    DType.bool: "i32",
+}
+
+
+def wgsl_type(dtype: DType) -> str:
+    return _TYPE[dtype]
+
+
+def work_dtype(dtype: DType) -> DType:
+    """float16 math runs in float32 and rounds on store (as the host reference does)."""
+    return DType.float32 if dtype == DType.float16 else dtype
+
+
+def header(dtypes: Iterable[DType]) -> str:
+    return "enable f16;\n" if DType.float16 in set(dtypes) else ""
+
+
+def helpers(names: Iterable[str]) -> str:
+    """WGSL text of the dialect's helper functions `names` (and what they call)."""
+    lang = WGSLLanguage(WGSL_TRAITS)
+    return lang.render_helpers(set(names))
+
+
+def storage(binding: int, name: str, ty: str, read_only: bool) -> str:
+    access = "read" if read_only else "read_write"
+    return f"@group(0) @binding({binding}) var<storage, {access}> {name}: array<{ty}>;"
+
+
+def fold(n_wg: int, max_dim: int = 65535) -> tuple[int, int, int]:
+    if n_wg <= max_dim:
+        return (max(n_wg, 0), 1, 1)
+    gy = -(-n_wg // max_dim)
+    return (-(-n_wg // gy), gy, 1)
+
+
+def main(wg: int, grid: tuple[int, int, int], names: Sequence[str], body: str) -> str:
+    """A compute entry point with `wgi` (linear workgroup index), `lid`, and `gid = wgi*wg + lid`."""
+    uses = "".join(f"  _ = &{n};\n" for n in names)
+    return (
+        f"@compute @workgroup_size({wg}, 1, 1)\n"
+        "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+        f"{uses}"
+        f"  let wgi: u32 = wid.x + wid.y * {grid[0]}u;\n"
+        f"  let gid: u32 = wgi * {wg}u + lid;\n"
+        f"{body}\n}}\n"
+    )
+
+
+def elementwise_pass(
+    decls: str, names: Sequence[str], body: str, threads: int, bindings: Sequence[tuple[str, int]],
+    uniform: bytes | None = None, wg: int = WG,
+) -> Pass:  # fmt: skip
+    """A pass of `threads` threads (body guarded by `gid < threads`)."""
+    n_wg = -(-threads // wg)
+    grid = fold(n_wg)
+    code = decls + main(wg, grid, names, f"  if (gid >= {threads}u) {{ return; }}\n{body}")
+    return Pass(code, grid, tuple(bindings), uniform=uniform)
+
+
+def u32s(*values: int) -> bytes:
+    vals = list(values) + [0] * (-len(values) % 4)
+    return struct.pack(f"<{len(vals)}I", *vals)
+
+
+def nbytes(dtype: DType, count: int) -> int:
+    return max(16, -(-count * byte_width(dtype) // 4) * 4)

@@ -1,0 +1,360 @@
+"""TriangularSolve, Cholesky, LU and JacobiEigh in WGSL.
+
+Matrices are worked on in a scratch copy in the work dtype (float16 runs in float32 and rounds on
+store, as the host reference does); each routine's last step writes every output element.
+
+- Cholesky: one workgroup per matrix, a column per step (left-looking: every row of the column's
+  dot product in parallel, then the pivot's sqrt and the division), the formulas of the
+  reference's column algorithm, so a non-positive-definite pivot gives NaN in the same places.
+- TriangularSolve: one thread per right-hand-side row, back substitution over the upper triangle.
+- LU: one workgroup per matrix; per column, thread 0 finds the first largest |value| (a NaN never
+  wins, a NaN diagonal stays), the rows swap in parallel, the multipliers and the trailing update
+  run over all threads; a zero pivot skips the elimination.
+- JacobiEigh: one thread per matrix, cyclic sweeps over all (p, q) pairs until the largest
+  off-diagonal value is within tolerance * max(1, max|A|) (a NaN never starts).
+"""
+
+from __future__ import annotations
+
+import math
+
+from jaxcore.dtype import DType
+from jaxcore.routine import JacobiEighParams, Routine, Routines, TriangularSolveParams
+from jaxcore_webgpu.program import Pass, Plan
+from jaxcore_webgpu.routines.common import (
+    elementwise_pass,
+    fold,
+    header,
+    helpers,
+    nbytes,
+    storage,
+    wgsl_type,
+    work_dtype,
+)
+
+LOCAL = 256
+SYNC = "storageBarrier(); workgroupBarrier();"
+
+
+def _types(dtype: DType) -> tuple[str, str, DType]:
+    wd = work_dtype(dtype)
+    return wgsl_type(dtype), wgsl_type(wd), wd
+
+
+def _cvt(dtype: DType, x: str) -> str:
+    return f"f32({x})" if dtype == DType.float16 else x
+
+
+def _out(dtype: DType, x: str) -> str:
+    return f"f16({x})" if dtype == DType.float16 else x
+
+
+def _isnan(wd: DType) -> tuple[str, str]:
+    """(helper name, helpers text) of the NaN test for the work dtype."""
+    name = "jc_isnan_f64" if wd == DType.float64 else "jc_isnan_f32"
+    return name, helpers([name])
+
+
+def _group_pass(decls: str, names: list[str], body: str, batch: int, bind: list, wg: int = LOCAL) -> Pass:
+    grid = fold(batch)
+    uses = "".join(f"  _ = &{n};\n" for n in names)
+    code = (
+        decls
+        + f"@compute @workgroup_size({wg}, 1, 1)\n"
+        + "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lidu: u32) {\n"
+        + uses
+        + f"  let b = i32(wid.x + wid.y * {grid[0]}u);\n  let lid = i32(lidu);\n"
+        + f"  if (b >= {batch}) {{ return; }}\n"
+        + body
+        + "}\n"
+    )
+    return Pass(code, grid, tuple(bind))
+
+
+def plan_linalg(routine: Routine) -> Plan:
+    name = routine.name
+    if name == Routines.Cholesky:
+        return _cholesky(routine)
+    if name == Routines.TriangularSolve:
+        return _triangular_solve(routine)
+    if name == Routines.LU:
+        return _lu(routine)
+    if name == Routines.JacobiEigh:
+        return _jacobi(routine)
+    raise ValueError(name)
+
+
+def _cholesky(routine: Routine) -> Plan:
+    dtype = routine.type.input_dtypes[0]
+    shape = routine.type.input_shapes[0]
+    n = shape[-1]
+    batch = math.prod(shape[:-2])
+    if n == 0 or batch == 0:
+        return Plan(())
+    ty, T, wd = _types(dtype)
+    nn = n * n
+    decls = (
+        header([dtype])
+        + storage(0, "in0", ty, True)
+        + "\n"
+        + storage(1, "out0", ty, False)
+        + "\n"
+        + storage(2, "W", T, False)
+        + "\n"
+    )
+    # W holds L column-major (W[c*n + r] = L[r, c]): a column's rows are adjacent, so the threads
+    # of a step read and write consecutive addresses.
+    body = f"""  let base = b * {nn};
+  for (var e = lid; e < {nn}; e = e + {LOCAL}) {{
+    let i = e / {n}; let j = e % {n};
+    var v = {T}(0);
+    if (j <= i) {{ v = {_cvt(dtype, "in0[base + e]")}; }}
+    W[base + j * {n} + i] = v;
+  }}
+  {SYNC}
+  for (var j = 0; j < {n}; j = j + 1) {{
+    for (var i = j + lid; i < {n}; i = i + {LOCAL}) {{
+      var s = W[base + j * {n} + i];
+      for (var p = 0; p < j; p = p + 1) {{ s = s - W[base + p * {n} + i] * W[base + p * {n} + j]; }}
+      W[base + j * {n} + i] = s;
+    }}
+    {SYNC}
+    let d = sqrt(W[base + j * {n} + j]);
+    {SYNC}
+    for (var i = j + lid; i < {n}; i = i + {LOCAL}) {{
+      let e = base + j * {n} + i;
+      if (i == j) {{ W[e] = d; }} else {{ W[e] = W[e] / d; }}
+    }}
+    {SYNC}
+  }}
+  for (var e = lid; e < {nn}; e = e + {LOCAL}) {{
+    let i = e / {n}; let j = e % {n};
+    out0[base + e] = {_out(dtype, f"W[base + j * {n} + i]")};
+  }}
+"""
+    p = _group_pass(decls, ["in0", "out0", "W"], body, batch, [("in", 0), ("out", 0), ("scratch", 0)])
+    return Plan((p,), (nbytes(wd, batch * nn),))
+
+
+def _triangular_solve(routine: Routine) -> Plan:
+    params = routine.params
+    assert isinstance(params, TriangularSolveParams)
+    dtype = routine.type.input_dtypes[1]
+    a_shape, b_shape = routine.type.input_shapes
+    n = a_shape[-1]
+    m = b_shape[-2]
+    batch = math.prod(a_shape[:-2])
+    rows = batch * m
+    if rows == 0 or n == 0:
+        return Plan(())
+    ty, T, wd = _types(dtype)
+    decls = (
+        header([dtype])
+        + storage(0, "in0", ty, True)
+        + "\n"
+        + storage(1, "in1", ty, True)
+        + "\n"
+        + storage(2, "out0", ty, False)
+        + "\n"
+        + storage(3, "W", T, False)
+        + "\n"
+    )
+    div = "" if params.unit_diagonal else f"    s = s / {_cvt(dtype, f'in0[ab + i * {n} + i]')};\n"
+    body = f"""  let g = i32(gid);
+  let ab = (g / {m}) * {n * n};
+  let xb = g * {n};
+  for (var i = {n - 1}; i >= 0; i = i - 1) {{
+    var s = {_cvt(dtype, "in1[xb + i]")};
+    for (var p = i + 1; p < {n}; p = p + 1) {{ s = s - {_cvt(dtype, f"in0[ab + i * {n} + p]")} * W[xb + p]; }}
+{div}    W[xb + i] = s;
+  }}
+  for (var i = 0; i < {n}; i = i + 1) {{ out0[xb + i] = {_out(dtype, "W[xb + i]")}; }}
+"""
+    p = elementwise_pass(
+        decls,
+        ["in0", "in1", "out0", "W"],
+        body,
+        rows,
+        [("in", 0), ("in", 1), ("out", 0), ("scratch", 0)],
+        wg=64,
+    )
+    return Plan((p,), (nbytes(wd, rows * n),))
+
+
+def _lu(routine: Routine) -> Plan:
+    dtype = routine.type.input_dtypes[0]
+    shape = routine.type.input_shapes[0]
+    m, n = shape[-2:]
+    k = min(m, n)
+    batch = math.prod(shape[:-2])
+    if batch == 0 or m == 0:
+        return Plan(())
+    ty, T, wd = _types(dtype)
+    isnan, hs = _isnan(wd)
+    nonzero = "(bitcast<u32>(d) & 0x7fffffffu) != 0u" if wd == DType.float32 else "d != 0.0"
+    decls = (
+        header([dtype])
+        + storage(0, "in0", ty, True)
+        + "\n"
+        + storage(1, "out0", ty, False)
+        + "\n"
+        + storage(2, "out1", "i32", False)
+        + "\n"
+        + storage(3, "out2", "i32", False)
+        + "\n"
+        + storage(4, "W", T, False)
+        + "\n"
+        + "var<workgroup> piv: i32;\n"
+        + hs
+    )
+    mn = m * n
+    body = f"""  let base = b * {mn};
+  let pb = b * {m};
+  for (var e = lid; e < {mn}; e = e + {LOCAL}) {{ W[base + e] = {_cvt(dtype, "in0[base + e]")}; }}
+  for (var r = lid; r < {m}; r = r + {LOCAL}) {{ out2[pb + r] = r; }}
+  {SYNC}
+  for (var j = 0; j < {k}; j = j + 1) {{
+    if (lid == 0) {{
+      var best = j;
+      let x0 = W[base + j * {n} + j];
+      if (!{isnan}(x0)) {{
+        var bm = abs(x0);
+        for (var i = j + 1; i < {m}; i = i + 1) {{
+          let v = abs(W[base + i * {n} + j]);
+          if (!{isnan}(v) && v > bm) {{ bm = v; best = i; }}
+        }}
+      }}
+      piv = best;
+      out1[b * {k} + j] = best;
+    }}
+    {SYNC}
+    let p = workgroupUniformLoad(&piv);
+    if (p != j) {{
+      for (var c = lid; c < {n}; c = c + {LOCAL}) {{
+        let t = W[base + j * {n} + c];
+        W[base + j * {n} + c] = W[base + p * {n} + c];
+        W[base + p * {n} + c] = t;
+      }}
+      if (lid == 0) {{ let t = out2[pb + j]; out2[pb + j] = out2[pb + p]; out2[pb + p] = t; }}
+    }}
+    {SYNC}
+    let d = W[base + j * {n} + j];
+    let ok = {nonzero};
+    for (var i = j + 1 + lid; i < {m}; i = i + {LOCAL}) {{
+      if (ok) {{ W[base + i * {n} + j] = W[base + i * {n} + j] / d; }}
+    }}
+    {SYNC}
+    let w = {n} - j - 1;
+    let cnt = ({m} - j - 1) * w;
+    for (var e = lid; e < cnt; e = e + {LOCAL}) {{
+      let i = j + 1 + e / w; let c = j + 1 + e % w;
+      let ix = base + i * {n} + c;
+      if (ok) {{ W[ix] = W[ix] - W[base + i * {n} + j] * W[base + j * {n} + c]; }}
+    }}
+    {SYNC}
+  }}
+  for (var e = lid; e < {mn}; e = e + {LOCAL}) {{ out0[base + e] = {_out(dtype, "W[base + e]")}; }}
+"""
+    bind = [("in", 0), ("out", 0), ("out", 1), ("out", 2), ("scratch", 0)]
+    p = _group_pass(decls, ["in0", "out0", "out1", "out2", "W"], body, batch, bind)
+    return Plan((p,), (nbytes(wd, batch * mn),))
+
+
+def _lit(v: float, T: str) -> str:
+    return f"{T}({float(v)!r})"
+
+
+def _jacobi(routine: Routine) -> Plan:
+    params = routine.params
+    assert isinstance(params, JacobiEighParams)
+    dtype = routine.type.input_dtypes[0]
+    shape = routine.type.input_shapes[0]
+    n = shape[-1]
+    batch = math.prod(shape[:-2])
+    if batch == 0 or n == 0:
+        return Plan(())
+    ty, T, wd = _types(dtype)
+    isnan, hs = _isnan(wd)
+    nn = n * n
+    decls = (
+        header([dtype])
+        + storage(0, "in0", ty, True)
+        + "\n"
+        + storage(1, "out0", ty, False)
+        + "\n"
+        + storage(2, "out1", ty, False)
+        + "\n"
+        + storage(3, "W", T, False)
+        + "\n"
+        + storage(4, "V", T, False)
+        + "\n"
+        + hs
+        + f"""fn off(base: i32) -> {T} {{
+  var mx = {T}(0);
+  for (var i = 1; i < {n}; i = i + 1) {{
+    for (var j = 0; j < i; j = j + 1) {{
+      let v = abs(W[base + i * {n} + j]);
+      if ({isnan}(v)) {{ return v; }}
+      mx = max(mx, v);
+    }}
+  }}
+  return mx;
+}}
+"""
+    )
+    body = f"""  let base = i32(gid) * {nn};
+  var largest = {T}(0);
+  var nan = false;
+  for (var i = 0; i < {n}; i = i + 1) {{
+    for (var j = 0; j < {n}; j = j + 1) {{
+      V[base + i * {n} + j] = select({T}(0), {T}(1), i == j);
+      if (j <= i) {{
+        let v = {_cvt(dtype, f"in0[base + i * {n} + j]")};
+        W[base + i * {n} + j] = v; W[base + j * {n} + i] = v;
+        if ({isnan}(v)) {{ nan = true; }} else {{ largest = max(largest, abs(v)); }}
+      }}
+    }}
+  }}
+  let thr = {_lit(params.tolerance, T)} * max({T}(1), largest);
+  for (var sweep = 0; sweep < {params.max_sweeps} && {n} >= 2 && !nan; sweep = sweep + 1) {{
+    let o = off(base);
+    if ({isnan}(o) || !(o > thr)) {{ break; }}
+    for (var p = 0; p < {n - 1}; p = p + 1) {{
+      for (var q = p + 1; q < {n}; q = q + 1) {{
+        let apq = W[base + q * {n} + p];
+        if (apq == {T}(0)) {{ continue; }}
+        let app = W[base + p * {n} + p]; let aqq = W[base + q * {n} + q];
+        let tau = (aqq - app) / ({T}(2) * apq);
+        let sg = select({T}(-1), {T}(1), tau >= {T}(0));
+        let t = sg / (abs(tau) + sqrt(tau * tau + {T}(1)));
+        let c = {T}(1) / sqrt(t * t + {T}(1));
+        let s = t * c;
+        let npp = c * c * app - {T}(2) * s * c * apq + s * s * aqq;
+        let nqq = s * s * app + {T}(2) * s * c * apq + c * c * aqq;
+        for (var r = 0; r < {n}; r = r + 1) {{
+          let wp = W[base + p * {n} + r]; let wq = W[base + q * {n} + r];
+          W[base + p * {n} + r] = c * wp - s * wq; W[base + q * {n} + r] = s * wp + c * wq;
+        }}
+        for (var r = 0; r < {n}; r = r + 1) {{
+          W[base + r * {n} + p] = W[base + p * {n} + r]; W[base + r * {n} + q] = W[base + q * {n} + r];
+        }}
+        W[base + p * {n} + p] = npp; W[base + q * {n} + q] = nqq;
+        W[base + p * {n} + q] = {T}(0); W[base + q * {n} + p] = {T}(0);
+        for (var r = 0; r < {n}; r = r + 1) {{
+          let vp = V[base + r * {n} + p]; let vq = V[base + r * {n} + q];
+          V[base + r * {n} + p] = c * vp - s * vq; V[base + r * {n} + q] = s * vp + c * vq;
+        }}
+      }}
+    }}
+  }}
+  for (var i = 0; i < {n}; i = i + 1) {{
+    for (var j = 0; j < {n}; j = j + 1) {{
+      let e = base + i * {n} + j;
+      out0[e] = {_out(dtype, f"select({T}(0), W[e], j <= i)")};
+      out1[e] = {_out(dtype, "V[e]")};
+    }}
+  }}
+"""
+    bind = [("in", 0), ("out", 0), ("out", 1), ("scratch", 0), ("scratch", 1)]
+    p = elementwise_pass(decls, ["in0", "out0", "out1", "W", "V"], body, batch, bind, wg=64)
+    return Plan((p,), (nbytes(wd, batch * nn), nbytes(wd, batch * nn)))

@@ -1,0 +1,221 @@
+"""Sort and stable Argsort along the last axis: a bitonic network over order-preserving u32 keys.
+
+Each row is padded to the next power of two P with keys that sort last. Values become u32 keys
+whose unsigned order is the contract's order (floats: sign-magnitude flipped, every NaN the
+largest key; Sort keeps -0 below +0, Argsort ties them). Argsort sorts (key, index) pairs, the
+index breaking ties, which makes the unstable network stable; its values are gathered from the
+input by index, bit for bit. Stages whose partner distance fits a workgroup block (2*256) run in
+workgroup memory in one dispatch (the first pass sorts every block outright); wider distances are
+one dispatch each. float64 keys need 64-bit bit access that naga lacks, so float64 is undeclared.
+"""
+
+from __future__ import annotations
+
+from jaxcore.dtype import DType, is_float
+from jaxcore.routine import Routine, Routines
+from jaxcore_webgpu.program import Pass, Plan
+from jaxcore_webgpu.routines.common import elementwise_pass, fold, header, storage, u32s, wgsl_type
+
+MULTI = 4  # partner distances handled per global pass (16 keys per thread in registers)
+LOCAL = (
+    1024  # threads of a workgroup-memory stage at most (block of 2*LOCAL keys), within the adapter's limits
+)
+
+_UNI = "struct U { k: u32, j: u32, p2: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
+
+
+def _key(dtype: DType, x: str, fold_zero: bool) -> str:
+    if dtype == DType.uint32:
+        return f"{x}"
+    if not is_float(dtype):
+        return f"(bitcast<u32>({x}) ^ 0x80000000u)"
+    f = f"f32({x})" if dtype == DType.float16 else x
+    fz = "if ((b & 0x7fffffffu) == 0u) { b = 0u; }" if fold_zero else ""
+    return (
+        f"jc_key({f})",
+        "fn jc_key(x: f32) -> u32 {\n  var b = bitcast<u32>(x);\n"
+        f"  {fz}\n  if ((b & 0x7fffffffu) > 0x7f800000u) {{ return 0xffffffffu; }}\n"
+        "  return select(b | 0x80000000u, ~b, b >= 0x80000000u);\n}\n",
+    )  # type: ignore[return-value]
+
+
+def _unkey(dtype: DType, k: str) -> str:
+    if dtype == DType.uint32:
+        return k
+    if not is_float(dtype):
+        return f"bitcast<i32>({k} ^ 0x80000000u)"
+    bits = f"select(~{k}, {k} ^ 0x80000000u, {k} >= 0x80000000u)"
+    v = f"bitcast<f32>({bits})"
+    return f"f16({v})" if dtype == DType.float16 else v
+
+
+def plan_sort(routine: Routine, target: object = None) -> Plan:
+    argsort = routine.name == Routines.Argsort
+    dtype = routine.type.input_dtypes[0]
+    shape = routine.type.input_shapes[0]
+    n = shape[-1]
+    batch = 1
+    for d in shape[:-1]:
+        batch *= d
+    if n == 0 or batch == 0:
+        return Plan(())
+    p = 1 << max(n - 1, 0).bit_length()
+    ty = wgsl_type(dtype)
+    hdr = header([dtype])
+    kb = max(16, batch * p * 4)
+    scratch = (kb, kb) if argsort else (kb,)
+    key_decl = storage(0, "K", "u32", False) + "\n"
+    idx_decl = storage(1, "I", "u32", False) + "\n" if argsort else ""
+    work = ["K", "I"] if argsort else ["K"]
+    work_b = [("scratch", 0), ("scratch", 1)] if argsort else [("scratch", 0)]
+    passes: list[Pass] = []
+
+    # init: keys (and indices) of every padded position
+    kx = _key(dtype, f"in0[row * {n}u + c]", argsort)
+    fn = ""
+    if isinstance(kx, tuple):
+        kx, fn = kx
+    decls = hdr + storage(0, "in0", ty, True) + "\n"
+    decls += storage(1, "K", "u32", False) + "\n"
+    if argsort:
+        decls += storage(2, "I", "u32", False) + "\n"
+    decls += fn
+    body = (
+        f"  let row = gid / {p}u; let c = gid % {p}u;\n"
+        f"  var key = 0xffffffffu;\n  if (c < {n}u) {{ key = {kx}; }}\n  K[gid] = key;\n"
+        + ("  I[gid] = c;\n" if argsort else "")
+    )
+    passes.append(elementwise_pass(decls, ["in0", *work], body, batch * p, [("in", 0), *work_b]))
+
+    if p >= 2:
+        max_wg = getattr(target, "max_workgroup_size", 256)
+        shared = getattr(target, "max_workgroup_storage", 16384)
+        t = min(LOCAL, max_wg, shared // (16 if argsort else 8), p // 2)
+        t = 1 << (t.bit_length() - 1)
+        blk = 2 * t
+        gt = "(ka > kb) || (ka == kb && ia > ib)" if argsort else "ka > kb"
+        # workgroup-memory stages: k from u.k to u.j (doubling), j from min(k/2, t) down to 1
+        lcode = (
+            key_decl
+            + idx_decl
+            + _UNI
+            + f"var<workgroup> sk: array<u32, {blk}>;\n"
+            + (f"var<workgroup> si: array<u32, {blk}>;\n" if argsort else "")
+        )
+        n_blocks = batch * p // blk
+        grid = fold(n_blocks)
+        sw_i = "      let ia = si[i]; let ib = si[l];\n" if argsort else "      let ia = 0u; let ib = 0u;\n"
+        swap_i = "        si[i] = ib; si[l] = ia;\n" if argsort else ""
+        lcode += (
+            f"@compute @workgroup_size({t}, 1, 1)\n"
+            "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+            + "".join(f"  _ = &{w};\n" for w in work)
+            + f"  let wgi = wid.x + wid.y * {grid[0]}u;\n"
+            + f"  if (wgi >= {n_blocks}u) {{ return; }}\n"
+            + f"  let base = wgi * {blk}u;\n"
+            + f"  sk[lid] = K[base + lid]; sk[lid + {t}u] = K[base + lid + {t}u];\n"
+            + (f"  si[lid] = I[base + lid]; si[lid + {t}u] = I[base + lid + {t}u];\n" if argsort else "")
+            + "  workgroupBarrier();\n"
+            + "  for (var k = u.k; k <= u.j; k = k << 1u) {\n"
+            + f"    for (var j = min(k >> 1u, {t}u); j > 0u; j = j >> 1u) {{\n"
+            + "      let i = ((lid & ~(j - 1u)) << 1u) | (lid & (j - 1u)); let l = i + j;\n"
+            + f"      let asc = (((base + i) & {p - 1}u) & k) == 0u;\n"
+            + "      let ka = sk[i]; let kb = sk[l];\n"
+            + sw_i
+            + f"      if (({gt}) == asc) {{\n        sk[i] = kb; sk[l] = ka;\n{swap_i}      }}\n"
+            + "      workgroupBarrier();\n    }\n  }\n"
+            + f"  K[base + lid] = sk[lid]; K[base + lid + {t}u] = sk[lid + {t}u];\n"
+            + (f"  I[base + lid] = si[lid]; I[base + lid + {t}u] = si[lid + {t}u];\n" if argsort else "")
+            + "}\n"
+        )
+
+        def local(k_lo: int, k_hi: int) -> Pass:
+            return Pass(lcode, grid, tuple(work_b), uniform=u32s(k_lo, k_hi))
+
+        gdecls = key_decl + idx_decl + _UNI
+        gbody = (
+            "  let j = u.j; let k = u.k;\n"
+            "  let i = ((gid & ~(j - 1u)) << 1u) | (gid & (j - 1u)); let l = i + j;\n"
+            f"  let asc = ((i & {p - 1}u) & k) == 0u;\n"
+            "  let ka = K[i]; let kb = K[l];\n"
+            + ("  let ia = I[i]; let ib = I[l];\n" if argsort else "  let ia = 0u; let ib = 0u;\n")
+            + f"  if (({gt}) == asc) {{\n    K[i] = kb; K[l] = ka;\n"
+            + ("    I[i] = ib; I[l] = ia;\n" if argsort else "")
+            + "  }\n"
+        )
+
+        def step(k: int, j: int) -> Pass:
+            return elementwise_pass(gdecls, work, gbody, batch * p // 2, work_b, uniform=u32s(k, j))
+
+        def multi_body(levels: int) -> str:
+            """Distances j, j/2, .. j/2^(levels-1) in one pass: 2^levels keys per thread in registers."""
+            ne = 1 << levels
+            lines = ["  let j = u.j; let k = u.k; let hb = countTrailingZeros(j);", "  var i = gid;"]
+            for b in range(levels):
+                q = f"(hb - {levels - 1 - b}u)"
+                lines.append(f"  {{ let q = {q}; i = ((i >> q) << (q + 1u)) | (i & ((1u << q) - 1u)); }}")
+            lines.append(f"  let asc = ((i & {p - 1}u) & k) == 0u;")
+            offs = []
+            for e in range(ne):
+                terms = [f"(j >> {levels - 1 - q}u)" for q in range(levels) if e >> q & 1]
+                offs.append(" + ".join(terms) if terms else "0u")
+                lines.append(f"  var k{e} = K[i + {offs[e]}];")
+                if argsort:
+                    lines.append(f"  var i{e} = I[i + {offs[e]}];")
+            for st in range(levels):
+                q = levels - 1 - st
+                for e in range(ne):
+                    if e >> q & 1:
+                        continue
+                    f = e | (1 << q)
+                    gt = f"(k{e} > k{f}) || (k{e} == k{f} && i{e} > i{f})" if argsort else f"k{e} > k{f}"
+                    sw = f"let tk = k{e}; k{e} = k{f}; k{f} = tk;"
+                    if argsort:
+                        sw += f" let ti = i{e}; i{e} = i{f}; i{f} = ti;"
+                    lines.append(f"  if (({gt}) == asc) {{ {sw} }}")
+            for e in range(ne):
+                lines.append(f"  K[i + {offs[e]}] = k{e};")
+                if argsort:
+                    lines.append(f"  I[i + {offs[e]}] = i{e};")
+            return "\n".join(lines) + "\n"
+
+        def multi(k: int, j: int, levels: int) -> Pass:
+            threads = batch * p >> levels
+            body = multi_body(levels)
+            return elementwise_pass(gdecls, work, body, threads, work_b, uniform=u32s(k, j))
+
+        passes.append(local(2, min(blk, p)))
+        k = 2 * blk
+        while k <= p:
+            j = k // 2
+            while j >= blk:
+                levels = min(MULTI, (j // blk).bit_length())
+                passes.append(step(k, j) if levels == 1 else multi(k, j, levels))
+                j >>= levels
+            passes.append(local(k, k))
+            k *= 2
+
+    # final: the first n of each padded row
+    fdecls = hdr + storage(0, "in0", ty, True) + "\n" + storage(1, "out0", ty, False) + "\n"
+    names = ["in0", "out0"]
+    bind = [("in", 0), ("out", 0)]
+    if argsort:
+        fdecls += storage(2, "out1", "i32", False) + "\n"
+        fdecls += storage(3, "K", "u32", False) + "\n" + storage(4, "I", "u32", False) + "\n"
+        names += ["out1", "K", "I"]
+        bind += [("out", 1), ("scratch", 0), ("scratch", 1)]
+        fbody = (
+            f"  let row = gid / {n}u; let c = gid % {n}u;\n"
+            f"  let idx = I[row * {p}u + c];\n"
+            f"  out1[gid] = i32(idx);\n  out0[gid] = in0[row * {n}u + idx];\n"
+        )
+    else:
+        fdecls += storage(2, "K", "u32", False) + "\n"
+        names += ["K"]
+        bind += [("scratch", 0)]
+        fbody = (
+            f"  let row = gid / {n}u; let c = gid % {n}u;\n"
+            f"  let key = K[row * {p}u + c];\n  out0[gid] = {_unkey(dtype, 'key')};\n"
+        )
+    passes.append(elementwise_pass(fdecls, names, fbody, batch * n, bind))
+    return Plan(tuple(passes), scratch)

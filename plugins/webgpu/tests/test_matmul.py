@@ -1,0 +1,252 @@
+"""The tiled matmul path: detection, partial tiles, layouts, batches, epilogues and dtypes vs numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from jaxcore_webgpu import matmul
+
+from jaxcore import AluExp, AluOp, AluVar, DType, Kernel
+from jaxcore.kernel import Reduction
+from jaxcore.matmul_shape import detect
+
+F32 = DType.float32
+RNG = np.random.default_rng(0)
+g, r = AluVar.gidx, AluVar.ridx
+
+
+def gi(gid: int, n: int, idx: AluExp, dtype: DType = F32) -> AluExp:
+    return AluExp.global_index(dtype, gid, n, idx)
+
+
+def mm_kernel(m, n, kk, *, ta=False, tb=False, batch=1, swap=False, epilogue=None, dtype=F32, nargs=2,
+              cast_to=None, acc=None):  # fmt: skip
+    """out[b,i,j] = sum_k A[b,i,k] B[b,k,j]; ta/tb store A as [b,k,i] / B as [b,j,k]."""
+    ib = AluExp.idiv(g, m * n)
+    i = AluExp.mod(AluExp.idiv(g, n), m)
+    j = AluExp.mod(g, n)
+    a_idx = ib * (m * kk) + (r * m + i if ta else i * kk + r)
+    b_idx = ib * (kk * n) + (j * kk + r if tb else r * n + j)
+    x, y = gi(0, batch * m * kk, a_idx, dtype), gi(1, batch * kk * n, b_idx, dtype)
+    if cast_to is not None:
+        x, y = AluExp.cast(cast_to, x), AluExp.cast(cast_to, y)
+    exp = y * x if swap else x * y
+    return Kernel(nargs, batch * m * n, exp, Reduction(acc or exp.dtype, AluOp.Add, kk, epilogue))
+
+
+def run(be, kernel, inputs, out_dtype=np.float32):
+    slots = [be.malloc(a.nbytes, a.tobytes()) for a in inputs]
+    out = be.malloc(kernel.bytes, np.full(kernel.bytes, 0xFF, np.uint8).tobytes())  # NaN-poisoned
+    exe = be.prepare_kernel(kernel)
+    be.dispatch(exe, slots, [out])
+    res = np.frombuffer(be.read(out), dtype=out_dtype).copy()
+    for s in (*slots, out):
+        be.dec_ref(s)
+    return exe, res
+
+
+def tiled(exe) -> bool:
+    return any("var<workgroup> As" in c for c in exe.data.codes)
+
+
+def operands(m, n, kk, batch, ta, tb, dtype=np.float32):
+    a = RNG.normal(0, 1, (batch, m, kk)).astype(dtype)
+    b = RNG.normal(0, 1, (batch, kk, n)).astype(dtype)
+    sa = np.ascontiguousarray(np.swapaxes(a, 1, 2)) if ta else a
+    sb = np.ascontiguousarray(np.swapaxes(b, 1, 2)) if tb else b
+    return a, b, sa.ravel(), sb.ravel()
+
+
+def test_detect_shapes():
+    mm = detect(mm_kernel(24, 40, 16, batch=3, tb=True, swap=True))
+    assert (mm.batch, mm.m, mm.n, mm.k) == (3, 24, 40, 16)
+    assert mm.a.gid == 0 and mm.b.gid == 1 and mm.b.s_k == 1 and mm.b.s_outer == 16
+    assert mm.identity
+    # not a matmul: an elementwise product summed along one operand only
+    k = Kernel(1, 8, gi(0, 64, g * 8 + r) * gi(0, 64, g * 8 + r), Reduction(F32, AluOp.Add, 8))
+    assert detect(k) is None or detect(k).a.gid == detect(k).b.gid
+
+
+@pytest.mark.parametrize(
+    "m,n,kk,ta,tb,batch,swap",
+    [
+        (64, 64, 64, False, False, 1, False),
+        (37, 53, 30, False, False, 1, False),  # partial tiles in m, n and k, scalar loads
+        (40, 36, 20, True, False, 1, True),  # transposed A (vec4 along m), swapped operands
+        (32, 44, 24, False, True, 2, False),  # transposed B (vec4 along k), batch
+        (33, 17, 9, True, True, 3, False),  # both transposed, odd everything
+        (130, 129, 40, False, False, 1, False),  # beyond one large tile
+    ],
+)
+def test_matmul_layouts(gpu, m, n, kk, ta, tb, batch, swap):
+    k = mm_kernel(m, n, kk, ta=ta, tb=tb, batch=batch, swap=swap)
+    a, b, sa, sb = operands(m, n, kk, batch, ta, tb)
+    exe, got = run(gpu, k, [sa, sb])
+    assert tiled(exe)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got.reshape(batch, m, n), want, rtol=1e-4, atol=1e-4 * np.sqrt(kk))
+
+
+@pytest.mark.parametrize("tile", sorted(matmul.TILES))
+def test_every_tile_shape(gpu, tile):
+    m, n, kk = 70, 140, 36
+    k = mm_kernel(m, n, kk)
+    plan = matmul.plan_matmul(k, gpu.target, tile=tile)
+    if plan is None:
+        pytest.skip(f"tile {tile} does not fit this adapter")
+    a, b, sa, sb = operands(m, n, kk, 1, False, False)
+    src = gpu.pipelines  # compile through the hand-plan hook
+    _ = src
+    exe = gpu.compile_plan(k, plan)
+    ins = [gpu.malloc(x.nbytes, x.tobytes()) for x in (sa, sb)]
+    out = gpu.malloc(k.bytes)
+    gpu.dispatch(exe, ins, [out])
+    got = np.frombuffer(gpu.read(out), np.float32).reshape(m, n)
+    for s in (*ins, out):
+        gpu.dec_ref(s)
+    np.testing.assert_allclose(got, a[0].astype(np.float64) @ b[0], rtol=1e-4, atol=1e-3)
+
+
+def test_epilogue_relu_to_float16(gpu):
+    m = n = kk = 48
+    epi = AluExp.cast(DType.float16, AluExp.max(AluVar.acc(F32), AluExp.f32(0.0)))
+    k = mm_kernel(m, n, kk, epilogue=epi)
+    a, b, sa, sb = operands(m, n, kk, 1, False, False)
+    exe, got = run(gpu, k, [sa, sb], np.float16)
+    assert tiled(exe)
+    want = np.maximum(a[0] @ b[0], 0).astype(np.float16)
+    np.testing.assert_allclose(
+        got.reshape(m, n).astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=2e-3
+    )
+
+
+def test_epilogue_reads_a_bias_and_gidx(gpu):
+    """acc + bias[j] + gidx: the epilogue reads a third input (scalar binding) and the output index."""
+    m, n, kk = 20, 28, 32
+    j = AluExp.mod(g, n)
+    epi = AluVar.acc(F32) + gi(2, n, j) + AluExp.cast(F32, g)
+    k = mm_kernel(m, n, kk, epilogue=epi, nargs=3)
+    a, b, sa, sb = operands(m, n, kk, 1, False, False)
+    bias = RNG.normal(0, 1, n).astype(np.float32)
+    exe, got = run(gpu, k, [sa, sb, bias])
+    assert tiled(exe)
+    want = a[0].astype(np.float64) @ b[0] + bias + np.arange(m * n).reshape(m, n)
+    np.testing.assert_allclose(got.reshape(m, n), want, rtol=1e-4, atol=1e-3)
+
+
+def test_nan_and_inf_propagate(gpu):
+    m = n = kk = 32
+    a, b, sa, sb = operands(m, n, kk, 1, False, False)
+    sa = sa.copy()
+    sa[5 * kk + 3] = np.nan
+    sa[7 * kk + 1] = np.inf
+    exe, got = run(gpu, mm_kernel(m, n, kk), [sa, sb])
+    got = got.reshape(m, n)
+    assert np.isnan(got[5]).all()
+    want = sa.reshape(m, kk).astype(np.float64) @ b[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = np.isfinite(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-3)
+
+
+def test_float16_operands(gpu):
+    if DType.float16 not in gpu.capabilities.dtypes:
+        pytest.skip("no shader-f16")
+    m, n, kk = 36, 40, 48
+    k = mm_kernel(m, n, kk, dtype=DType.float16)
+    a, b, sa, sb = operands(m, n, kk, 1, False, False, np.float16)
+    exe, got = run(gpu, k, [sa, sb], np.float16)
+    assert tiled(exe)
+    prod = (a[0][:, :, None] * b[0][None, :, :]).astype(np.float16).astype(np.float32)  # f16 products
+    want = prod.sum(axis=1).astype(np.float16)
+    np.testing.assert_allclose(
+        got.reshape(m, n).astype(np.float32), want.astype(np.float32), rtol=5e-3, atol=5e-2
+    )
+
+
+def test_float16_widened_to_float32(gpu):
+    if DType.float16 not in gpu.capabilities.dtypes:
+        pytest.skip("no shader-f16")
+    m, n, kk = 24, 32, 40
+    k = mm_kernel(m, n, kk, dtype=DType.float16, cast_to=F32)
+    a, b, sa, sb = operands(m, n, kk, 1, False, False, np.float16)
+    exe, got = run(gpu, k, [sa, sb])
+    assert tiled(exe)
+    want = a[0].astype(np.float64) @ b[0].astype(np.float64)
+    np.testing.assert_allclose(got.reshape(m, n), want, rtol=1e-4, atol=1e-3)
+
+
+def test_float64(gpu):
+    if DType.float64 not in gpu.capabilities.dtypes:
+        pytest.skip("no shader-f64")
+    m, n, kk = 40, 24, 36
+    k = mm_kernel(m, n, kk, dtype=DType.float64)
+    a, b, sa, sb = operands(m, n, kk, 1, False, False, np.float64)
+    exe, got = run(gpu, k, [sa, sb], np.float64)
+    assert tiled(exe)
+    np.testing.assert_allclose(got.reshape(m, n), a[0] @ b[0], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("b_transposed", [False, True])
+def test_global_views_as_the_frontend_builds_them(gpu, b_transposed):
+    """A[M,K] and B[K,N] (or B stored as [N,K]) broadcast to [M,N,K] by ShapeTracker views."""
+    from jaxcore.shape import ShapeTracker
+
+    m, n, kk = 36, 44, 52
+    st_a = ShapeTracker.from_shape((m, kk)).reshape((m, 1, kk)).expand((m, n, kk))
+    if b_transposed:
+        st_b = ShapeTracker.from_shape((n, kk)).reshape((1, n, kk)).expand((m, n, kk))
+    else:
+        st_b = ShapeTracker.from_shape((kk, n)).permute((1, 0)).reshape((1, n, kk)).expand((m, n, kk))
+    idx = [AluExp.idiv(g, AluExp.i32(n)), AluExp.mod(g, AluExp.i32(n)), r]
+    exp = AluExp.global_view(F32, 0, st_a, idx) * AluExp.global_view(F32, 1, st_b, idx)
+    k = Kernel(2, m * n, exp, Reduction(F32, AluOp.Add, kk))
+    a, b, sa, sb = operands(m, n, kk, 1, False, b_transposed)
+    exe, got = run(gpu, k, [sa, sb])
+    assert tiled(exe)
+    np.testing.assert_allclose(got.reshape(m, n), a[0].astype(np.float64) @ b[0], rtol=1e-4, atol=1e-3)
+
+
+def test_matrix_vector_stays_a_grouped_reduction(gpu):
+    """M or N = 1 is matmul-shaped, but a tile would waste its rows: the compiler's reduction runs it."""
+    m, kk = 64, 256
+    exp = gi(0, m * kk, g * kk + r) * gi(1, kk, r)
+    k = Kernel(2, m, exp, Reduction(F32, AluOp.Add, kk))
+    assert detect(k) is not None and min(detect(k).m, detect(k).n) == 1
+    a, v = RNG.normal(0, 1, (m, kk)).astype(np.float32), RNG.normal(0, 1, kk).astype(np.float32)
+    exe, got = run(gpu, k, [a.ravel(), v])
+    assert not tiled(exe)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ v, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_one_buffer_as_both_operands(gpu, transposed):
+    """A @ A (vec4 along k and along n from one binding) and A @ A^T (a Gram matrix)."""
+    n = 48
+    i, j = AluExp.idiv(g, n), AluExp.mod(g, n)
+    b_idx = j * n + r if transposed else r * n + j
+    k = Kernel(1, n * n, gi(0, n * n, i * n + r) * gi(0, n * n, b_idx), Reduction(F32, AluOp.Add, n))
+    a = RNG.normal(0, 1, (n, n)).astype(np.float32)
+    exe, got = run(gpu, k, [a.ravel()])
+    assert tiled(exe)
+    a64 = a.astype(np.float64)
+    np.testing.assert_allclose(got.reshape(n, n), a64 @ (a64.T if transposed else a64), rtol=1e-4, atol=1e-3)
+
+
+def test_flipped_and_batch_broadcast_operands(gpu):
+    """B read with a negative k stride (a flipped view) and shared by every batch entry (stride 0)."""
+    batch, m, n, kk = 3, 20, 24, 28
+    ib, i, j = AluExp.idiv(g, m * n), AluExp.mod(AluExp.idiv(g, n), m), AluExp.mod(g, n)
+    a_idx = ib * (m * kk) + i * kk + r
+    b_idx = (AluExp.i32(kk - 1) - r) * n + j
+    k = Kernel(
+        2, batch * m * n, gi(0, batch * m * kk, a_idx) * gi(1, kk * n, b_idx), Reduction(F32, AluOp.Add, kk)
+    )
+    mm = detect(k)
+    assert mm is not None and mm.b.s_k == -n and mm.b.s_batch == 0
+    a = RNG.normal(0, 1, (batch, m, kk)).astype(np.float32)
+    b = RNG.normal(0, 1, (kk, n)).astype(np.float32)
+    exe, got = run(gpu, k, [a.ravel(), b.ravel()])
+    assert tiled(exe)
+    want = a.astype(np.float64) @ b[::-1].astype(np.float64)
+    np.testing.assert_allclose(got.reshape(batch, m, n), want, rtol=1e-4, atol=1e-3)

@@ -1,0 +1,226 @@
+"""The WGSL routines beyond the conformance suite's sizes: multi-stage sorts, wide matrices, long FFTs,
+collision-heavy scatters; every output starts as garbage (0xFF bytes: NaN for floats)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jaxcore.routine import FftParams, Routine, Routines, ScatterParams, TriangularSolveParams
+
+RNG = np.random.default_rng(7)
+NP = {
+    "float32": np.float32,
+    "float16": np.float16,
+    "float64": np.float64,
+    "int32": np.int32,
+    "uint32": np.uint32,
+}
+
+
+def run(be, name, arrays, dtypes, params=None):
+    r = Routine.build(name, [a.shape for a in arrays], dtypes, params)
+    exe = be.prepare_routine(r)
+    ins = [be.malloc(a.nbytes, np.ascontiguousarray(a).tobytes()) for a in arrays]
+    outs = []
+    for shape, dt in zip(r.type.output_shapes, r.type.output_dtypes):
+        n = int(np.prod(shape)) * np.dtype(NP.get(str(dt), np.int32)).itemsize
+        outs.append(be.malloc(n, b"\xff" * n))
+    be.dispatch(exe, ins, outs)
+    res = [
+        np.frombuffer(be.read(o), NP.get(str(dt), np.int32)).reshape(shape).copy()
+        for o, shape, dt in zip(outs, r.type.output_shapes, r.type.output_dtypes)
+    ]
+    for s in (*ins, *outs):
+        be.dec_ref(s)
+    return res
+
+
+@pytest.mark.parametrize("shape", [(3, 1500), (2, 2048), (1, 9000), (5, 7), (1, 513), (4, 1)])
+def test_sort_multi_stage_with_nans(gpu, shape):
+    """Lengths past one workgroup block (global stages), padding, NaN last, -0 before +0."""
+    x = RNG.normal(0, 10, shape).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::17] = np.nan
+    flat[3::29] = -0.0
+    flat[5::31] = np.inf
+    (got,) = run(gpu, Routines.Sort, [x], ["float32"])
+    want = np.sort(x, axis=-1)
+    np.testing.assert_array_equal(got, want)
+    zeros = got == 0
+    for row in range(shape[0]):
+        z = got[row][zeros[row]]
+        assert not any(np.signbit(z[i]) and not np.signbit(z[i - 1]) for i in range(1, len(z))), (
+            "-0 before +0"
+        )
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint32", "float16"])
+def test_sort_other_dtypes(gpu, dtype):
+    if dtype == "float16" and "float16" not in {str(d) for d in gpu.capabilities.dtypes}:
+        pytest.skip("no shader-f16")
+    info = np.iinfo(NP[dtype]) if dtype != "float16" else None
+    if info is not None:
+        x = RNG.integers(info.min, info.max, (2, 1100), dtype=np.int64).astype(NP[dtype])
+    else:
+        x = RNG.normal(0, 100, (2, 1100)).astype(np.float16)
+    (got,) = run(gpu, Routines.Sort, [x], [dtype])
+    np.testing.assert_array_equal(got, np.sort(x, axis=-1))
+
+
+def test_argsort_stable_with_many_ties(gpu):
+    x = RNG.integers(0, 5, (3, 3000)).astype(np.float32)
+    x[:, ::7] = np.nan
+    x[:, 1::11] = -0.0
+    vals, idx = run(gpu, Routines.Argsort, [x], ["float32"])
+    want = np.argsort(x, axis=-1, kind="stable").astype(np.int32)
+    np.testing.assert_array_equal(idx, want)
+    np.testing.assert_array_equal(vals.view(np.uint32), np.take_along_axis(x, want, -1).view(np.uint32))
+
+
+def test_scatter_add_collisions_float32_and_float16(gpu):
+    n_up, size = 20000, 37
+    idx = RNG.integers(-3, size + 3, n_up).astype(np.int32)
+    for dt in ("float32", "float16"):
+        if dt == "float16" and "float16" not in {str(d) for d in gpu.capabilities.dtypes}:
+            continue
+        upd = RNG.integers(-3, 4, n_up).astype(NP[dt])  # small integers: exact in any order
+        (got,) = run(gpu, Routines.Scatter, [upd, idx], [dt, "int32"], ScatterParams("add", (size,), (0,), 0))
+        want = np.zeros(size, np.float64)
+        ok = (idx >= 0) & (idx < size)
+        np.add.at(want, idx[ok], upd[ok].astype(np.float64))
+        np.testing.assert_array_equal(got.astype(np.float64), want)
+
+
+def test_scatter_update_last_wins_2d(gpu):
+    upd = RNG.normal(0, 1, (500, 6)).astype(np.float32)
+    idx = RNG.integers(0, 9, 500).astype(np.int32)
+    (got,) = run(
+        gpu, Routines.Scatter, [upd, idx], ["float32", "int32"], ScatterParams("update", (9, 6), (0,), 0)
+    )
+    want = np.zeros((9, 6), np.float32)
+    for i, r in enumerate(idx):
+        want[r] = upd[i]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_cholesky_wider_than_a_workgroup(gpu):
+    n = 300
+    m = RNG.uniform(-1, 1, (2, n, n))
+    a = (m @ m.transpose(0, 2, 1) + n * np.eye(n)).astype(np.float32)
+    (got,) = run(gpu, Routines.Cholesky, [a], ["float32"])
+    np.testing.assert_allclose(got, np.linalg.cholesky(a.astype(np.float64)), rtol=1e-4, atol=1e-4)
+
+
+def test_cholesky_not_positive_definite_gives_nan(gpu):
+    a = np.array([[1.0, 2.0], [2.0, 1.0]], np.float32)
+    (got,) = run(gpu, Routines.Cholesky, [a], ["float32"])
+    assert got[0, 0] == 1 and got[1, 0] == 2 and np.isnan(got[1, 1]) and got[0, 1] == 0
+
+
+def test_triangular_solve_batched(gpu):
+    from scipy.linalg import solve_triangular
+
+    n, m, batch = 45, 7, 3
+    a = np.triu(RNG.uniform(-1, 1, (batch, n, n))) + 4 * np.eye(n)
+    b = RNG.uniform(-1, 1, (batch, m, n))
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    (got,) = run(
+        gpu, Routines.TriangularSolve, [a32, b32], ["float32", "float32"], TriangularSolveParams(False)
+    )
+    want = np.stack(
+        [solve_triangular(a32[i].astype(np.float64), b32[i].T.astype(np.float64)).T for i in range(batch)]
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(70, 50), (3, 40, 64)])
+def test_lu_larger(gpu, shape):
+    a = RNG.uniform(-1, 1, shape).astype(np.float32)
+    lu, piv, perm = run(gpu, Routines.LU, [a], ["float32"])
+    m, n = shape[-2:]
+    k = min(m, n)
+    a3, lu3 = a.reshape(-1, m, n).astype(np.float64), lu.reshape(-1, m, n).astype(np.float64)
+    for b, pm in enumerate(perm.reshape(-1, m)):
+        low = np.tril(lu3[b], -1)[:, :k] + np.eye(m, k)
+        up = np.triu(lu3[b])[:k, :]
+        assert np.abs(low).max() <= 1 + 1e-6
+        np.testing.assert_allclose(low @ up, a3[b][pm], rtol=1e-4, atol=1e-4)
+    assert piv.shape == (*shape[:-2], k)
+
+
+def test_jacobi_eigh_8x8(gpu):
+    s = RNG.uniform(-1, 1, (3, 8, 8))
+    sym = ((s + s.transpose(0, 2, 1)) / 2).astype(np.float32)
+    d, v = run(gpu, Routines.JacobiEigh, [sym], ["float32"])
+    w = np.diagonal(d, axis1=-2, axis2=-1).astype(np.float64)
+    np.testing.assert_allclose(np.sort(w, -1), np.linalg.eigvalsh(sym.astype(np.float64)), atol=1e-4)
+    v64 = v.astype(np.float64)
+    np.testing.assert_allclose(v64 @ (w[..., :, None] * v64.transpose(0, 2, 1)), sym, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [1024, 8192, 30, 97, 1000, 4099])
+@pytest.mark.parametrize("inverse", [False, True])
+def test_fft_long_and_odd_lengths(gpu, n, inverse):
+    re = RNG.normal(0, 1, (3, n)).astype(np.float32)
+    im = RNG.normal(0, 1, (3, n)).astype(np.float32)
+    gr, gim = run(gpu, Routines.Fft, [re, im], ["float32", "float32"], FftParams.default(n, inverse))
+    z = re.astype(np.float64) + 1j * im
+    want = np.fft.ifft(z, axis=-1) if inverse else np.fft.fft(z, axis=-1)
+    tol = 1e-5 * np.abs(want).max()
+    np.testing.assert_allclose(gr, want.real, atol=tol)
+    np.testing.assert_allclose(gim, want.imag, atol=tol)
+
+
+def test_fft_beyond_workgroup_memory_uses_global_stages(gpu):
+    from jaxcore_webgpu.routines.fft import plan_fft
+
+    n = 8192
+    r = Routine.build(Routines.Fft, [(2, n), (2, n)], ["float32", "float32"], FftParams.default(n))
+    assert len(plan_fft(r, gpu.target).passes) == 2 + 13 + 1  # twiddles, load, 13 stages, store
+    assert len(plan_fft(r, type("T", (), {"max_workgroup_storage": 1 << 17})()).passes) == 2
+
+
+@pytest.mark.parametrize("n", [64, 100])
+def test_fft_float64(gpu, n):
+    if "float64" not in {str(d) for d in gpu.capabilities.dtypes}:
+        pytest.skip("no shader-f64")
+    re, im = RNG.normal(0, 1, (2, n)), RNG.normal(0, 1, (2, n))
+    gr, gim = run(gpu, Routines.Fft, [re, im], ["float64", "float64"], FftParams.default(n))
+    want = np.fft.fft(re + 1j * im, axis=-1)
+    np.testing.assert_allclose(gr, want.real, atol=1e-11)
+    np.testing.assert_allclose(gim, want.imag, atol=1e-11)
+
+
+def test_fft_float16_bluestein(gpu):
+    if "float16" not in {str(d) for d in gpu.capabilities.dtypes}:
+        pytest.skip("no shader-f16")
+    n = 90
+    re, im = RNG.uniform(-1, 1, (2, n)).astype(np.float16), RNG.uniform(-1, 1, (2, n)).astype(np.float16)
+    gr, gim = run(gpu, Routines.Fft, [re, im], ["float16", "float16"], FftParams.default(n, True))
+    want = np.fft.ifft(re.astype(np.float64) + 1j * im, axis=-1)
+    np.testing.assert_allclose(gr.astype(np.float64), want.real, atol=2e-3)
+    np.testing.assert_allclose(gim.astype(np.float64), want.imag, atol=2e-3)
+
+
+def test_float64_sort_is_undeclared(gpu):
+    from jaxcore.backend import UnsupportedOpError, UnsupportedRoutineError
+
+    with pytest.raises((UnsupportedOpError, UnsupportedRoutineError)):
+        gpu.prepare_routine(Routine.build(Routines.Sort, [(4,)], ["float64"]))
+
+
+@pytest.mark.parametrize("argsort", [False, True])
+def test_sort_small_workgroups_take_four_distances_per_pass(gpu, monkeypatch, argsort):
+    """An adapter with 32-thread workgroups: 64-key blocks, so most stages run as 4-level global passes."""
+    import dataclasses
+
+    monkeypatch.setitem(gpu.__dict__, "target", dataclasses.replace(gpu.target, max_workgroup_size=32))
+    x = RNG.integers(0, 50, (2, 3001)).astype(np.float32)
+    x[:, ::13] = np.nan
+    if argsort:
+        vals, idx = run(gpu, Routines.Argsort, [x], ["float32"])
+        np.testing.assert_array_equal(idx, np.argsort(x, axis=-1, kind="stable"))
+    else:
+        (vals,) = run(gpu, Routines.Sort, [x], ["float32"])
+    np.testing.assert_array_equal(vals, np.sort(x, axis=-1))
