@@ -417,8 +417,9 @@ class BaseBackend:
     def _compile_routine(self, routine: Routine) -> Any:
         raise UnsupportedRoutineError(routine.name, self.name)
 
-    def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> float | None:
-        """Run a compiled kernel or routine on handles; may return the device time in seconds."""
+    def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> tracing.DeviceTime:
+        """Run a compiled kernel or routine on handles; may return the device time in seconds (or a
+        `tracing.LateTime` resolved when the device reports it)."""
         raise NotImplementedError
 
     def _synchronize(self, handle: Any | None = None) -> None:
@@ -508,15 +509,22 @@ class BaseBackend:
     def read(
         self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
     ) -> bytes:
-        buf = self._buffer(slot)
-        start = _integer("read start", start)
-        count = buf.size - start if count is None else _integer("read count", count)
-        if start < 0 or count < 0 or start + count > buf.size:
-            raise ValueError(
-                f"read of bytes [{start}, {start + count}) is outside slot {slot} of {buf.size} bytes"
-            )
+        buf, begin, n = self._read_range(slot, start, count)
         self._synchronize(buf.handle)
-        return bytes(self._copyout(buf.handle, start, count)) if count else b""
+        return bytes(self._copyout(buf.handle, begin, n)) if n else b""
+
+    def _read_range(
+        self, slot: SupportsIndex, start: SupportsIndex, count: SupportsIndex | None
+    ) -> tuple[_Buffer, int, int]:
+        """The slot's buffer and the checked byte range [start, start+count) a read asks for."""
+        buf = self._buffer(slot)
+        begin = _integer("read start", start)
+        n = buf.size - begin if count is None else _integer("read count", count)
+        if begin < 0 or n < 0 or begin + n > buf.size:
+            raise ValueError(
+                f"read of bytes [{begin}, {begin + n}) is outside slot {slot} of {buf.size} bytes"
+            )
+        return buf, begin, n
 
     # ---- prepare -------------------------------------------------------------------------
     def _cached(self, cache: dict[Any, Executable], key: Any, build: Callable[[], Executable]) -> Executable:
@@ -615,7 +623,7 @@ class BaseBackend:
 
     def _run_aliased(
         self, exe: Executable, ins: list[Any], outs: list[Any], aliased: list[int]
-    ) -> float | None:
+    ) -> tracing.DeviceTime:
         """`_run`, with each output in `aliased` (also an input) computed into a temporary, then copied."""
         sizes = exe._io_bytes[1]
         temps = {i: self._alloc(sizes[i]) for i in aliased}
