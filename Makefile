@@ -30,6 +30,7 @@ system-deps:
 test: system-deps $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest tests plugins/webgpu/tests
 
 # every distribution (core and each plugin) as a wheel in dist/
