@@ -220,9 +220,6 @@ class Capabilities:
     handles_aliasing: bool = False
     description: str = ""
 
-    def supports_dtype(self, dtype: DType) -> bool:
-        return dtype in self.dtypes
-
     def supports_op(self, op: AluOp, dtype: DType) -> bool:
         return dtype in self.dtypes and (op, dtype) not in self.unsupported_ops
 
@@ -367,11 +364,9 @@ class _Buffer:
 
 @dataclass
 class BackendStats:
-    """Counters a backend keeps for tests and the CLI (cache behaviour, traffic)."""
+    """Counters a backend keeps, by name, for tests that pin its behaviour (a queued device counts
+    submits, flushes for reads and deferred frees). Off the dispatch path unless a backend adds one."""
 
-    kernel_compiles: int = 0
-    kernel_cache_hits: int = 0
-    dispatches: int = 0
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -547,8 +542,6 @@ class BaseBackend:
         if not isinstance(kernel, Kernel):
             raise TypeError(f"prepare_kernel takes a Kernel, got {type(kernel).__name__}")
         key = kernel.key()
-        if key in self._kernel_cache:
-            self.stats.kernel_cache_hits += 1
 
         def build() -> Executable:
             if kernel.nargs > self.max_args:
@@ -556,9 +549,7 @@ class BaseBackend:
                     f"kernel has {kernel.nargs} inputs; {self.name} takes at most {self.max_args}"
                 )
             self._check_ops(kernel)
-            exe = Executable(kernel, self._compile_kernel(kernel), self, _PREPARED)
-            self.stats.kernel_compiles += 1
-            return exe
+            return Executable(kernel, self._compile_kernel(kernel), self, _PREPARED)
 
         return self._cached(self._kernel_cache, key, build)
 
@@ -600,7 +591,6 @@ class BaseBackend:
         so an output slot may also be an input (in-place updates)."""
         inputs, outputs = list(inputs), list(outputs)
         in_handles, out_handles = self._validate_dispatch(exe, inputs, outputs)
-        self.stats.dispatches += 1
         aliased = None
         if not self.capabilities.handles_aliasing:
             for slot in outputs:  # a loop, not any(): this is the dispatch hot path

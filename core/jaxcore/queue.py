@@ -100,7 +100,7 @@ class QueuedBackend(BaseBackend):
             max_cached_bytes=self.max_cached_bytes,
             limit=self.capabilities.max_buffer_bytes,
         )
-        self.stats.extra.update(submits=0, flushes_for_read=0, deferred_frees=0, batch_reuses=0)
+        self.stats.extra.update(submits=0, flushes_for_read=0, deferred_frees=0)
         ref = weakref.ref(self)
 
         def finish_for_trace() -> None:  # through a weak reference: tracing must not keep us alive
@@ -166,7 +166,6 @@ class QueuedBackend(BaseBackend):
                 old = reuse.pop()
                 buf = QueuedBuffer(old.raw, size, cap)
                 buf.used_in = old.used_in
-                self.stats.extra["batch_reuses"] += 1
                 return buf
             self._retire()
             raw, cap = self.pool.alloc(size, on_oom=self._drain)
