@@ -377,6 +377,17 @@ class AluExp:
 
         return self.rewrite(visit)
 
+    def reindex_gids(self, new_gids: list[int]) -> AluExp:
+        """The expression with input `gid` read from `new_gids[gid]` (the fuzzer packs several
+        kernels' inputs into one kernel)."""
+
+        def visit(node: AluExp) -> AluExp | None:
+            if node.op in (AluOp.GlobalIndex, AluOp.GlobalView):
+                return AluExp(node.op, node.dtype, node.src, (new_gids[node.arg[0]], *node.arg[1:]))
+            return None
+
+        return self.rewrite(visit)
+
     def rewrite_global_views(self) -> AluExp:
         """Lower every GlobalView to a (possibly masked) GlobalIndex."""
 
