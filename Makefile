@@ -30,7 +30,8 @@ system-deps:
 test: system-deps $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest tests plugins/webgpu/tests plugins/webgl/tests
+	$(BIN)/mypy
+	$(BIN)/python -m pytest tests $(sort $(wildcard plugins/*/tests))
 
 # every distribution (core and each plugin) as a wheel in dist/
 wheels: $(STAMP)

@@ -1,6 +1,6 @@
 """Test-only devices: the cpu backend declaring less, so the suite runs on real restrictions.
 
-Registered by tests/conftest.py (never installed, so `jaxcore devices` outside the tests does not
+Registered by the repo's conftest.py (never installed, so `jaxcore devices` outside the tests does not
 list them):
 
 - ``cpu-float32`` declares only float32 (not even bool or int32) and two routines, one of them

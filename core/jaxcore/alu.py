@@ -17,7 +17,7 @@ import enum
 import hashlib
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -162,6 +162,7 @@ class AluExp:
     dtype: DType
     src: tuple[AluExp, ...] = ()
     arg: Any = None
+    _key: str = field(init=False, repr=False, compare=False)  # the digest, set by __post_init__
 
     def __post_init__(self) -> None:
         op, dtype, src = AluOp(self.op), DType(self.dtype), tuple(self.src)
@@ -185,13 +186,13 @@ class AluExp:
     # ---- identity -------------------------------------------------------------------------
     def key(self) -> str:
         """A structural digest, stable across processes: equal keys mean equal expressions."""
-        return self._key  # type: ignore[attr-defined]
+        return self._key
 
     def __hash__(self) -> int:
-        return int(self._key[:15], 16)  # type: ignore[attr-defined]
+        return int(self._key[:15], 16)
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (isinstance(other, AluExp) and self._key == other._key)  # type: ignore[attr-defined]
+        return self is other or (isinstance(other, AluExp) and self._key == other._key)
 
     # ---- constructors -------------------------------------------------------------------
     @staticmethod
@@ -377,6 +378,9 @@ class AluExp:
         return self.rewrite(visit)
 
     def reindex_gids(self, new_gids: list[int]) -> AluExp:
+        """The expression with input `gid` read from `new_gids[gid]` (the fuzzer packs several
+        kernels' inputs into one kernel)."""
+
         def visit(node: AluExp) -> AluExp | None:
             if node.op in (AluOp.GlobalIndex, AluOp.GlobalView):
                 return AluExp(node.op, node.dtype, node.src, (new_gids[node.arg[0]], *node.arg[1:]))

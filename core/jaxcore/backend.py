@@ -220,9 +220,6 @@ class Capabilities:
     handles_aliasing: bool = False
     description: str = ""
 
-    def supports_dtype(self, dtype: DType) -> bool:
-        return dtype in self.dtypes
-
     def supports_op(self, op: AluOp, dtype: DType) -> bool:
         return dtype in self.dtypes and (op, dtype) not in self.unsupported_ops
 
@@ -367,11 +364,9 @@ class _Buffer:
 
 @dataclass
 class BackendStats:
-    """Counters a backend keeps for tests and the CLI (cache behaviour, traffic)."""
+    """Counters a backend keeps, by name, for tests that pin its behaviour (a queued device counts
+    submits, flushes for reads and deferred frees). Off the dispatch path unless a backend adds one."""
 
-    kernel_compiles: int = 0
-    kernel_cache_hits: int = 0
-    dispatches: int = 0
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -417,8 +412,9 @@ class BaseBackend:
     def _compile_routine(self, routine: Routine) -> Any:
         raise UnsupportedRoutineError(routine.name, self.name)
 
-    def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> float | None:
-        """Run a compiled kernel or routine on handles; may return the device time in seconds."""
+    def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> tracing.DeviceTime:
+        """Run a compiled kernel or routine on handles; may return the device time in seconds (or a
+        `tracing.LateTime` resolved when the device reports it)."""
         raise NotImplementedError
 
     def _synchronize(self, handle: Any | None = None) -> None:
@@ -508,15 +504,22 @@ class BaseBackend:
     def read(
         self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
     ) -> bytes:
-        buf = self._buffer(slot)
-        start = _integer("read start", start)
-        count = buf.size - start if count is None else _integer("read count", count)
-        if start < 0 or count < 0 or start + count > buf.size:
-            raise ValueError(
-                f"read of bytes [{start}, {start + count}) is outside slot {slot} of {buf.size} bytes"
-            )
+        buf, begin, n = self._read_range(slot, start, count)
         self._synchronize(buf.handle)
-        return bytes(self._copyout(buf.handle, start, count)) if count else b""
+        return bytes(self._copyout(buf.handle, begin, n)) if n else b""
+
+    def _read_range(
+        self, slot: SupportsIndex, start: SupportsIndex, count: SupportsIndex | None
+    ) -> tuple[_Buffer, int, int]:
+        """The slot's buffer and the checked byte range [start, start+count) a read asks for."""
+        buf = self._buffer(slot)
+        begin = _integer("read start", start)
+        n = buf.size - begin if count is None else _integer("read count", count)
+        if begin < 0 or n < 0 or begin + n > buf.size:
+            raise ValueError(
+                f"read of bytes [{begin}, {begin + n}) is outside slot {slot} of {buf.size} bytes"
+            )
+        return buf, begin, n
 
     # ---- prepare -------------------------------------------------------------------------
     def _cached(self, cache: dict[Any, Executable], key: Any, build: Callable[[], Executable]) -> Executable:
@@ -539,8 +542,6 @@ class BaseBackend:
         if not isinstance(kernel, Kernel):
             raise TypeError(f"prepare_kernel takes a Kernel, got {type(kernel).__name__}")
         key = kernel.key()
-        if key in self._kernel_cache:
-            self.stats.kernel_cache_hits += 1
 
         def build() -> Executable:
             if kernel.nargs > self.max_args:
@@ -548,9 +549,7 @@ class BaseBackend:
                     f"kernel has {kernel.nargs} inputs; {self.name} takes at most {self.max_args}"
                 )
             self._check_ops(kernel)
-            exe = Executable(kernel, self._compile_kernel(kernel), self, _PREPARED)
-            self.stats.kernel_compiles += 1
-            return exe
+            return Executable(kernel, self._compile_kernel(kernel), self, _PREPARED)
 
         return self._cached(self._kernel_cache, key, build)
 
@@ -592,7 +591,6 @@ class BaseBackend:
         so an output slot may also be an input (in-place updates)."""
         inputs, outputs = list(inputs), list(outputs)
         in_handles, out_handles = self._validate_dispatch(exe, inputs, outputs)
-        self.stats.dispatches += 1
         aliased = None
         if not self.capabilities.handles_aliasing:
             for slot in outputs:  # a loop, not any(): this is the dispatch hot path
@@ -615,7 +613,7 @@ class BaseBackend:
 
     def _run_aliased(
         self, exe: Executable, ins: list[Any], outs: list[Any], aliased: list[int]
-    ) -> float | None:
+    ) -> tracing.DeviceTime:
         """`_run`, with each output in `aliased` (also an input) computed into a temporary, then copied."""
         sizes = exe._io_bytes[1]
         temps = {i: self._alloc(sizes[i]) for i in aliased}

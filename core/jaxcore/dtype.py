@@ -39,7 +39,7 @@ _RANK = {
     DType.float32: 4,
     DType.float64: 5,
 }
-_STORAGE = {
+_STORAGE: dict[DType, np.dtype] = {
     DType.float32: np.dtype("<f4"),
     DType.int32: np.dtype("<i4"),
     DType.uint32: np.dtype("<u4"),
@@ -106,7 +106,7 @@ def normalize_bool(x: np.ndarray) -> np.ndarray:
     return (np.asarray(x) != 0).astype(np.int32)
 
 
-def const_value(dtype: DType, value: float | int | bool) -> float | int:
+def const_value(dtype: DType, value: float | int | bool | np.number) -> float | int:
     """Normalise a Python number to a constant of `dtype`: ints truncate and wrap, bool is 0/1.
 
     Float constants keep full float64 precision (as jax-js does); they round when used.
@@ -241,7 +241,8 @@ _THREEFRY_ROT = ((13, 15, 26, 6), (17, 29, 16, 24))
 def threefry2x32(k0, k1, c0, c1, mode: str | int = "xor") -> np.ndarray:
     """Threefry-2x32 with 20 rounds (JAX's PRNG core); `mode` picks x0, x1 or x0 ^ x1."""
     with _errstate():
-        return _threefry(*(np.asarray(v, dtype=np.uint32) for v in (k0, k1, c0, c1)), mode)
+        a, b, c, d = (np.asarray(v, dtype=np.uint32) for v in (k0, k1, c0, c1))
+        return _threefry(a, b, c, d, mode)
 
 
 def _threefry(k0: np.ndarray, k1: np.ndarray, c0: np.ndarray, c1: np.ndarray, mode: str | int) -> np.ndarray:

@@ -272,13 +272,13 @@ def _rotate(a: np.ndarray, v: np.ndarray, p: int, q: int) -> None:
     which round exactly like the vectorised path but skip a dozen tiny numpy calls per rotation.
     """
     if a.shape[0] == 1:
-        apq, app, aqq = float(a[0, q, p]), float(a[0, p, p]), float(a[0, q, q])
-        if apq == 0:
+        x_pq, x_pp, x_qq = float(a[0, q, p]), float(a[0, p, p]), float(a[0, q, q])
+        if x_pq == 0:
             return
-        c, s = _rotation(app, aqq, apq)
-        new_pp = c * c * app - 2.0 * s * c * apq + s * s * aqq
-        new_qq = s * s * app + 2.0 * s * c * apq + c * c * aqq
-        _apply_rotation(a, v, p, q, c, s, new_pp, new_qq)
+        c1, s1 = _rotation(x_pp, x_qq, x_pq)
+        pp1 = c1 * c1 * x_pp - 2.0 * s1 * c1 * x_pq + s1 * s1 * x_qq
+        qq1 = s1 * s1 * x_pp + 2.0 * s1 * c1 * x_pq + c1 * c1 * x_qq
+        _apply_rotation(a, v, p, q, c1, s1, pp1, qq1)
         return
     apq = a[:, q, p].astype(np.float64)
     skip = apq == 0

@@ -31,7 +31,7 @@ Reader = Callable[["AluExp", np.ndarray, "np.ndarray | None"], np.ndarray]
 Request = tuple["AluExp", "np.ndarray | None"]
 Steps = Generator[Request, np.ndarray, np.ndarray]
 
-_UNARY_NUMPY = {
+_UNARY_NUMPY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "Sin": np.sin,
     "Cos": np.cos,
     "Asin": np.arcsin,
@@ -143,7 +143,7 @@ class Interpreter:
         if op == "BitShift":
             return dt.bit_shift(e.arg, srcs[0], srcs[1], e.dtype)
         if op == "Threefry2x32":
-            return dt.threefry2x32(*srcs, mode=e.arg)
+            return dt.threefry2x32(srcs[0], srcs[1], srcs[2], srcs[3], mode=e.arg)
         raise NotImplementedError(f"Missing implementation for {op}")
 
 

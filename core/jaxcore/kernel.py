@@ -36,21 +36,23 @@ def _check_count(what: str, value: object) -> None:
         raise ValueError(f"{what} must be a non-negative int, got {value!r}")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class Reduction:
-    """A fold over one axis of `size` items, then `epilogue` (an expression in `acc`)."""
+    """A fold over one axis of `size` items, then `epilogue` (an expression in `acc`; None is `$acc`)."""
 
     dtype: DType
     op: AluOp
     size: int
-    epilogue: AluExp | None = None
+    epilogue: AluExp  # always an expression once made: the constructor turns None into `$acc`
 
-    def __post_init__(self) -> None:
-        dtype, op = DType(self.dtype), AluOp(self.op)
+    def __init__(self, dtype: DType, op: AluOp, size: int, epilogue: AluExp | None = None) -> None:
+        dtype, op = DType(dtype), AluOp(op)
         if op not in AluGroup.Reduce:
             raise TypeError(f"Unsupported reduction: {op}")
-        _check_count("reduction size", self.size)
-        epilogue = self.epilogue if self.epilogue is not None else AluVar.acc(dtype)
+        _check_count("reduction size", size)
+        object.__setattr__(self, "size", size)
+        if epilogue is None:
+            epilogue = AluVar.acc(dtype)
         if dtype == DType.float16 and op == AluOp.Add:
             # Sum half floats in float32; round to half once, in the epilogue.
             acc32 = AluVar.acc(DType.float32)

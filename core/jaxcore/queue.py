@@ -48,7 +48,7 @@ import threading
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, SupportsIndex
 
 from jaxcore import tracing
 from jaxcore.backend import BaseBackend, Executable
@@ -100,9 +100,15 @@ class QueuedBackend(BaseBackend):
             max_cached_bytes=self.max_cached_bytes,
             limit=self.capabilities.max_buffer_bytes,
         )
-        self.stats.extra.update(submits=0, flushes_for_read=0, deferred_frees=0, batch_reuses=0)
+        self.stats.extra.update(submits=0, flushes_for_read=0, deferred_frees=0)
         ref = weakref.ref(self)
-        tracing.on_flush_trace(lambda: (b := ref()) is not None and b.finish())
+
+        def finish_for_trace() -> None:  # through a weak reference: tracing must not keep us alive
+            backend = ref()
+            if backend is not None:
+                backend.finish()
+
+        tracing.on_flush_trace(finish_for_trace)
 
     # ---- device hooks (see the module docstring) -------------------------------------------
     def _create_buffer(self, capacity: int) -> Any:
@@ -160,7 +166,6 @@ class QueuedBackend(BaseBackend):
                 old = reuse.pop()
                 buf = QueuedBuffer(old.raw, size, cap)
                 buf.used_in = old.used_in
-                self.stats.extra["batch_reuses"] += 1
                 return buf
             self._retire()
             raw, cap = self.pool.alloc(size, on_oom=self._drain)
@@ -214,17 +219,14 @@ class QueuedBackend(BaseBackend):
             self._retire()
         return data
 
-    async def read_async(self, slot: int, start: int = 0, count: int | None = None) -> bytes:
-        buf = self._buffer(slot)
-        count = buf.size - start if count is None else count
-        if start < 0 or count < 0 or start + count > buf.size:
-            raise ValueError(
-                f"read of bytes [{start}, {start + count}) is outside slot {slot} of {buf.size} bytes"
-            )
-        if not count:
+    async def read_async(
+        self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
+    ) -> bytes:
+        buf, begin, n = self._read_range(slot, start, count)  # the same checks and errors as `read`
+        if not n:
             return b""
         self._synchronize(buf.handle)
-        return bytes(await self._read_buffer_async(buf.handle, start, count))
+        return bytes(await self._read_buffer_async(buf.handle, begin, n))
 
     # ---- async compiling -----------------------------------------------------------------
     async def _compile_kernel_async(self, kernel: Kernel) -> Any:
@@ -255,7 +257,9 @@ class QueuedBackend(BaseBackend):
         return self._precompiled.pop(kernel.key(), None)
 
     # ---- recording -----------------------------------------------------------------------
-    def _run(self, exe: Executable, inputs: list[QueuedBuffer], outputs: list[QueuedBuffer]) -> Any:
+    def _run(
+        self, exe: Executable, inputs: list[QueuedBuffer], outputs: list[QueuedBuffer]
+    ) -> tracing.LateTime | None:
         timed = tracing.is_tracing() and self.capabilities.device_timestamps
         with self._qlock:
             batch = self._open

@@ -30,8 +30,8 @@ _WRAPPING = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv})
 
 def _trunc_div(a: float, b: float) -> float:
     if isinstance(a, int) and isinstance(b, int) and b != 0:
-        q = abs(a) // abs(b)
-        return q if (a < 0) == (b < 0) else -q
+        n = abs(a) // abs(b)
+        return n if (a < 0) == (b < 0) else -n
     if b == 0:
         if a == 0 or math.isnan(a):
             return math.nan
@@ -248,7 +248,7 @@ def _sum_left(terms: list[AluExp]) -> AluExp:
     return reduce(AluExp.add, terms[1:], terms[0])
 
 
-def _fits(dtype: DType, v: int) -> bool:
+def _fits(dtype: DType, v: float) -> bool:
     lo, hi = _BOUNDS.get(dtype, (0, 1))
     return lo <= v <= hi
 
@@ -404,13 +404,13 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
             return again(p(src[1], src[0]))
         if not flt:
             if src[0].op == op and src[0].src[1].op == AluOp.Const:
-                x, a = src[0].src
+                x, k = src[0].src
                 if src[1].op == AluOp.Const:
-                    return again(p(x, p(a, src[1])))
-                return again(p(p(x, src[1]), a))
+                    return again(p(x, p(k, src[1])))
+                return again(p(p(x, src[1]), k))
             if src[1].op == op and src[1].src[1].op == AluOp.Const:
-                y, a = src[1].src
-                return again(p(p(src[0], y), a))
+                y, k = src[1].src
+                return again(p(p(src[0], y), k))
     # R15, R16: integer division/remainder by a constant
     if op in (AluOp.Idiv, AluOp.Mod) and _is_const_int(src[1]) and not flt:
         r = _divide_by_gcd(op, src[0], int(src[1].arg), dtype)
@@ -516,7 +516,8 @@ def _simplify_remainder(op: AluOp, x: AluExp, y: int, dtype: DType) -> AluExp | 
         return None
     quo_terms = [AluExp.const(dtype, const_val // y)]
     rem_terms = [AluExp.const(dtype, (const_val % y) // g)]
-    rem_lo = rem_hi = (const_val % y) // g
+    rem_lo: float = (const_val % y) // g
+    rem_hi: float = rem_lo
     for t, f, q, r in zip(terms, factors, quots, rems):
         c = f // g if op == AluOp.Idiv and r != 0 else r // g
         rem_terms.append(_scaled(c, t))

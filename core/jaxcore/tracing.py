@@ -133,7 +133,14 @@ class LateTime:
                 event["args"]["device_ts_us"] = round((device_start - _t0) * 1e6, 3)
 
 
-def record_dispatch(device: str, source: Any, start: float, end: float, device_time: Any = None) -> None:
+# What a backend's run hook returns: the device time in seconds, a `LateTime` it fills in later, or
+# None when it does not measure one.
+DeviceTime = float | LateTime | None
+
+
+def record_dispatch(
+    device: str, source: Any, start: float, end: float, device_time: DeviceTime = None
+) -> None:
     """Record one dispatch: `start`/`end` from time.perf_counter(), `device_time` in seconds if known
     (or a `LateTime` that the backend resolves later)."""
     if not _active:
@@ -141,7 +148,7 @@ def record_dispatch(device: str, source: Any, start: float, end: float, device_t
     label, cat, args = source_info(source)
     args["device"] = device
     late = device_time if isinstance(device_time, LateTime) else None
-    if late is None and device_time is not None:
+    if device_time is not None and not isinstance(device_time, LateTime):
         args["device_time_us"] = round(float(device_time) * 1e6, 3)
     with _lock:
         if not _active:

@@ -167,3 +167,20 @@ def test_late_device_times_resolve_at_stop_trace(q, plus1):
     assert q.tokens == 0
     events = [e for e in tracing.stop_trace() if e.get("cat") == "kernel"]
     assert [e["args"]["device_time_us"] for e in events] == [1.0, 2.0, 3.0]
+
+
+def test_read_async_takes_and_checks_its_range_as_read_does(q, plus1):
+    """The queued read_async shares read's checks: numpy integers are slot and range numbers, a bool
+    is refused (it once read from byte 1), and an out-of-range read names the range."""
+    import asyncio
+
+    x = np.arange(N, dtype=np.float32)
+    a, out = put(q, x), q.malloc(4 * N)
+    q.dispatch(plus1, [a], [out])
+    got = asyncio.run(q.read_async(np.int64(out), np.uint32(8), np.int32(8)))
+    assert got == (x + 1).tobytes()[8:16] == q.read(out, 8, 8)
+    with pytest.raises(TypeError, match="bool"):
+        asyncio.run(q.read_async(out, True))
+    with pytest.raises(ValueError, match=r"\[60, 68\)"):
+        asyncio.run(q.read_async(out, 60, 8))
+    assert asyncio.run(q.read_async(out, 64)) == b""

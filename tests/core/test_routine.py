@@ -25,7 +25,6 @@ from jaxcore.routine import (
 
 ALL_DTYPES = list(DType)
 FLOATS = [DType.float16, DType.float32, DType.float64]
-NON_FLOATS = [DType.int32, DType.uint32, DType.bool]
 # Relative tolerances for results computed through O(n) roundings in the dtype.
 RTOL = {DType.float16: 2e-2, DType.float32: 1e-4, DType.float64: 1e-10}
 GARBAGE = 77  # outputs start out filled with this, so an unwritten element shows up

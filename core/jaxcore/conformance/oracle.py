@@ -10,9 +10,10 @@ once (transcendentals), which is within half an ulp of the true value.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 UINT32_MAX = 2**32 - 1
@@ -38,7 +39,7 @@ def is_float(dtype: str) -> bool:
     return str(dtype) in FLOATS
 
 
-def array(values: Sequence[float] | np.ndarray, dtype: str) -> np.ndarray:
+def array(values: npt.ArrayLike, dtype: str) -> np.ndarray:
     """Values as a buffer-typed array; floats round to the dtype, ints wrap, bool becomes 0/1."""
     dtype = str(dtype)
     if dtype == "bool":

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -56,7 +57,8 @@ def _values(dtype: str) -> st.SearchStrategy:
         return st.one_of(edge, edge, st.integers(-10, 10), st.integers(oracle.INT32_MIN, oracle.INT32_MAX))
     if dtype == "uint32":
         return st.one_of(edge, edge, st.integers(0, 20), st.integers(0, oracle.UINT32_MAX))
-    width = {"float16": 16, "float32": 32, "float64": 64}[dtype]
+    widths: dict[str, Literal[16, 32, 64]] = {"float16": 16, "float32": 32, "float64": 64}
+    width = widths[dtype]
     return st.one_of(edge, edge, st.integers(-10, 10).map(float), st.floats(width=width))
 
 
@@ -128,8 +130,8 @@ class TreeBuilder:
             return AluExp.bitcast(DType.float32, self.exp(src, d))
         if kind == "threefry":
             mode = self.draw(st.sampled_from(["xor", 0, 1]))
-            args = [self.exp(DType.uint32, d) for _ in range(2)] + [self.leaf(DType.uint32) for _ in range(2)]
-            return AluExp.threefry2x32(*args, mode=mode)
+            k0, k1 = self.exp(DType.uint32, d), self.exp(DType.uint32, d)
+            return AluExp.threefry2x32(k0, k1, self.leaf(DType.uint32), self.leaf(DType.uint32), mode=mode)
         raise AssertionError(kind)
 
     def _kinds(self, dt: DType) -> list[str]:

@@ -141,10 +141,12 @@ def test_threefry2x32(backend: Backend, mode: str | int) -> None:
     known = np.array([a for a, _ in THREEFRY_VECTORS], np.uint32)
     rand = rng.integers(0, 2**32, size=(61, 4), dtype=np.uint64).astype(np.uint32)
     args = np.concatenate([known, rand]).T.copy()
-    kernel = map_kernel(["uint32"] * 4, args.shape[1], lambda *xs: AluExp.threefry2x32(*xs, mode=mode))
+    kernel = map_kernel(
+        ["uint32"] * 4, args.shape[1], lambda k0, k1, c0, c1: AluExp.threefry2x32(k0, k1, c0, c1, mode=mode)
+    )
     skip_if_undeclared(backend, kernel)
     got = run_kernel(backend, kernel, list(args))
-    want = oracle.threefry2x32(*args, mode=mode)
+    want = oracle.threefry2x32(args[0], args[1], args[2], args[3], mode=mode)
     for i, (_, (x0, x1)) in enumerate(THREEFRY_VECTORS):
         assert int(want[i]) == (x0 ^ x1 if mode == "xor" else (x0 if mode == 0 else x1))
     assert_close(got, want, "Threefry2x32", "uint32", backend, inputs=list(args))
@@ -225,7 +227,7 @@ def test_large_elementwise(backend: Backend, n: int) -> None:
     assert_close(run_kernel(backend, ki, [xi]), want, "Add", "int32", backend)
 
 
-PER_OP = {
+PER_OP: dict[str, tuple[list[float], list[float], list[float]]] = {
     # (x op1 y) op2 z, each op rounded/wrapped in the dtype; a fused or wider evaluation differs.
     "float16": ([300.0, 1.0, 2048.0, 0.1], [300.0, 2048.0, 1.0, 3.0], [60000.0, 2048.0, 2048.0, 0.3]),
     "float32": ([1e30, 1.0, 16777216.0, 0.1], [1e10, 1e8, 1.0, 3.0], [1e38, 1e8, 16777216.0, 0.3]),

@@ -355,12 +355,12 @@ def test_bool_is_not_a_slot(backend: Backend) -> None:
     try:
         for use in (backend.read, backend.inc_ref, backend.dec_ref):
             with pytest.raises((SlotError, TypeError)):
-                use(True)  # type: ignore[arg-type]
+                use(True)
         exe = backend.prepare_kernel(map_kernel([F32], 1, lambda x: x))
         with pytest.raises((SlotError, TypeError)):
-            backend.dispatch(exe, [True], [slots[1]])  # type: ignore[list-item]
+            backend.dispatch(exe, [True], [slots[1]])
         with pytest.raises((TypeError, ValueError)):
-            backend.malloc(True)  # type: ignore[arg-type]
+            backend.malloc(True)
         assert [backend.read(s) for s in slots] == [f32(0), f32(1)]
     finally:
         for s in slots:

@@ -20,6 +20,7 @@ NAN, INF = np.nan, np.inf
 def reduce_data(op: str, dtype: str) -> np.ndarray:
     """Rows whose exact result is the same in any summation order (so any tree is right), with
     the edge cases of the op: wrap-around, NaN propagation, ±Inf, -0, unsigned order, any/all."""
+    rows: list[list[float]]
     if dtype == "bool":
         rows = [[0, 0, 0, 0], [1, 1, 1, 1], [0, 1, 0, 0], [1, 1, 0, 1], [1, 0, 0, 0], [0, 0, 0, 1]]
     elif dtype == "int32":

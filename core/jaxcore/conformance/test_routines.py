@@ -20,7 +20,7 @@ from jaxcore.conformance.harness import (
     to_buffer,
 )
 from jaxcore.dtype import DType
-from jaxcore.routine import FftParams, Routine, Routines, ScatterParams, TriangularSolveParams
+from jaxcore.routine import FftParams, Routine, Routines, ScatterOp, ScatterParams, TriangularSolveParams
 
 DTYPES = [str(d) for d in DType]
 FLOATS = list(oracle.FLOATS)
@@ -392,7 +392,7 @@ def test_scatter_out_of_range_dropped(backend: Backend, op: str) -> None:
         np.array([-1, 4, 100, 2, -2147483648, 0], np.int32),
         np.array([4294967295, 4, 1, 2, 3, 2147483648], np.uint32),
     ):
-        p = ScatterParams(op, (4,), (0,), 0)
+        p = ScatterParams(ScatterOp(op), (4,), (0,), 0)
         got = run_scatter(backend, "float32", updates, [idx], p)
         assert_close(
             got, scatter_oracle(updates, [idx], p, "float32"), "Scatter", "float32", backend, inputs=[]
@@ -425,7 +425,7 @@ def test_scatter_broadcast_indices(backend: Backend, op: str) -> None:
     add accumulates, update keeps the last write in row-major order."""
     updates = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
     idx = [np.array([[0], [2]], np.int32), np.array([[0, 1, 1]], np.int32)]
-    p = ScatterParams(op, (3, 4), (0, 1), 0)
+    p = ScatterParams(ScatterOp(op), (3, 4), (0, 1), 0)
     got = run_scatter(backend, "float32", updates, idx, p)
     assert_close(got, np.array(BROADCAST_WANT[op], np.float32), "Scatter", "float32", backend)
     assert_close(
@@ -440,7 +440,7 @@ def test_scatter_random_against_oracle(backend: Backend, dtype: str) -> None:
     idx = np.array([0, 3, 3, -1, 2, 7, 0], np.int32)
     updates = oracle.array(rng.integers(0, 2 if dtype == "bool" else 9, size=(7, 5)), dtype).reshape(7, 5)
     for op, unique in (("add", False), ("update", False)):
-        p = ScatterParams(op, (4, 5), (0,), 0, unique)
+        p = ScatterParams(ScatterOp(op), (4, 5), (0,), 0, unique)
         got = run_scatter(backend, dtype, updates, [idx], p)
         assert_close(
             got, scatter_oracle(updates, [idx], p, dtype), "Scatter", dtype, backend, what=f"Scatter {op}"

@@ -4,6 +4,7 @@ permute, reshapes of padded views (stacked views), matmuls built from views of o
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -235,7 +236,8 @@ def random_movements(seed: int) -> tuple[tuple[int, ...], list[str], Callable, C
     """A seeded random chain of 3-6 movement ops, as (base shape, description, on_tracker, on_numpy)."""
     rng = np.random.default_rng(seed)
     base = tuple(int(d) for d in rng.integers(1, 5, size=int(rng.integers(1, 4))))
-    steps: list[tuple[str, object]] = []
+    steps: list[tuple[str, list[Any]]] = []
+    arg: list[Any]
     shape = list(base)
     for _ in range(int(rng.integers(3, 7))):
         kind = str(rng.choice(["pad", "shrink", "flip", "permute", "reshape", "expand"]))

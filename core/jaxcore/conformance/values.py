@@ -33,10 +33,14 @@ ARITH: dict[str, list[float]] = {
     "float16": _COMMON + [1000.0, -2048.0, F16_MAX, -F16_MAX, F16_MIN_NORMAL, 3e-5, -1e-6, F16_MIN_DENORMAL],
     "float64": _COMMON
     + [1e10, -1e20, 1e300, -1e300, F64_MAX, -F64_MAX, F64_MIN_NORMAL, 1e-310, F64_MIN_DENORMAL, 1 + 2**-52],
-    "int32": [0, 1, -1, 2, -2, 3, -3, 7, -7, 31, 32, 100, -100, 65536, 46341, -46341, 0x55555555]
-    + [INT32_MAX, INT32_MAX - 1, INT32_MIN, INT32_MIN + 1, 16777217],
-    "uint32": [0, 1, 2, 3, 7, 31, 32, 100, 65536, 46341, 0x55555555, 0xFF00FF00]
-    + [0x7FFFFFFF, 0x80000000, 0x80000001, 0xAAAAAAAA, UINT32_MAX - 1, UINT32_MAX, 16777217],
+    "int32": [
+        *(0, 1, -1, 2, -2, 3, -3, 7, -7, 31, 32, 100, -100, 65536, 46341, -46341, 0x55555555),
+        *(INT32_MAX, INT32_MAX - 1, INT32_MIN, INT32_MIN + 1, 16777217),
+    ],
+    "uint32": [
+        *(0, 1, 2, 3, 7, 31, 32, 100, 65536, 46341, 0x55555555, 0xFF00FF00),
+        *(0x7FFFFFFF, 0x80000000, 0x80000001, 0xAAAAAAAA, UINT32_MAX - 1, UINT32_MAX, 16777217),
+    ],
     "bool": [0, 1],
 }
 

@@ -336,11 +336,9 @@ def _run_matmul(plan: KernelPlan, buffers: Buffers, out: np.ndarray) -> bool:
         for r_box in r_boxes:
             block = Block((g_box, r_box), plan.layouts)
             a, b = (strided_view(plan, block, read, buffers) for read in plan.matmul)
-            product = (
-                None
-                if a is None or b is None
-                else Product.of(a.shape, b.shape, block.shape, len(g_box.shape))
-            )
+            if a is None or b is None:
+                return False
+            product = Product.of(a.shape, b.shape, block.shape, len(g_box.shape))
             if product is None:
                 return False
             steps[-1].append((product, a, b))

@@ -34,10 +34,10 @@ class Product:
         reduced = list(range(ng, len(shape)))
         if any(a[x] != shape[x] or b[x] != shape[x] for x in reduced):
             return None  # an operand is constant along a reduced axis: not a product there
-        groups = [[x for x in range(ng) if (a[x] > 1, b[x] > 1) == key] for key in _GROUPS]
-        if not groups[1] and not groups[2] and math.prod(a[x] for x in groups[0]) > 1:
+        batch, rows, cols, rest = ([x for x in range(ng) if (a[x] > 1, b[x] > 1) == key] for key in _GROUPS)
+        if not rows and not cols and math.prod(a[x] for x in batch) > 1:
             return None  # a batch of dot products: the generic path is as fast
-        return Product(*groups, reduced)
+        return Product(batch, rows, cols, rest, reduced)
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Σ a·b over the reduced axes, shaped to broadcast over the output box."""

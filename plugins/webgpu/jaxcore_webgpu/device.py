@@ -74,7 +74,7 @@ def _runtime_dir() -> None:
 
 def choose_adapter(adapters: list[Any], want: str | None) -> Any:
     """The best native-API adapter (a discrete GPU first), or DeviceUnavailable saying what was seen."""
-    allowed = NATIVE_BACKENDS
+    allowed: tuple[str, ...] = NATIVE_BACKENDS
     if want:
         allowed = tuple(b for b in NATIVE_BACKENDS if b.lower() == want.lower())
         if not allowed:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,9 +142,7 @@ class PipelineCache:
                     layout=pipe.get_bind_group_layout(1),
                     entries=[{"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": len(data)}}],
                 )
-            passes.append(
-                CompiledPass(pipe, pipe.get_bind_group_layout(0), tuple(p.grid), p.bindings, ugroup)
-            )
+            passes.append(CompiledPass(pipe, pipe.get_bind_group_layout(0), p.grid, p.bindings, ugroup))
         return CompiledPlan(tuple(passes), tuple(plan.scratch), tuple(p.code for p in plan.passes))
 
 
@@ -159,9 +158,16 @@ def plan_from_shaders(shader_plan: Any) -> Plan:
             )
         if getattr(prog, "uniforms", ()):
             raise ValueError("the runtime binds no uniforms for compiled kernels")
-        grid = tuple(prog.grid) + (1,) * (3 - len(prog.grid))
-        passes.append(Pass(prog.code, grid, tuple((b.kind, b.index) for b in order), prog.entry))  # type: ignore[arg-type]
+        passes.append(Pass(prog.code, _grid3(prog.grid), tuple((b.kind, b.index) for b in order), prog.entry))
     return Plan(tuple(passes), tuple(shader_plan.scratch))
+
+
+def _grid3(grid: Sequence[int]) -> tuple[int, int, int]:
+    """A dispatch grid of one to three dimensions as (x, y, z), the missing ones 1."""
+    g = [int(d) for d in grid] + [1] * (3 - len(grid))
+    if len(g) != 3:
+        raise ValueError(f"a dispatch grid has one to three dimensions, got {list(grid)}")
+    return g[0], g[1], g[2]
 
 
 def dump_dir_from_env() -> str | None:

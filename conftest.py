@@ -1,4 +1,6 @@
-"""Repo-wide test setup: `pytest` also runs the conformance suite against every in-tree device.
+"""Repo-wide test setup, for every test directory below: tests/ and each plugin's own
+plugins/<name>/tests (so `pytest plugins/cpu/tests` alone gets the same session as `make test`).
+`pytest` also runs the conformance suite against every in-tree device.
 
 How (the simplest option that keeps one command): `tests/test_conformance_intree.py` re-exports the
 suite's cases (`jaxcore.conformance.cases()`), and this file
@@ -33,14 +35,14 @@ import sys
 import tempfile
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import pytest
-from hypothesis import settings
 
 from jaxcore import settings as jaxcore_settings
 from jaxcore.conformance import plugin_autoloaded
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parent
 
 # The session's own disk cache: set before pytest_configure registers the device plugins, and
 # settings re-read in case anything read the environment while pytest was importing plugins.
@@ -57,9 +59,16 @@ def running_in_ci() -> bool:
 
 # In CI the property tests draw the same examples every run, so a red main always points at a change,
 # never at a lucky draw; developers' runs keep exploring new examples (and keep finding bugs).
-settings.register_profile("ci", derandomize=True, database=None)
-if running_in_ci():
-    settings.load_profile("ci")
+# Hypothesis is a test extra: a lean machine that runs only a plugin's own tests (.ci/device-bench.sh
+# on a lent GPU) may not have it, and then runs no property tests either.
+try:
+    from hypothesis import settings
+except ImportError:
+    pass
+else:
+    settings.register_profile("ci", derandomize=True, database=None)
+    if running_in_ci():
+        settings.load_profile("ci")
 
 
 def in_tree_plugins() -> list[tuple[Path, str, dict[str, str]]]:
@@ -100,11 +109,24 @@ def register_in_tree_plugins() -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(expected)), problems
 
 
+def _import_test_module(path: Path) -> ModuleType:
+    """Import a helper module of the test tree by its path (tests/ is not a package, and need not
+    be on sys.path when only a plugin's tests run)."""
+    module = sys.modules.get(path.stem)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert spec is not None and spec.loader is not None, path
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
+        spec.loader.exec_module(module)
+    return module
+
+
 def register_test_devices() -> list[str]:
     """Register the test-only devices (tests/restricted_device.py); returns their names."""
-    import restricted_device
-
     import jaxcore
+
+    restricted_device = _import_test_module(REPO / "tests" / "restricted_device.py")
 
     if not any(p.module == restricted_device.__name__ for p in jaxcore.plugin_info()):
         jaxcore.register_plugin(restricted_device, name="jaxcore-test-restricted")
