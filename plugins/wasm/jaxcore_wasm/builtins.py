@@ -617,7 +617,7 @@ def _pow2_f32(w: _W, k: str) -> str:
 
 
 def _exp_f32(mod: Module) -> str:
-    """exp in float arithmetic: |error| < 2 ulp (checked in tests/wasm against numpy in float64)."""
+    """exp in float arithmetic: |error| < 2 ulp (checked in plugins/wasm/tests against numpy in float64)."""
     name = "jc_exp_f32"
     if name in mod.helpers:
         return name

@@ -8,10 +8,14 @@ import numpy as np
 import pytest
 
 from jaxcore import dtype as dt
-from jaxcore_wasm import builtins
-from jaxcore_wasm.irtext import F32, F64, I32
+from jaxcore_wasm import builtins, toolchain
+from jaxcore_wasm.irtext import F32, F64, I32, Module
 
 RNG = np.random.default_rng(1234)
+
+
+def new_module() -> Module:
+    return Module(toolchain.TRIPLE, toolchain.datalayout())
 
 
 def grid(lo: float, hi: float, n: int = 4001) -> np.ndarray:
@@ -159,8 +163,6 @@ def test_sincos_mixed_lanes(harness, ty: str) -> None:
 def test_sincos_loop_stays_vectorised() -> None:
     """The branch to the large-argument reduction must not stop the vectoriser (it would cost 2.5x):
     the loop computes on vectors and calls the reduction per lane only behind a mask test."""
-    from conftest import new_module
-
     from jaxcore_wasm import toolchain
     from jaxcore_wasm.irtext import Fn
 
@@ -203,8 +205,6 @@ def test_special_values(harness, op: str, ty: str) -> None:
 
 
 def _binary(harness, helper_fn, ty: str, a: np.ndarray, b: np.ndarray, out_dtype) -> np.ndarray:
-    from conftest import new_module
-
     mod = new_module()
     h = helper_fn(mod, ty)
     return harness.run(harness.map_fn(h, mod, [ty, ty], ty), [a, b], out_dtype)
@@ -227,8 +227,6 @@ def test_fmod_is_exact(harness, ty: str) -> None:
 
 
 def test_half_to_float_all_bit_patterns(harness) -> None:
-    from conftest import new_module
-
     mod = new_module()
     h = builtins.half_to_float(mod)
     bits = np.arange(65536, dtype=np.uint32)
@@ -238,8 +236,6 @@ def test_half_to_float_all_bit_patterns(harness) -> None:
 
 
 def test_float_to_half_rounding(harness) -> None:
-    from conftest import new_module
-
     mod = new_module()
     h = builtins.float_to_half(mod)
     edges = [65504.0, 65519.99, 65520.0, 1e9, 6.1e-5, 5.96e-8, 2.98e-8, 2.99e-8, 1e-10, np.inf, np.nan]
@@ -256,8 +252,6 @@ def test_float_to_half_rounding(harness) -> None:
 
 
 def test_double_to_half_has_no_double_rounding(harness) -> None:
-    from conftest import new_module
-
     mod = new_module()
     h = builtins.double_to_half(mod)
     # 1 + 2^-11 + 2^-40 rounds up in one step; via float32 (ties-to-even) it would round down
@@ -271,8 +265,6 @@ def test_double_to_half_has_no_double_rounding(harness) -> None:
 
 
 def test_threefry_matches_contract(harness) -> None:
-    from conftest import new_module
-
     mod = new_module()
     name = builtins.threefry(mod)
     from jaxcore_wasm.irtext import Fn
