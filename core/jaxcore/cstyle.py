@@ -1,0 +1,249 @@
+"""One C-style expression renderer that WGSL and GLSL (and any C-like shader language) subclass.
+
+tinygrad's `CStyleLanguage` is the model: a language is data — a dtype -> type-name map, a
+`code_for_op` table, constant spelling per dtype, how a `let` and a cast are written, and a set
+of named helper functions it can emit — and one renderer walks an (already legalized) AluExp
+DAG with it. Nodes used more than once become a `let` (common subexpressions, found by
+structure: equal subtrees share one digest), everything else is inlined with full
+parenthesisation, so no precedence table is needed.
+
+A dialect subclasses `CStyleLanguage`, fills the tables and overrides the few `render_*` hooks
+whose spelling differs. Helper functions (exact fmod, accurate transcendentals, threefry) are
+registered by name with their source and dependencies; a renderer collects the ones an
+expression needs and the dialect emits them once, in dependency order, before the entry point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import ClassVar
+
+from jaxcore.alu import AluExp, AluOp
+from jaxcore.backend import UnsupportedOpError
+from jaxcore.dtype import DType, is_float
+from jaxcore.legalize import TargetTraits
+
+# code_for_op entries: (renderer, node, rendered operands) -> expression text.
+OpRender = Callable[["ExpRenderer", AluExp, list[str]], str]
+
+
+def strip_parens(s: str) -> str:
+    """Drop one outer pair of parentheses when it encloses the whole text."""
+    if not (s.startswith("(") and s.endswith(")")):
+        return s
+    depth = 0
+    for i, ch in enumerate(s):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and i != len(s) - 1:
+            return s
+    return s[1:-1]
+
+
+def _infix(sym: str) -> OpRender:
+    return lambda r, e, a: f"({a[0]} {sym} {a[1]})"
+
+
+def _call(fn: str) -> OpRender:
+    return lambda r, e, a: f"{fn}({', '.join(strip_parens(x) for x in a)})"
+
+
+class CStyleLanguage:
+    """The data a C-like dialect supplies; subclasses override tables and `render_*` hooks."""
+
+    name: ClassVar[str] = "cstyle"
+    type_map: ClassVar[dict[DType, str]] = {}
+    # The type a buffer element of each dtype is stored as (bool is 4-byte 0/1 everywhere).
+    storage_type_map: ClassVar[dict[DType, str]] = {}
+    traits: ClassVar[TargetTraits] = TargetTraits()
+    let_prefix: ClassVar[str] = "alu"
+    code_for_op: ClassVar[dict[AluOp, OpRender]] = {
+        AluOp.Add: _infix("+"),
+        AluOp.Sub: _infix("-"),
+        AluOp.Mul: _infix("*"),
+        AluOp.Idiv: _infix("/"),
+        AluOp.Mod: _infix("%"),
+        AluOp.Min: _call("min"),
+        AluOp.Max: _call("max"),
+        AluOp.Cmplt: _infix("<"),
+        AluOp.Cmpne: _infix("!="),
+        AluOp.Sqrt: _call("sqrt"),
+        AluOp.Floor: _call("floor"),
+        AluOp.Ceil: _call("ceil"),
+    }
+    # name -> (source, names of helpers it calls)
+    helpers: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {}
+
+    def __init__(self, traits: TargetTraits | None = None) -> None:
+        if traits is not None:
+            self.traits = traits  # type: ignore[misc]
+
+    # ---- hooks a dialect overrides -----------------------------------------------------------
+    def type_name(self, dtype: DType) -> str:
+        try:
+            return self.type_map[dtype]
+        except KeyError:
+            raise UnsupportedOpError(None, dtype, self.name) from None
+
+    def storage_type(self, dtype: DType) -> str:
+        return self.storage_type_map.get(dtype) or self.type_name(dtype)
+
+    def render_const(self, r: ExpRenderer, value: float | int, dtype: DType) -> str:
+        raise NotImplementedError
+
+    def render_cast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
+        return f"{self.type_name(dst)}({strip_parens(x)})"
+
+    def render_bitcast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
+        raise NotImplementedError
+
+    def render_where(self, r: ExpRenderer, c: str, t: str, f: str) -> str:
+        return f"({c} ? {t} : {f})"
+
+    def render_bit(self, r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+        if e.op == AluOp.BitShift:
+            return f"({a[0]} {'<<' if e.arg == 'shl' else '>>'} {a[1]})"
+        if e.dtype == DType.bool:
+            return f"({a[0]} {dict(_BOOL_BIT)[e.arg]} {a[1]})"
+        return f"({a[0]} {dict(_INT_BIT)[e.arg]} {a[1]})"
+
+    def render_let(self, name: str, dtype: DType, value: str) -> str:
+        return f"{self.type_name(dtype)} {name} = {strip_parens(value)};"
+
+    def render_special(self, r: ExpRenderer, e: AluExp) -> str:
+        return e.arg[0] if e.op == AluOp.Special else e.arg
+
+    def render_load(self, r: ExpRenderer, e: AluExp, idx: str) -> str:
+        raise NotImplementedError
+
+    def render_op(self, r: ExpRenderer, e: AluExp, args: list[str]) -> str:
+        """Text of one node from its operands' text; the table first, then the hooks."""
+        op = e.op
+        if op == AluOp.Const:
+            return self.render_const(r, e.arg, e.dtype)
+        if op in (AluOp.Special, AluOp.Variable):
+            return self.render_special(r, e)
+        if op == AluOp.GlobalIndex:
+            return self.render_load(r, e, args[0])
+        if op == AluOp.Cast:
+            return self.render_cast(r, e.dtype, e.src[0].dtype, args[0])
+        if op == AluOp.Bitcast:
+            if e.dtype == e.src[0].dtype:
+                return args[0]
+            return self.render_bitcast(r, e.dtype, e.src[0].dtype, args[0])
+        if op == AluOp.Where:
+            return self.render_where(r, *args)
+        if op in (AluOp.BitCombine, AluOp.BitShift):
+            return self.render_bit(r, e, args)
+        fn = self.code_for_op.get(op)
+        if fn is None:
+            raise UnsupportedOpError(op, e.dtype, self.name, e.arg)
+        return fn(r, e, args)
+
+    # ---- helpers -----------------------------------------------------------------------------
+    def helper_order(self, names: Iterable[str]) -> list[str]:
+        """The named helpers and their dependencies, each after what it calls."""
+        out: list[str] = []
+        seen: set[str] = set()
+
+        def visit(n: str) -> None:
+            if n in seen:
+                return
+            seen.add(n)
+            if n not in self.helpers:
+                raise KeyError(f"{self.name} has no helper {n!r}")
+            for d in self.helpers[n][1]:
+                visit(d)
+            out.append(n)
+
+        for n in sorted(names):
+            visit(n)
+        return out
+
+    def render_helpers(self, names: Iterable[str]) -> str:
+        return "\n".join(self.helpers[n][0].strip() + "\n" for n in self.helper_order(names))
+
+
+_INT_BIT = (("and", "&"), ("or", "|"), ("xor", "^"))
+_BOOL_BIT = (("and", "&&"), ("or", "||"), ("xor", "!="))
+
+_LEAVES = frozenset({AluOp.Const, AluOp.Special, AluOp.Variable})
+
+
+class ExpRenderer:
+    """Renders expressions in one scope: statements go to `lines`, shared nodes become lets.
+
+    `child()` opens a nested scope (a loop body) that sees the parent's lets but whose own
+    lets stay inside it. Helpers are collected across all scopes of one program.
+    """
+
+    def __init__(self, lang: CStyleLanguage, parent: ExpRenderer | None = None) -> None:
+        self.lang = lang
+        self.parent = parent
+        self.lines: list[str] = []
+        self.names: dict[str, str] = {}
+        self._counter = parent._counter if parent else [0]
+        self.used_helpers: set[str] = parent.used_helpers if parent else set()
+        self.uses: dict[str, int] = {}
+
+    def child(self) -> ExpRenderer:
+        return ExpRenderer(self.lang, self)
+
+    def need(self, helper: str) -> str:
+        """Record that the program calls `helper`; returns its name for inline use."""
+        self.used_helpers.add(helper)
+        return helper
+
+    def fresh(self, prefix: str | None = None) -> str:
+        self._counter[0] += 1
+        return f"{prefix or self.lang.let_prefix}{self._counter[0]}"
+
+    def count(self, *exps: AluExp | None) -> None:
+        """Count operand references of every node among `exps` (call before rendering them)."""
+        for exp in exps:
+            if exp is None:
+                continue
+            for node in exp.nodes():
+                for s in node.src:
+                    self.uses[s.key()] = self.uses.get(s.key(), 0) + 1
+            self.uses[exp.key()] = self.uses.get(exp.key(), 0) + 1
+
+    def _lookup(self, key: str) -> str | None:
+        s: ExpRenderer | None = self
+        while s is not None:
+            if key in s.names:
+                return s.names[key]
+            s = s.parent
+        return None
+
+    def render(self, exp: AluExp) -> str:
+        """The text of `exp`; nodes referenced more than once are bound to lets first."""
+        text: dict[str, str] = {}
+        for node in exp.nodes():
+            k = node.key()
+            hit = self._lookup(k)
+            if hit is not None:
+                text[k] = hit
+                continue
+            s = self.lang.render_op(self, node, [text[c.key()] for c in node.src])
+            if self.uses.get(k, 0) > 1 and node.op not in _LEAVES:
+                name = self.fresh()
+                self.lines.append(self.lang.render_let(name, node.dtype, s))
+                self.names[k] = name
+                s = name
+            text[k] = s
+        return text[exp.key()]
+
+    def bind(self, exp: AluExp, prefix: str | None = None) -> str:
+        """Render `exp` into a fresh let (whatever its use count) and return the name."""
+        s = self.render(exp)
+        if s.isidentifier():
+            return s
+        name = self.fresh(prefix)
+        self.lines.append(self.lang.render_let(name, exp.dtype, s))
+        self.names[exp.key()] = name
+        return name
+
+
+def float_types(exp: AluExp) -> set[DType]:
+    return {n.dtype for n in exp.nodes() if is_float(n.dtype)}

@@ -1,0 +1,186 @@
+"""Contract legalization: AluExp rewrites that make a target's native ops compute the contract.
+
+Shader languages leave parts of the contract undefined or define them differently: integer
+division by zero (WGSL gives the dividend, GLSL nothing), NaN in `min`/`max`, float-to-int casts
+out of range or of NaN, shift counts of 32 or more, and `x != x`, which a compiler may fold away.
+A target states what it does natively as `TargetTraits`; `legalize` rewrites every node the
+target cannot compute exactly into nodes it can, so one renderer serves every dialect and the
+contract is written down once. What an AluExp cannot express (exact `fmod`, accurate
+transcendentals) the dialect renders as a helper function; `TargetTraits` says which.
+
+Rewrites run once, after tuning and simplification, and their output is not simplified again:
+the simplifier knows the contract, not the target, and could undo a guard.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from jaxcore.alu import AluExp, AluOp
+from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, is_float, to_numpy
+
+
+@dataclass(frozen=True)
+class TargetTraits:
+    """What a target computes natively, exactly as the contract wants it."""
+
+    native_int_div_by_zero_is_zero: bool = False  # x / 0 == 0 for int32/uint32
+    native_int_mod_by_zero_is_zero: bool = False  # x % 0 == 0
+    native_int_min_div_neg1: bool = False  # INT_MIN / -1 == INT_MIN and INT_MIN % -1 == 0
+    native_int_mod_truncates: bool = True  # integer % takes the dividend's sign
+    native_nan_minmax: bool = False  # min/max return NaN when either operand is NaN
+    native_saturating_casts: bool = False  # float->int clamps to [MIN, MAX] and NaN -> 0
+    native_nan_compare: bool = False  # `a != b` is true for NaN and never folded away
+    nan_check_by_bits: bool = True  # test NaN through bitcast (else the dialect's isnan)
+    shift_masks_count: bool = False  # `x << 33` == `x << 1`
+    native_float_to_bool: bool = False  # bool(x) is x != 0 with NaN true
+    has_f16: bool = False
+    has_f64: bool = False
+    exact_transcendentals: bool = False  # built-in sin/cos/exp/log/... meet the tolerance table
+
+
+def _c(dtype: DType, v: float | int) -> AluExp:
+    return AluExp.const(dtype, v)
+
+
+def _is_nonzero_const(e: AluExp) -> bool:
+    return e.op == AluOp.Const and e.arg != 0
+
+
+def is_nan(x: AluExp, traits: TargetTraits) -> AluExp:
+    """`x` is NaN, decided by its bits: exponent all ones and a nonzero mantissa.
+
+    float16 and float64 are widened/narrowed to float32 first, which keeps NaN a NaN (a float64
+    too large for float32 becomes an infinity, not a NaN), so one 32-bit test serves all three.
+    """
+    if not traits.nan_check_by_bits:
+        return AluExp(AluOp.Cmpne, DType.bool, (x, x), "isnan")
+    x32 = x if x.dtype == DType.float32 else AluExp(AluOp.Cast, DType.float32, (x,))
+    bits = AluExp.bit_and(AluExp.bitcast(DType.uint32, x32), _c(DType.uint32, 0x7FFFFFFF))
+    return AluExp.cmplt(_c(DType.uint32, 0x7F800000), bits)
+
+
+def _or(a: AluExp, b: AluExp) -> AluExp:
+    return AluExp(AluOp.BitCombine, DType.bool, (a, b), "or")
+
+
+def _and(a: AluExp, b: AluExp) -> AluExp:
+    return AluExp(AluOp.BitCombine, DType.bool, (a, b), "and")
+
+
+def _ne(a: AluExp, b: AluExp | int) -> AluExp:
+    b = b if isinstance(b, AluExp) else _c(a.dtype, b)
+    return AluExp(AluOp.Cmpne, DType.bool, (a, b))
+
+
+def _eq(a: AluExp, b: AluExp | int) -> AluExp:
+    return _ne(_ne(a, b), AluExp.bool_(True))
+
+
+def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
+    """Rewrite `exp` so that every node means, on the target, what the contract says."""
+    return exp.rewrite(lambda node: _legalize_node(node, traits))
+
+
+def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
+    op, dt = e.op, e.dtype
+    if dt == DType.bool and op in (AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Min, AluOp.Max):
+        # Bool arithmetic is arithmetic on 0/1 normalised back to bool.
+        a, b = e.src
+        mode = {AluOp.Add: "or", AluOp.Max: "or", AluOp.Mul: "and", AluOp.Min: "and", AluOp.Sub: "xor"}[op]
+        return AluExp(AluOp.BitCombine, DType.bool, (a, b), mode)
+    if dt == DType.bool and op in (AluOp.Idiv, AluOp.Mod):
+        a, b = e.src
+        return _and(a, b) if op == AluOp.Idiv else AluExp.bool_(False)
+    if op == AluOp.Cmplt and e.src[0].dtype == DType.bool:
+        a, b = e.src  # false < true is the only true case
+        return _and(_ne(a, AluExp.bool_(True)), b)
+    if op in (AluOp.Idiv, AluOp.Mod) and dt in (DType.int32, DType.uint32):
+        return _int_divmod(e, t)
+    if op in (AluOp.Min, AluOp.Max) and is_float(dt) and not t.native_nan_minmax:
+        a, b = e.src
+        # min(a, b) that propagates NaN: pick a NaN operand over the native result.
+        return AluExp.where(is_nan(a, t), a, AluExp.where(is_nan(b, t), b, e))
+    if op == AluOp.Cmpne and is_float(e.src[0].dtype) and not t.native_nan_compare:
+        a, b = e.src
+        return _or(e, _or(is_nan(a, t), is_nan(b, t)))
+    if op == AluOp.Cmplt and is_float(e.src[0].dtype) and not t.native_nan_compare:
+        a, b = e.src
+        return _and(e, _ne(_or(is_nan(a, t), is_nan(b, t)), AluExp.bool_(True)))
+    if op == AluOp.Cast:
+        return _cast(e, t)
+    if op == AluOp.BitShift and not t.shift_masks_count:
+        a, b = e.src
+        if b.op == AluOp.Const and 0 <= b.arg < 32:
+            return None
+        return AluExp(AluOp.BitShift, dt, (a, AluExp.bit_and(b, _c(b.dtype, 31))), e.arg)
+    return None
+
+
+def _int_divmod(e: AluExp, t: TargetTraits) -> AluExp | None:
+    a, b = e.src
+    dt = e.dtype
+    is_div = e.op == AluOp.Idiv
+    guard_zero = not (t.native_int_div_by_zero_is_zero if is_div else t.native_int_mod_by_zero_is_zero)
+    guard_neg1 = dt == DType.int32 and not t.native_int_min_div_neg1
+    if b.op == AluOp.Const:
+        guard_zero = guard_zero and b.arg == 0
+        guard_neg1 = guard_neg1 and b.arg == -1
+        if b.arg == 0:
+            return _c(dt, 0)
+    if not t.native_int_mod_truncates and not is_div and dt == DType.int32:
+        # a % b = a - (a / b) * b, with the quotient truncating toward zero.
+        q = _int_divmod(AluExp(AluOp.Idiv, dt, (a, b)), t) or AluExp(AluOp.Idiv, dt, (a, b))
+        return AluExp.sub(a, AluExp.mul(q, b))
+    if not guard_zero and not guard_neg1:
+        return None
+    bad = None
+    if guard_zero:
+        bad = _eq(b, 0)
+    if guard_neg1:
+        neg1 = _eq(b, -1)
+        bad = neg1 if bad is None else _or(bad, neg1)
+    safe_b = AluExp.where(bad, _c(dt, 1), b)
+    native = AluExp(e.op, dt, (a, safe_b))
+    if is_div:
+        # x / 0 = 0; x / -1 = 0 - x (wraps INT_MIN to itself).
+        special = _c(dt, 0)
+        if guard_neg1:
+            special = AluExp.where(_eq(b, -1), AluExp.sub(_c(dt, 0), a), special)
+        return AluExp.where(bad, special, native)
+    return AluExp.where(bad, _c(dt, 0), native)
+
+
+def _in_range(dtype: DType, v: float) -> float:
+    """`v`, or the infinity it rounds to in `dtype` (float16 cannot hold 2^31)."""
+    return v if abs(v) <= float(np.finfo(to_numpy(dtype)).max) else math.copysign(math.inf, v)
+
+
+def _cast(e: AluExp, t: TargetTraits) -> AluExp | None:
+    (x,) = e.src
+    src, dst = x.dtype, e.dtype
+    if src == dst:
+        return x
+    if dst == DType.bool:
+        if is_float(src) and t.native_float_to_bool:
+            return None
+        if is_float(src):
+            return _or(AluExp(AluOp.Cmpne, DType.bool, (x, _c(src, 0))), is_nan(x, t))
+        return _ne(x, 0)
+    if is_float(src) and dst in (DType.int32, DType.uint32) and not t.native_saturating_casts:
+        lo, hi = (INT32_MIN, INT32_MAX) if dst == DType.int32 else (0, UINT32_MAX)
+        # Thresholds in the source dtype: x >= 2^31 (or 2^32) saturates high; x below the lowest
+        # value that truncates into range saturates low; NaN gives 0.
+        top = _c(src, _in_range(src, float(hi + 1)))
+        low_ok = _c(src, float(lo) if dst == DType.int32 else 0.0)
+        if low_ok.arg == -math.inf:  # float16: only -inf is below INT32_MIN
+            low_ok = _c(src, -float(np.finfo(to_numpy(src)).max))
+        native = e
+        too_low = AluExp.cmplt(x, low_ok) if dst == DType.int32 else AluExp.cmplt(x, _c(src, 1.0))
+        out = AluExp.where(too_low, _c(dst, lo), native)
+        out = AluExp.where(_ne(AluExp.cmplt(x, top), AluExp.bool_(True)), _c(dst, hi), out)
+        return AluExp.where(is_nan(x, t), _c(dst, 0), out)
+    return None

@@ -1,0 +1,576 @@
+"""Kernel -> WGSL compute shaders: the compiler half of the webgpu device.
+
+    plan = compile_kernel(kernel, WgslTarget(...))
+
+`compile_kernel` tunes the kernel (`jaxcore.tuner.tune_gpu`), legalizes its expressions for WGSL
+(`jaxcore.legalize`), renders them with the WGSL dialect of the C-style renderer and returns a
+`ShaderPlan`: one or two `ShaderProgram` passes and the byte sizes of the scratch buffers the
+passes share. The runtime owns devices, buffers and pipelines; all it needs is here:
+
+- run `plan.passes` in order (one compute pass is fine: each dispatch's writes are visible to the
+  next), each with `dispatchWorkgroups(*program.grid)`; skip a pass whose grid has a 0;
+- bind, at `@group(0) @binding(b.binding)` for each `b` in `program.bindings`: input buffer
+  `b.index` (`b.kind == "in"`, read-only storage), the output (`"out"`, read_write storage), or
+  scratch buffer `b.index` of `plan.scratch` (`"scratch"`, read_write; the runtime allocates it,
+  its contents need no initialisation and need not survive the plan);
+- `b.elements` is how many elements of `b.dtype` the shader may touch (the binding must cover
+  at least `b.nbytes`); bool is stored as i32 0/1; every binding is declared and statically used
+  by the shader, so `layout="auto"` and an explicit layout from `bindings` both work;
+- no uniforms: sizes are baked into the WGSL (`program.uniforms` is empty); `program.enables`
+  lists the features the device must have been created with (`"shader-f16"`, `"shader-f64"`).
+
+Strategies (chosen by the tuner from how the reads move in memory):
+- elementwise: one thread per output, `local` threads per workgroup; four per thread with vec4
+  loads and stores when the map is contiguous (`a*b+c`);
+- reduction, thread per output: a loop over the reduction (unrolled by `unroll`), `upcast`
+  outputs per thread when a read does not move with the output (register blocking);
+- grouped: `groups` threads of one workgroup share an output, stride over the reduction (coalesced
+  row reads), then fold in workgroup memory (a tree) and thread 0 applies the epilogue;
+- split (two passes): `split` workgroups per output each fold a chunk into scratch, then one
+  workgroup per output folds the partials and applies the epilogue (a 64M-item sum).
+Grids past `max_workgroups_per_dim` fold into 2-D/3-D; the shader recovers the linear workgroup
+index and bounds-checks it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jaxcore.alu import AluExp, AluOp
+from jaxcore.backend import UnsupportedOpError
+from jaxcore.cstyle import ExpRenderer
+from jaxcore.dtype import DType, byte_width
+from jaxcore.kernel import Kernel
+from jaxcore.legalize import TargetTraits, legalize
+from jaxcore.tuner import GpuLimits, TuneResult, tune_gpu
+from jaxcore_webgpu.wgsl import WGSL_TRAITS, WGSLLanguage
+
+
+@dataclass(frozen=True)
+class WgslTarget:
+    """The adapter facts code generation depends on."""
+
+    has_f16: bool = False
+    has_f64: bool = False
+    has_subgroups: bool = False
+    max_workgroup_size: int = 256  # invocations per workgroup (and along x)
+    max_workgroups_per_dim: int = 65535
+    max_storage_buffers_per_stage: int = 8
+    max_workgroup_storage: int = 16384
+
+    def limits(self) -> GpuLimits:
+        return GpuLimits(
+            max_workgroup_size=self.max_workgroup_size,
+            max_workgroups_per_dim=self.max_workgroups_per_dim,
+            max_workgroup_storage=self.max_workgroup_storage,
+            local=min(256, self.max_workgroup_size),
+        )
+
+
+@dataclass(frozen=True)
+class Binding:
+    binding: int
+    kind: str  # "in" | "out" | "scratch"
+    index: int  # input number, 0 for the output, scratch number
+    dtype: DType  # element dtype (bool: stored as i32 0/1)
+    elements: int
+    read_only: bool
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * byte_width(self.dtype)
+
+
+@dataclass(frozen=True)
+class ShaderProgram:
+    code: str
+    entry: str
+    workgroup_size: tuple[int, int, int]
+    grid: tuple[int, int, int]
+    bindings: tuple[Binding, ...]
+    uniforms: tuple[()] = ()
+    enables: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ShaderPlan:
+    passes: tuple[ShaderProgram, ...]
+    scratch: tuple[int, ...] = ()  # byte sizes
+    tune: TuneResult | None = None
+
+
+def fold_grid(n: int, max_dim: int) -> tuple[int, int, int]:
+    """`n` workgroups as (x, y, z), each at most `max_dim`; x*y*z >= n (the shader checks)."""
+    if n <= max_dim:
+        return (n, 1, 1)
+    gy = -(-n // max_dim)
+    if gy <= max_dim:
+        gx = -(-n // gy)
+        return (gx, gy, 1)
+    gz = -(-n // (max_dim * max_dim))
+    if gz > max_dim:
+        raise ValueError(f"{n} workgroups exceed a {max_dim}^3 grid")
+    gy = -(-n // (max_dim * gz))
+    return (max_dim, gy, gz)
+
+
+def _identity_exp(dtype: DType, op: AluOp, identity: float | int) -> AluExp:
+    return AluExp.const(dtype, identity)
+
+
+class _Program:
+    """Accumulates one shader's declarations, helpers and body."""
+
+    def __init__(self, lang: WGSLLanguage, target: WgslTarget) -> None:
+        self.lang = lang
+        self.target = target
+        self.root = ExpRenderer(lang)
+        self.decls: list[str] = []
+        self.bindings: list[Binding] = []
+        self.body: list[str] = []
+
+    def bind(
+        self,
+        kind: str,
+        index: int,
+        dtype: DType,
+        elements: int,
+        read_only: bool,
+        name: str,
+        vec: bool = False,
+    ) -> None:
+        b = Binding(len(self.bindings), kind, index, dtype, elements, read_only)
+        self.bindings.append(b)
+        access = "read" if read_only else "read_write"
+        ty = self.lang.storage_type(dtype)
+        ty = f"vec4<{ty}>" if vec else ty
+        self.decls.append(f"@group(0) @binding({b.binding}) var<storage, {access}> {name}: array<{ty}>;")
+
+    def finish(
+        self, wg: int, grid: tuple[int, int, int], enables: list[str], header: list[str]
+    ) -> ShaderProgram:
+        helpers = self.lang.render_helpers(self.root.used_helpers)
+        names = [d.split("> ")[1].split(":")[0] for d in self.decls if d.startswith("@group")]
+        phony = [f"  _ = &{n};" for n in names]
+        gx, gy, _ = grid
+        code = "\n".join(
+            [*(f"enable {e};" for e in enables), *self.decls, *header, helpers]
+            + [
+                f"@compute @workgroup_size({wg}, 1, 1)",
+                "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {",
+                *phony,
+                f"  let wg: u32 = wid.x + wid.y * {gx}u + wid.z * {gx * gy}u;",
+                *self.body,
+                "}",
+                "",
+            ]
+        )
+        feats = tuple(("shader-f16" if e == "f16" else e) for e in enables)
+        if "f64" in self.lang.features:
+            feats += ("shader-f64",)
+        return ShaderProgram(code, "main", (wg, 1, 1), grid, tuple(self.bindings), (), feats)
+
+
+def _dtypes_used(*exps: AluExp | None) -> set[DType]:
+    out: set[DType] = set()
+    for e in exps:
+        if e is not None:
+            out |= {n.dtype for n in e.nodes()}
+    return out
+
+
+def _check_dtypes(dtypes: set[DType], target: WgslTarget) -> list[str]:
+    if DType.float16 in dtypes and not target.has_f16:
+        raise UnsupportedOpError(None, DType.float16, "webgpu", "the adapter lacks shader-f16")
+    if DType.float64 in dtypes and not target.has_f64:
+        raise UnsupportedOpError(None, DType.float64, "webgpu", "the adapter lacks shader-f64")
+    return ["f16"] if DType.float16 in dtypes else []
+
+
+def _input_dtypes(kernel: Kernel, *exps: AluExp | None) -> dict[int, DType]:
+    seen: dict[int, DType] = {}
+    for e in exps:
+        if e is None:
+            continue
+        for n in e.nodes():
+            if n.op == AluOp.GlobalIndex:
+                gid = n.arg[0]
+                if seen.setdefault(gid, n.dtype) != n.dtype:
+                    raise UnsupportedOpError(
+                        AluOp.GlobalIndex, n.dtype, "webgpu", f"input {gid} read as {seen[gid]} and {n.dtype}"
+                    )
+    return seen
+
+
+def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WGSL_TRAITS) -> ShaderPlan:
+    """WGSL for `kernel` on `target`: a `ShaderPlan` of one or two passes (see the module doc)."""
+    tune = tune_gpu(kernel, target.limits())
+    lang = WGSLLanguage(traits)
+    exp = legalize(tune.exp, traits)
+    epilogue = legalize(tune.epilogue, traits) if tune.epilogue is not None else None
+    out_idx = tune.output_idx_exp
+    dtypes = _dtypes_used(exp, epilogue, out_idx) | {kernel.dtype}
+    enables = _check_dtypes(dtypes, target)
+    lang.features = {"f64"} if DType.float64 in dtypes else set()
+    in_dtypes = _input_dtypes(kernel, exp, epilogue)
+    need = kernel.input_bytes()
+    n_bufs = kernel.nargs + 1 + (1 if tune.size.split > 1 else 0)
+    if n_bufs > target.max_storage_buffers_per_stage:
+        raise UnsupportedOpError(
+            None, kernel.dtype, "webgpu", f"{n_bufs} storage buffers > {target.max_storage_buffers_per_stage}"
+        )
+
+    def declare(p: _Program) -> None:
+        for gid in range(kernel.nargs):
+            dt = in_dtypes.get(gid, DType.uint32)
+            p.bind("in", gid, dt, need[gid] // byte_width(dt), True, f"in{gid}")
+        p.bind("out", 0, kernel.dtype, kernel.size, False, "out0")
+
+    red = kernel.reduction
+    if red is None:
+        vec = _elementwise_vec4(kernel, tune, lang, target, traits, enables, in_dtypes, need)
+        if vec is not None:
+            return ShaderPlan((vec,), (), tune)
+        return ShaderPlan((_elementwise(kernel, tune, lang, target, exp, enables, declare),), (), tune)
+    if tune.size.split > 1:
+        return _split(kernel, tune, lang, target, exp, epilogue, enables, declare)
+    if tune.size.groups > 1:
+        return ShaderPlan((_grouped(kernel, tune, lang, target, exp, epilogue, enables, declare),), (), tune)
+    return ShaderPlan((_per_thread(kernel, tune, lang, target, exp, epilogue, enables, declare),), (), tune)
+
+
+def _store(p: _Program, r: ExpRenderer, dtype: DType, idx: AluExp, value: AluExp) -> None:
+    r.count(idx, value)
+    i = r.render(idx)
+    v = r.render(value)
+    r.lines.append(f"out0[{i}] = {p.lang.store_value(r, dtype, v)};")
+
+
+def _indent(lines: list[str], n: int) -> list[str]:
+    return [" " * n + ln for ln in lines]
+
+
+def _elementwise(kernel, tune, lang, target, exp, enables, declare) -> ShaderProgram:
+    p = _Program(lang, target)
+    declare(p)
+    wg = tune.size.local
+    n_wg = -(-kernel.size // wg)
+    grid = fold_grid(n_wg, target.max_workgroups_per_dim)
+    r = p.root
+    _store(p, r, kernel.dtype, tune.output_idx_exp, exp)
+    p.body += [
+        f"  let gidx_u: u32 = wg * {wg}u + lid;",
+        f"  if (gidx_u >= {kernel.size}u) {{ return; }}",
+        "  let gidx: i32 = i32(gidx_u);",
+        *_indent(r.lines, 2),
+    ]
+    return p.finish(wg, grid, enables, [])
+
+
+_VEC_DTYPES = (DType.float32, DType.int32, DType.uint32)
+_LANES = "xyzw"
+
+
+def _elementwise_vec4(kernel, tune, lang, target, traits, enables, in_dtypes, need) -> ShaderProgram | None:
+    """Four outputs per thread with vec4 loads and stores, for contiguous elementwise maps.
+
+    Each lane's expression is the kernel's with `gidx = 4 q + u`, simplified with one cache so the
+    lanes share what they can; an input read only at `4 q + u` in lane u (and sized in whole
+    vec4s) becomes one `vec4` load per thread, anything else stays a scalar read of its
+    component (`in[i >> 2][i & 3]` on a vec4 binding would also do, but is not needed).
+    """
+    n = kernel.size
+    if n % 4 or n < 4 or kernel.dtype not in _VEC_DTYPES:
+        return None
+    q = AluExp.special(DType.int32, "jc_q", n // 4)
+    cache: dict[str, AluExp] = {}
+    lane_idx = [AluExp.add(AluExp.mul(q, AluExp.i32(4)), AluExp.i32(u)).simplify(cache) for u in range(4)]
+
+    def sub(u: int) -> AluExp:
+        def visit(e: AluExp) -> AluExp | None:
+            if e.op == AluOp.Special and e.arg[0] == "gidx":
+                return lane_idx[u]
+            return None
+
+        return tune.exp.rewrite(visit).simplify(cache)
+
+    lanes = [sub(u) for u in range(4)]
+    reads: dict[int, bool] = {}
+    for u, e in enumerate(lanes):
+        for node in e.nodes():
+            if node.op == AluOp.GlobalIndex:
+                gid = node.arg[0]
+                ok = node.src[0] == lane_idx[u] and node.dtype in _VEC_DTYPES and need[gid] % 16 == 0
+                reads[gid] = reads.get(gid, True) and ok
+    vec_in = {g for g, ok in reads.items() if ok}
+    if not vec_in:
+        return None
+
+    def to_var(u: int, e: AluExp) -> AluExp:
+        def visit(node: AluExp) -> AluExp | None:
+            if node.op == AluOp.GlobalIndex and node.arg[0] in vec_in:
+                return AluExp.variable(node.dtype, f"jc_v{node.arg[0]}.{_LANES[u]}")
+            return None
+
+        return legalize(e.rewrite(visit), traits)
+
+    lanes = [to_var(u, e) for u, e in enumerate(lanes)]
+    p = _Program(lang, target)
+    for gid in range(kernel.nargs):
+        dt = in_dtypes.get(gid, DType.uint32)
+        p.bind("in", gid, dt, need[gid] // byte_width(dt), True, f"in{gid}", vec=gid in vec_in)
+    p.bind("out", 0, kernel.dtype, n, False, "out0", vec=True)
+    r = p.root
+    r.count(*lanes)
+    vals = [r.render(e) for e in lanes]
+    ty = lang.type_name(kernel.dtype)
+    wg = tune.size.local
+    grid = fold_grid(-(-(n // 4) // wg), target.max_workgroups_per_dim)
+    p.body += [
+        f"  let jc_qu: u32 = wg * {wg}u + lid;",
+        f"  if (jc_qu >= {n // 4}u) {{ return; }}",
+        "  let jc_q: i32 = i32(jc_qu);",
+        *(f"  let jc_v{g} = in{g}[jc_q];" for g in sorted(vec_in)),
+        *_indent(r.lines, 2),
+        f"  out0[jc_q] = vec4<{ty}>({', '.join(v for v in vals)});",
+    ]
+    return p.finish(wg, grid, enables, [])
+
+
+def _combine_fn(lang: WGSLLanguage, r: ExpRenderer, red, traits: TargetTraits) -> str:
+    """`fn jc_combine(a, b)`: the reduction's op, legalized (NaN-propagating min/max, bool or/and)."""
+    dt = red.dtype
+    a, b = AluExp.variable(dt, "a"), AluExp.variable(dt, "b")
+    e = legalize(AluExp(red.op, dt, (a, b)), traits)
+    sub = r.child()
+    sub.count(e)
+    text = sub.render(e)
+    ty = lang.type_name(dt)
+    body = "".join(f"  {ln}\n" for ln in sub.lines)
+    return f"fn jc_combine(a: {ty}, b: {ty}) -> {ty} {{\n{body}  return {text};\n}}\n"
+
+
+def _loop_body(r: ExpRenderer, exp: AluExp, unroll: int, ridx: str) -> list[str]:
+    """Statements folding `exp` at ridx .. ridx+unroll-1 into `acc`."""
+    body = r.child()
+    terms = []
+    for u in range(unroll):
+        e = exp if u == 0 else _shift_ridx(exp, u)
+        terms.append(e)
+    body.count(*terms)
+    for e in terms:
+        v = body.render(e)
+        body.lines.append(f"acc = jc_combine(acc, {v});")
+    return body.lines
+
+
+def _shift_ridx(exp: AluExp, u: int) -> AluExp:
+    """`exp` with the Special `ridx` replaced by `ridx + u` (for an unrolled trip)."""
+
+    def visit(n: AluExp) -> AluExp | None:
+        if n.op == AluOp.Special and n.arg[0] == "ridx":
+            return AluExp.add(n, AluExp.i32(u))
+        return None
+
+    return exp.rewrite(visit)
+
+
+def _lanes(exp: AluExp, lane_gidx: list[AluExp], cache: dict[str, AluExp]) -> list[AluExp]:
+    """`exp` once per upcast lane, with the Special `gidx` replaced by that lane's output index."""
+    out = []
+    for idx in lane_gidx:
+
+        def visit(e: AluExp, idx: AluExp = idx) -> AluExp | None:
+            return idx if e.op == AluOp.Special and e.arg[0] == "gidx" else None
+
+        out.append(exp.rewrite(visit).simplify(cache))
+    return out
+
+
+def _per_thread(kernel, tune, lang, target, exp, epilogue, enables, declare) -> ShaderProgram:
+    """One thread per `upcast` outputs, each a loop over the reduction (unrolled by `unroll`).
+
+    With upcast U, thread q owns outputs 4q+u; the lanes' expressions are simplified with one
+    cache, so reads that do not move with the output (a matmul's row of A) are one load per trip,
+    shared by the U accumulators.
+    """
+    p = _Program(lang, target)
+    declare(p)
+    red = kernel.reduction
+    up = tune.size.upcast
+    wg = tune.size.local
+    threads = kernel.size // up
+    grid = fold_grid(-(-threads // wg), target.max_workgroups_per_dim)
+    r = p.root
+    ty = lang.type_name(red.dtype)
+    ident = lang.render_const(r, red.identity, red.dtype)
+    unroll = tune.size.unroll
+    header = [_combine_fn(lang, r, red, lang.traits)]
+    traits = lang.traits
+    if up == 1:
+        lane_gidx = [AluExp.special(DType.int32, "gidx", kernel.size)]
+        lane_exp, lane_epi = [exp], [epilogue]
+        accs = ["acc"]
+        prologue = [
+            f"  let gidx_u: u32 = wg * {wg}u + lid;",
+            f"  if (gidx_u >= {kernel.size}u) {{ return; }}",
+            "  let gidx: i32 = i32(gidx_u);",
+        ]
+    else:
+        cache: dict[str, AluExp] = {}
+        q = AluExp.special(DType.int32, "jc_q", threads)
+        lane_gidx = [
+            AluExp.add(AluExp.mul(q, AluExp.i32(up)), AluExp.i32(u)).simplify(cache) for u in range(up)
+        ]
+        lane_exp = [legalize(e, traits) for e in _lanes(tune.exp, lane_gidx, cache)]
+        accs = [f"acc{u}" for u in range(up)]
+        epis = _lanes(tune.epilogue, lane_gidx, cache)
+        lane_epi = [
+            legalize(e.substitute({"acc": AluExp.variable(red.dtype, a)}), traits) for e, a in zip(epis, accs)
+        ]
+        prologue = [
+            f"  let jc_qu: u32 = wg * {wg}u + lid;",
+            f"  if (jc_qu >= {threads}u) {{ return; }}",
+            "  let jc_q: i32 = i32(jc_qu);",
+        ]
+    body = r.child()
+    terms = [[e if v == 0 else _shift_ridx(e, v) for v in range(unroll)] for e in lane_exp]
+    body.count(*(t for ts in terms for t in ts))
+    for a, ts in zip(accs, terms):
+        for t in ts:
+            body.lines.append(f"{a} = jc_combine({a}, {body.render(t)});")
+    tail = r.child()
+    out_idx = lane_gidx if up > 1 else [tune.output_idx_exp]
+    tail.count(*out_idx, *lane_epi)
+    for i, e in zip(out_idx, lane_epi):
+        tail.lines.append(f"out0[{tail.render(i)}] = {lang.store_value(tail, kernel.dtype, tail.render(e))};")
+    p.body += [
+        *prologue,
+        *(f"  var {a}: {ty} = {ident};" for a in accs),
+        f"  for (var ridx: i32 = 0i; ridx < {red.size}i; ridx = ridx + {unroll}i) {{",
+        *_indent(body.lines, 4),
+        "  }",
+        *_indent(tail.lines, 2),
+    ]
+    return p.finish(wg, grid, enables, header)
+
+
+def _tree(lang: WGSLLanguage, red, group: int) -> tuple[str, list[str]]:
+    """Workgroup-memory declaration and the fold of `acc` across the group into `acc` of lid 0."""
+    st = lang.storage_type(red.dtype)
+    decl = f"var<workgroup> jc_part: array<{st}, {group}>;"
+    to_st = "select(0i, 1i, acc)" if red.dtype == DType.bool else "acc"
+    ld = (lambda s: f"({s} != 0i)") if red.dtype == DType.bool else (lambda s: s)
+    st_of = (lambda s: f"select(0i, 1i, {s})") if red.dtype == DType.bool else (lambda s: s)
+    combined = "jc_combine(" + ld("jc_part[lid]") + ", " + ld("jc_part[lid + s]") + ")"
+    lines = [
+        f"jc_part[lid] = {to_st};",
+        "workgroupBarrier();",
+        f"for (var s: u32 = {group // 2}u; s > 0u; s = s >> 1u) {{",
+        "  if (lid < s) {",
+        f"    jc_part[lid] = {st_of(combined)};",
+        "  }",
+        "  workgroupBarrier();",
+        "}",
+        f"acc = {ld('jc_part[0]')};",
+    ]
+    return decl, lines
+
+
+def _grouped(kernel, tune, lang, target, exp, epilogue, enables, declare) -> ShaderProgram:
+    p = _Program(lang, target)
+    declare(p)
+    red = kernel.reduction
+    group = tune.size.groups
+    grid = fold_grid(kernel.size, target.max_workgroups_per_dim)
+    r = p.root
+    ty = lang.type_name(red.dtype)
+    ident = lang.render_const(r, red.identity, red.dtype)
+    header = [_combine_fn(lang, r, red, lang.traits)]
+    decl, tree = _tree(lang, red, group)
+    header.append(decl)
+    loop = _loop_body(r, exp, 1, "ridx")
+    tail = r.child()
+    _store(p, tail, kernel.dtype, tune.output_idx_exp, epilogue)
+    p.body += [
+        f"  if (wg >= {kernel.size}u) {{ return; }}",
+        "  let gidx: i32 = i32(wg);",
+        f"  var acc: {ty} = {ident};",
+        f"  for (var ridx: i32 = i32(lid); ridx < {red.size}i; ridx = ridx + {group}i) {{",
+        *_indent(loop, 4),
+        "  }",
+        *_indent(tree, 2),
+        "  if (lid == 0u) {",
+        *_indent(tail.lines, 4),
+        "  }",
+    ]
+    return p.finish(group, grid, enables, header)
+
+
+def _split(kernel, tune, lang, target, exp, epilogue, enables, declare) -> ShaderPlan:
+    red = kernel.reduction
+    group, split = tune.size.groups, tune.size.split
+    chunk = -(-red.size // split)
+    n_part = kernel.size * split
+    ty = lang.type_name(red.dtype)
+    st = lang.storage_type(red.dtype)
+    scratch_bytes = n_part * byte_width(red.dtype)
+
+    # Pass 1: workgroup w folds items [s*chunk, min(R, (s+1)*chunk)) of output w / split.
+    p = _Program(lang, target)
+    declare(p)
+    p.bind("scratch", 0, red.dtype, n_part, False, "jc_scratch")
+    r = p.root
+    ident = lang.render_const(r, red.identity, red.dtype)
+    header = [_combine_fn(lang, r, red, lang.traits)]
+    decl, tree = _tree(lang, red, group)
+    header.append(decl)
+    loop = _loop_body(r, exp, 1, "ridx")
+    to_st = "select(0i, 1i, acc)" if red.dtype == DType.bool else "acc"
+    p.body += [
+        f"  if (wg >= {n_part}u) {{ return; }}",
+        f"  let gidx: i32 = i32(wg / {split}u);",
+        f"  let jc_s: i32 = i32(wg % {split}u);",
+        f"  let jc_end: i32 = min({red.size}i, (jc_s + 1i) * {chunk}i);",
+        f"  var acc: {ty} = {ident};",
+        f"  for (var ridx: i32 = jc_s * {chunk}i + i32(lid); ridx < jc_end; ridx = ridx + {group}i) {{",
+        *_indent(loop, 4),
+        "  }",
+        *_indent(tree, 2),
+        f"  if (lid == 0u) {{ jc_scratch[wg] = {to_st}; }}",
+    ]
+    pass1 = p.finish(group, fold_grid(n_part, target.max_workgroups_per_dim), enables, header)
+
+    # Pass 2: workgroup g folds output g's `split` partials and applies the epilogue.
+    g2 = min(256, target.max_workgroup_size, 1 << max(split - 1, 0).bit_length())
+    g2 = max(g2, 1)
+    q = _Program(lang, target)
+    declare(q)
+    q.bind("scratch", 0, red.dtype, n_part, False, "jc_scratch")
+    r2 = q.root
+    ident2 = lang.render_const(r2, red.identity, red.dtype)
+    header2 = [_combine_fn(lang, r2, red, lang.traits)]
+    decl2, tree2 = _tree(lang, red, g2)
+    header2.append(decl2)
+    ld = (
+        f"(jc_scratch[gidx * {split}i + i] != 0i)"
+        if red.dtype == DType.bool
+        else f"jc_scratch[gidx * {split}i + i]"
+    )
+    tail = r2.child()
+    _store(q, tail, kernel.dtype, tune.output_idx_exp, epilogue)
+    q.body += [
+        f"  if (wg >= {kernel.size}u) {{ return; }}",
+        "  let gidx: i32 = i32(wg);",
+        f"  var acc: {ty} = {ident2};",
+        f"  for (var i: i32 = i32(lid); i < {split}i; i = i + {g2}i) {{",
+        f"    acc = jc_combine(acc, {ld});",
+        "  }",
+        *_indent(tree2, 2),
+        "  if (lid == 0u) {",
+        *_indent(tail.lines, 4),
+        "  }",
+    ]
+    _ = st
+    pass2 = q.finish(g2, fold_grid(kernel.size, target.max_workgroups_per_dim), enables, header2)
+    return ShaderPlan((pass1, pass2), (scratch_bytes,), tune)

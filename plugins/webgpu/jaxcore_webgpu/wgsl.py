@@ -1,0 +1,200 @@
+"""The WGSL dialect of the C-style renderer: types, constants, op spellings and helper functions.
+
+What WGSL defines natively and what it does not (WGSL spec, section 8.7 and 16):
+- integer `x / 0` is `x` (not the contract's 0), `x % 0` is 0, `INT_MIN / -1` is `INT_MIN`;
+- `min`/`max` of a NaN, float-to-int of a NaN, and `x != x` are not dependable (an implementation
+  may assume no NaN or infinity), so those are legalized through bit tests;
+- float-to-int clamps at the largest float below 2^31 rather than 2^31 - 1, so casts saturate in
+  code;
+- float `%` is `a - b * trunc(a / b)` (not exact), so `Mod` on floats is an exact helper;
+- `sin`/`cos` are only bounded to 2^-11 absolute on [-pi, pi], and `exp`/`log`/`atan`/... have
+  ULP bounds far above the tolerance table, so every transcendental is a helper function here.
+- inf/NaN constants are not const-expressions (a const-expression producing one is a shader-
+  creation error), so they come from helpers that bitcast a `let`; INT_MIN is `-2147483647i - 1i`
+  (Chromium's Tint rejects an overflowing literal).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from jaxcore.alu import AluExp, AluOp
+from jaxcore.backend import UnsupportedOpError
+from jaxcore.cstyle import CStyleLanguage, ExpRenderer, OpRender, strip_parens
+from jaxcore.dtype import INT32_MIN, DType, is_float
+from jaxcore.legalize import TargetTraits
+from jaxcore_webgpu import wgsl_helpers
+
+WGSL_TRAITS = TargetTraits(
+    native_int_div_by_zero_is_zero=False,  # WGSL: x / 0 == x
+    native_int_mod_by_zero_is_zero=True,  # WGSL: x % 0 == 0
+    native_int_min_div_neg1=True,  # WGSL: INT_MIN / -1 == INT_MIN, INT_MIN % -1 == 0
+    native_nan_minmax=False,
+    native_saturating_casts=False,
+    native_nan_compare=False,
+    nan_check_by_bits=True,
+    shift_masks_count=False,  # WGSL masks, but naga/SPIR-V paths differ; one AND is cheap
+    native_float_to_bool=False,
+    exact_transcendentals=False,
+)
+
+_TRANSCENDENTAL = {
+    AluOp.Sin: "sin",
+    AluOp.Cos: "cos",
+    AluOp.Asin: "asin",
+    AluOp.Atan: "atan",
+    AluOp.Exp: "exp",
+    AluOp.Log: "log",
+    AluOp.Erf: "erf",
+    AluOp.Erfc: "erfc",
+}
+
+
+def _transcendental(name: str) -> OpRender:
+    def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+        x = strip_parens(a[0])
+        if e.dtype == DType.float32:
+            return f"{r.need(f'jc_{name}_f32')}({x})"
+        if e.dtype == DType.float16:
+            return f"f16({r.need(f'jc_{name}_f32')}(f32({x})))"
+        helper = f"jc_{name}_f64"
+        if helper in r.lang.helpers:
+            return f"{r.need(helper)}({x})"
+        raise UnsupportedOpError(e.op, e.dtype, r.lang.name)
+
+    return render
+
+
+def _idiv(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+    if is_float(e.dtype):
+        return f"trunc({a[0]} / {a[1]})"
+    return f"({a[0]} / {a[1]})"
+
+
+def _mod(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+    if e.dtype == DType.float32:
+        return f"{r.need('jc_fmod_f32')}({strip_parens(a[0])}, {strip_parens(a[1])})"
+    if e.dtype == DType.float16:
+        return f"f16({r.need('jc_fmod_f32')}(f32({strip_parens(a[0])}), f32({strip_parens(a[1])})))"
+    if e.dtype == DType.float64:
+        return f"{r.need('jc_fmod_f64')}({strip_parens(a[0])}, {strip_parens(a[1])})"
+    return f"({a[0]} % {a[1]})"
+
+
+def _reciprocal(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+    return f"({r.lang.render_const(r, 1.0, e.dtype)} / {a[0]})"
+
+
+def _threefry(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+    call = f"{r.need('jc_threefry2x32')}({', '.join(strip_parens(x) for x in a)})"
+    if e.arg == "xor":
+        return f"{r.need('jc_threefry2x32_xor')}({', '.join(strip_parens(x) for x in a)})"
+    return f"{call}.{'x' if e.arg == 0 else 'y'}"
+
+
+def _cmpne(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+    if e.arg == "isnan":  # legalize's non-bit NaN test
+        return f"{r.need('jc_isnan_f32')}(f32({strip_parens(a[0])}))"
+    return f"({a[0]} != {a[1]})"
+
+
+_WGSL_BOOL_BIT = (("and", "&"), ("or", "|"), ("xor", "!="))
+
+
+def f32_literal(v: float) -> str:
+    """A WGSL f32 literal that parses back to exactly `v` (shortest round-trip digits)."""
+    return f"{np.float32(v)}f"
+
+
+class WGSLLanguage(CStyleLanguage):
+    name = "webgpu"
+    type_map = {
+        DType.float32: "f32",
+        DType.int32: "i32",
+        DType.uint32: "u32",
+        DType.bool: "bool",
+        DType.float16: "f16",
+        DType.float64: "f64",
+    }
+    storage_type_map = {DType.bool: "i32"}
+    traits = WGSL_TRAITS
+    code_for_op = {
+        **CStyleLanguage.code_for_op,
+        AluOp.Idiv: _idiv,
+        AluOp.Mod: _mod,
+        AluOp.Reciprocal: _reciprocal,
+        AluOp.Threefry2x32: _threefry,
+        AluOp.Cmpne: _cmpne,
+        **{op: _transcendental(n) for op, n in _TRANSCENDENTAL.items()},
+    }
+    helpers = wgsl_helpers.HELPERS
+
+    def render_const(self, r: ExpRenderer, value: float | int, dtype: DType) -> str:
+        if dtype == DType.bool:
+            return "true" if value else "false"
+        if dtype == DType.int32:
+            v = int(value)
+            if v == INT32_MIN:
+                return "(-2147483647i - 1i)"
+            return f"{v}i" if v >= 0 else f"(-{-v}i)"
+        if dtype == DType.uint32:
+            return f"{int(value)}u"
+        v = float(value)
+        sfx = {DType.float32: "f32", DType.float16: "f16", DType.float64: "f64"}[dtype]
+        if math.isnan(v):
+            return self._special_float(r, "nan", sfx)
+        if math.isinf(v):
+            s = self._special_float(r, "inf", sfx)
+            return s if v > 0 else f"(-{s})"
+        if dtype == DType.float32:
+            bits = int(np.float32(v).view(np.uint32))
+            if v == 0.0 and math.copysign(1.0, v) < 0 or (v != 0.0 and abs(v) < 2.0**-126):
+                return f"bitcast<f32>({bits}u)"  # -0 and subnormals: no const-eval flushing
+            s = f32_literal(v)
+        elif dtype == DType.float16:
+            h = np.float16(v)
+            if v == 0.0 and math.copysign(1.0, v) < 0 or (v != 0.0 and abs(v) < 2.0**-14):
+                return f"f16(bitcast<f32>({int(np.float32(h).view(np.uint32))}u))"
+            s = f"{h}h"
+        else:
+            if v == 0.0 and math.copysign(1.0, v) < 0:
+                return "(-0.0lf)"
+            s = f"{v!r}lf"
+        return s if v >= 0 else f"({s})"
+
+    def _special_float(self, r: ExpRenderer, kind: str, sfx: str) -> str:
+        if sfx == "f64":
+            return f"f64({r.need(f'jc_{kind}_f32')}())"
+        return f"{r.need(f'jc_{kind}_{sfx}')}()"
+
+    def render_cast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
+        if dst == DType.bool:
+            return f"({x} != {self.render_const(r, 0, src)})"
+        return f"{self.type_name(dst)}({strip_parens(x)})"
+
+    def render_bitcast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
+        return f"bitcast<{self.type_name(dst)}>({strip_parens(x)})"
+
+    def render_where(self, r: ExpRenderer, c: str, t: str, f: str) -> str:
+        return f"select({strip_parens(f)}, {strip_parens(t)}, {strip_parens(c)})"
+
+    def render_bit(self, r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+        if e.op == AluOp.BitShift:
+            count = a[1] if e.src[1].dtype == DType.uint32 else f"bitcast<u32>({strip_parens(a[1])})"
+            return f"({a[0]} {'<<' if e.arg == 'shl' else '>>'} {count})"
+        if e.dtype == DType.bool:
+            return f"({a[0]} {dict(_WGSL_BOOL_BIT)[e.arg]} {a[1]})"
+        return super().render_bit(r, e, a)
+
+    def render_let(self, name: str, dtype: DType, value: str) -> str:
+        return f"let {name}: {self.type_name(dtype)} = {strip_parens(value)};"
+
+    def render_load(self, r: ExpRenderer, e: AluExp, idx: str) -> str:
+        load = f"in{e.arg[0]}[{strip_parens(idx)}]"
+        return f"({load} != 0i)" if e.dtype == DType.bool else load
+
+    def store_value(self, r: ExpRenderer, dtype: DType, x: str) -> str:
+        """A value of `dtype` as its storage type (bool -> i32 0/1)."""
+        return f"select(0i, 1i, {strip_parens(x)})" if dtype == DType.bool else strip_parens(x)

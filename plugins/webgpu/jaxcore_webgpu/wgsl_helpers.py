@@ -1,0 +1,603 @@
+"""WGSL helper functions: exact fmod, float32 transcendentals that meet the tolerance table, threefry.
+
+WGSL's built-ins are too loose for the contract (sin/cos 2^-11 absolute on [-pi, pi]; exp
+3 + 2|x| ULP; atan 4096 ULP), so each transcendental is written here from its math, in float32
+with no fused multiply-add (Vulkan lets `fma` be unfused), and only `sqrt`, `round`, `abs` and
+bit operations from the language:
+
+- sin/cos: k = round(x 2/pi), r = x - k pi/2 with pi/2 in three parts (Cody-Waite, exact
+  products for |x| < 8192); past that an exact Payne-Hanek reduction: x = m 2^e, a 96-bit window
+  of 2/pi's bits chosen by e, multiplied by m in 32-bit integer arithmetic, quadrant and fraction
+  read off the top bits. Then minimax polynomials on |r| <= pi/4 (Cephes' coefficients).
+- exp: k = round(x / ln2), r = x - k ln2 (two-part ln2), degree-6 polynomial, times 2^k built
+  from its bits in two halves (so results down to the subnormals round once).
+- log: x = 2^e m with m in [sqrt(1/2), sqrt(2)), log(1+f) by a degree-9 polynomial, e ln2 in two
+  parts; subnormal inputs are scaled by 2^24 first.
+- atan: fold to [0, tan(pi/8)] through 1/x and (x-1)/(x+1); asin: on |x| > 1/2 through
+  asin(x) = pi/2 - 2 asin(sqrt((1-x)/2)).
+- erf/erfc: Abramowitz & Stegun 7.1.26 (the contract's bound, |error| < 1.5e-7) over our exp.
+- fmod: exact, by binary long division of the mantissas in u32 (as C's fmodf).
+- NaN and infinity never come from a const-expression (that is a WGSL shader-creation error):
+  helpers bitcast a `let`.
+"""
+
+from __future__ import annotations
+
+from jaxcore.dtype import _THREEFRY_ROT
+
+
+def _atan_inv(n: int, one: int) -> int:
+    total, term, k = 0, one // n, 1
+    while term:
+        total += term // k if k % 4 == 1 else -(term // k)
+        term //= n * n
+        k += 2
+    return total
+
+
+def _two_over_pi_words(count: int) -> list[int]:
+    """The first `count` 32-bit words of 2/pi's fraction (pi by Machin's formula)."""
+    bits, guard = 32 * count, 64
+    one = 1 << (bits + guard)
+    pi = 16 * _atan_inv(5, one) - 4 * _atan_inv(239, one)
+    frac = ((2 * one * one) // pi) >> guard
+    return [(frac >> (32 * (count - 1 - i))) & 0xFFFFFFFF for i in range(count)]
+
+
+# One zero word in front: the window for |x| >= 8192 starts at most 11 bits before the point.
+_TT = [0, *_two_over_pi_words(8)]
+_TT_SRC = ", ".join(f"0x{w:08x}u" for w in _TT)
+
+H: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+H["jc_nan_f32"] = ("fn jc_nan_f32() -> f32 { let b = 0x7fc00000u; return bitcast<f32>(b); }", ())
+H["jc_inf_f32"] = ("fn jc_inf_f32() -> f32 { let b = 0x7f800000u; return bitcast<f32>(b); }", ())
+H["jc_nan_f16"] = ("fn jc_nan_f16() -> f16 { return f16(jc_nan_f32()); }", ("jc_nan_f32",))
+H["jc_inf_f16"] = ("fn jc_inf_f16() -> f16 { return f16(jc_inf_f32()); }", ("jc_inf_f32",))
+H["jc_isnan_f32"] = (
+    "fn jc_isnan_f32(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }",
+    (),
+)
+
+H["jc_fmod_f32"] = (
+    """
+fn jc_fmod_f32(a: f32, b: f32) -> f32 {
+  let ua = bitcast<u32>(a);
+  let sx = ua & 0x80000000u;
+  let ax = ua & 0x7fffffffu;
+  let ay = bitcast<u32>(b) & 0x7fffffffu;
+  if (ax >= 0x7f800000u || ay > 0x7f800000u || ay == 0u) { return jc_nan_f32(); }
+  if (ax < ay) { return a; }
+  var ex = i32(ax >> 23u);
+  var ey = i32(ay >> 23u);
+  var mx = (ax & 0x7fffffu) | 0x800000u;
+  var my = (ay & 0x7fffffu) | 0x800000u;
+  if (ex == 0) { let s = countLeadingZeros(ax) - 8u; mx = ax << s; ex = 1 - i32(s); }
+  if (ey == 0) { let s = countLeadingZeros(ay) - 8u; my = ay << s; ey = 1 - i32(s); }
+  loop {
+    if (ex <= ey) { break; }
+    if (mx >= my) { mx = mx - my; }
+    if (mx == 0u) { return bitcast<f32>(sx); }
+    mx = mx << 1u;
+    ex = ex - 1;
+  }
+  if (mx >= my) { mx = mx - my; }
+  if (mx == 0u) { return bitcast<f32>(sx); }
+  let s = countLeadingZeros(mx) - 8u;
+  mx = mx << s;
+  ex = ex - i32(s);
+  var bits: u32;
+  if (ex > 0) { bits = (mx - 0x800000u) | (u32(ex) << 23u); } else { bits = mx >> u32(1 - ex); }
+  return bitcast<f32>(bits | sx);
+}
+""",
+    ("jc_nan_f32",),
+)
+
+H["jc_fmod_f64"] = (
+    """
+fn jc_fmod_f64(a: f64, b: f64) -> f64 {
+  let x0 = abs(a);
+  let y = abs(b);
+  if (!(x0 == x0) || !(y == y) || y == 0.0lf || x0 - x0 != 0.0lf) { return f64(jc_nan_f32()); }
+  if (y - y != 0.0lf || x0 < y) { return a; }
+  // t = y 2^k with t <= x < 2t, then subtract the binary digits of the quotient, high to low:
+  // every step is exact (t and x share t's exponent range), as in long division.
+  var x = x0;
+  var t = y;
+  loop { if (t + t > x) { break; } t = t + t; }
+  loop {
+    if (x >= t) { x = x - t; }
+    if (t <= y) { break; }
+    t = t * 0.5lf;
+  }
+  return select(x, -x, a < 0.0lf);
+}
+""",
+    ("jc_nan_f32",),
+)
+
+H["jc_mul32"] = (
+    """
+fn jc_mul32(a: u32, b: u32) -> vec2<u32> {
+  let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
+  let p00 = a0 * b0; let p01 = a0 * b1; let p10 = a1 * b0; let p11 = a1 * b1;
+  let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
+  return vec2<u32>((p00 & 0xffffu) | (mid << 16u), p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u));
+}
+""",
+    (),
+)
+
+H["jc_trig_reduce_f32"] = (
+    f"""
+fn jc_tt_window(p: u32) -> u32 {{
+  var tt = array<u32, 9>({_TT_SRC});
+  let w = p >> 5u;
+  let sh = p & 31u;
+  let hi = tt[w];
+  let lo = tt[min(w + 1u, 8u)];
+  return select((hi << sh) | (lo >> (32u - sh)), hi, sh == 0u);
+}}
+
+// x = q pi/2 + r with |r| <= pi/4 (q in 0..3, returned as f32 in .y).
+fn jc_trig_reduce_f32(x: f32) -> vec2<f32> {{
+  let ax = abs(x);
+  if (ax < 8192.0f) {{
+    let k = round(x * 0.63661975f);
+    let r = ((x - k * 1.5703125f) - k * 4.837512969970703125e-4f) - k * 7.54978995489188216e-8f;
+    return vec2<f32>(r, f32(i32(k) & 3));
+  }}
+  let bits = bitcast<u32>(ax);
+  let e = i32(bits >> 23u) - 150;
+  let m = (bits & 0x7fffffu) | 0x800000u;
+  let p0 = u32(e + 30);
+  let w0 = jc_tt_window(p0);
+  let w1 = jc_tt_window(p0 + 32u);
+  let w2 = jc_tt_window(p0 + 64u);
+  let a = jc_mul32(m, w2);
+  let b = jc_mul32(m, w1);
+  let c = m * w0;
+  let q1 = a.y + b.x;
+  let q2 = b.y + c + select(0u, 1u, q1 < a.y);
+  let frac = (q2 << 2u) | (q1 >> 30u);
+  let low = (q1 << 2u) | (a.x >> 30u);
+  var q = (q2 >> 30u) + (frac >> 31u);
+  var r = (f32(bitcast<i32>(frac)) + f32(low) * 2.3283064e-10f) * 3.6572953e-10f;
+  if (x < 0.0f) {{ r = -r; q = 4u - (q & 3u); }}
+  return vec2<f32>(r, f32(q & 3u));
+}}
+""",
+    ("jc_mul32",),
+)
+
+_SIN_POLY = "(((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f) * z * r + r)"
+_COS_POLY = "((((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f) * z * z"
+_COS_POLY += " - 0.5f * z) + 1.0f)"
+
+
+def _trig(name: str, is_cos: bool) -> str:
+    # sin by quadrant: s, c, -s, -c; cos: c, -s, -c, s.
+    q_expr = "(q + 1u) & 3u" if is_cos else "q"
+    tiny = "1.0f" if is_cos else "x"
+    return f"""
+fn {name}(x: f32) -> f32 {{
+  if ((bitcast<u32>(x) & 0x7fffffffu) >= 0x7f800000u) {{ return jc_nan_f32(); }}
+  if (abs(x) < 2.44140625e-4f) {{ return {tiny}; }}
+  let red = jc_trig_reduce_f32(x);
+  let r = red.x;
+  let z = r * r;
+  let q = {q_expr.replace("q", "u32(red.y)")};
+  let v = select({_SIN_POLY}, {_COS_POLY}, (q & 1u) == 1u);
+  return select(v, -v, q >= 2u);
+}}
+"""
+
+
+H["jc_sin_f32"] = (_trig("jc_sin_f32", False), ("jc_trig_reduce_f32", "jc_nan_f32"))
+H["jc_cos_f32"] = (_trig("jc_cos_f32", True), ("jc_trig_reduce_f32", "jc_nan_f32"))
+
+H["jc_pow2i_f32"] = (
+    "fn jc_pow2i_f32(k: i32) -> f32 { return bitcast<f32>(u32(k + 127) << 23u); }",
+    (),
+)
+
+H["jc_exp_f32"] = (
+    """
+fn jc_exp_f32(x: f32) -> f32 {
+  if (jc_isnan_f32(x)) { return x; }
+  if (x > 88.72283935546875f) { return jc_inf_f32(); }
+  if (x < -103.972084045410f) { return 0.0f; }
+  let k = round(x * 1.44269504088896341f);
+  let r = (x - k * 0.693359375f) - k * -2.12194440e-4f;
+  let p = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r
+           + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;
+  let e = (p * (r * r) + r) + 1.0f;
+  let ki = i32(k);
+  let k1 = ki / 2;
+  return (e * jc_pow2i_f32(k1)) * jc_pow2i_f32(ki - k1);
+}
+""",
+    ("jc_isnan_f32", "jc_inf_f32", "jc_pow2i_f32"),
+)
+
+H["jc_log_f32"] = (
+    """
+fn jc_log_f32(x0: f32) -> f32 {
+  var bits = bitcast<u32>(x0);
+  if ((bits & 0x7fffffffu) > 0x7f800000u || (bits > 0x80000000u)) { return jc_nan_f32(); }
+  if ((bits & 0x7fffffffu) == 0u) { return -jc_inf_f32(); }
+  if (bits == 0x7f800000u) { return x0; }
+  var e: i32 = 0;
+  if (bits < 0x00800000u) { bits = bitcast<u32>(x0 * 16777216.0f); e = -24; }
+  e = e + i32(bits >> 23u) - 126;
+  var m = bitcast<f32>((bits & 0x007fffffu) | 0x3f000000u);
+  if (m < 0.707106781186547524f) { e = e - 1; m = (m + m) - 1.0f; } else { m = m - 1.0f; }
+  let z = m * m;
+  var y = ((((((((7.0376836292e-2f * m - 1.1514610310e-1f) * m + 1.1676998740e-1f) * m
+            - 1.2420140846e-1f) * m + 1.4249322787e-1f) * m - 1.6668057665e-1f) * m
+            + 2.0000714765e-1f) * m - 2.4999993993e-1f) * m + 3.3333331174e-1f) * m * z;
+  let fe = f32(e);
+  y = y + -2.12194440e-4f * fe;
+  y = y + -0.5f * z;
+  return (m + y) + 0.693359375f * fe;
+}
+""",
+    ("jc_nan_f32", "jc_inf_f32"),
+)
+
+H["jc_atan_f32"] = (
+    """
+fn jc_atan_f32(x0: f32) -> f32 {
+  if (jc_isnan_f32(x0)) { return x0; }
+  var x = abs(x0);
+  var y = 0.0f;
+  if (x > 2.414213562373095f) { y = 1.57079632679489662f; x = -1.0f / x; }
+  else if (x > 0.4142135623730950f) { y = 0.785398163397448310f; x = (x - 1.0f) / (x + 1.0f); }
+  let z = x * x;
+  y = y + ((((8.05374449538e-2f * z - 1.38776856032e-1f) * z + 1.99777106478e-1f) * z
+            - 3.33329491539e-1f) * z * x + x);
+  return select(y, -y, (bitcast<u32>(x0) & 0x80000000u) != 0u);
+}
+""",
+    ("jc_isnan_f32",),
+)
+
+H["jc_asin_f32"] = (
+    """
+fn jc_asin_f32(x0: f32) -> f32 {
+  let a = abs(x0);
+  if (jc_isnan_f32(x0) || a > 1.0f) { return jc_nan_f32(); }
+  var z: f32;
+  var x: f32;
+  let big = a > 0.5f;
+  if (big) { z = 0.5f * (1.0f - a); x = sqrt(z); } else { x = a; z = a * a; }
+  var y = ((((4.2163199048e-2f * z + 2.4181311049e-2f) * z + 4.5470025998e-2f) * z
+            + 7.4953002686e-2f) * z + 1.6666752422e-1f) * z * x + x;
+  if (big) { y = 1.57079632679489662f - (y + y); }
+  return select(y, -y, (bitcast<u32>(x0) & 0x80000000u) != 0u);
+}
+""",
+    ("jc_isnan_f32", "jc_nan_f32"),
+)
+
+H["jc_erfc_pos_f32"] = (
+    """
+fn jc_erfc_pos_f32(x: f32) -> f32 {
+  let t = 1.0f / (1.0f + 0.3275911f * x);
+  let p = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f
+           + t * (-1.453152027f + t * 1.061405429f))));
+  return p * jc_exp_f32(-(x * x));
+}
+""",
+    ("jc_exp_f32",),
+)
+H["jc_erf_f32"] = (
+    """
+fn jc_erf_f32(x: f32) -> f32 {
+  if (jc_isnan_f32(x)) { return x; }
+  let v = 1.0f - jc_erfc_pos_f32(abs(x));
+  return select(v, -v, x < 0.0f);
+}
+""",
+    ("jc_erfc_pos_f32", "jc_isnan_f32"),
+)
+H["jc_erfc_f32"] = (
+    """
+fn jc_erfc_f32(x: f32) -> f32 {
+  if (jc_isnan_f32(x)) { return x; }
+  let v = jc_erfc_pos_f32(abs(x));
+  return select(v, 2.0f - v, x < 0.0f);
+}
+""",
+    ("jc_erfc_pos_f32", "jc_isnan_f32"),
+)
+
+
+def _threefry_src() -> str:
+    lines = [
+        "fn jc_threefry2x32(k0: u32, k1: u32, c0: u32, c1: u32) -> vec2<u32> {",
+        "  let ks = array<u32, 3>(k0, k1, k0 ^ k1 ^ 0x1BD11BDAu);",
+        "  var x0 = c0 + k0;",
+        "  var x1 = c1 + k1;",
+    ]
+    for g in range(1, 6):
+        for r in _THREEFRY_ROT[(g - 1) % 2]:
+            lines.append(f"  x0 = x0 + x1; x1 = ((x1 << {r}u) | (x1 >> {32 - r}u)) ^ x0;")
+        lines.append(f"  x0 = x0 + ks[{g % 3}]; x1 = x1 + ks[{(g + 1) % 3}] + {g}u;")
+    lines += ["  return vec2<u32>(x0, x1);", "}"]
+    return "\n".join(lines)
+
+
+H["jc_threefry2x32"] = (_threefry_src(), ())
+H["jc_threefry2x32_xor"] = (
+    "fn jc_threefry2x32_xor(k0: u32, k1: u32, c0: u32, c1: u32) -> u32 {"
+    " let v = jc_threefry2x32(k0, k1, c0, c1); return v.x ^ v.y; }",
+    ("jc_threefry2x32",),
+)
+
+HELPERS = H
+
+
+# ---- float64 (wgpu-native's shader-f64; browsers have no f64) ---------------------------------
+# WGSL has no f64 bit access in naga (no bitcast to vec2<u32>) and SPIR-V's GLSL.std.450
+# transcendentals are 32-bit only, so these use ldexp, f32 conversions for exponents, and series
+# in f64 sized for the table's 1e-12 (each well below 1e-15 on its interval).
+
+
+def _lf(v: float) -> str:
+    return f"{v!r}lf"
+
+
+def _horner(var: str, coeffs: list[float]) -> str:
+    """coeffs[0] + var*(coeffs[1] + var*(...)), as WGSL f64."""
+    s = _lf(coeffs[-1])
+    for c in reversed(coeffs[:-1]):
+        s = f"({_lf(c)} + {var} * {s})"
+    return s
+
+
+_F = [1.0]
+for _i in range(1, 40):
+    _F.append(_F[-1] * _i)
+_SIN64 = [(-1) ** k / _F[2 * k + 1] for k in range(10)]  # r * P(r^2)
+_COS64 = [(-1) ** k / _F[2 * k] for k in range(10)]
+_EXP64 = [1.0 / _F[k] for k in range(17)]
+_LOG64 = [1.0 / (2 * k + 1) for k in range(12)]  # atanh series in z = s^2
+_ATAN64 = [(-1) ** k / (2 * k + 1) for k in range(17)]
+
+_PI_FIX = 16 * _atan_inv(5, 1 << 200) - 4 * _atan_inv(239, 1 << 200)
+PIO2_1 = float.fromhex("0x1.921fb54400000p+0")  # 33 bits each: k*PIO2_n exact for |k| < 2^20
+PIO2_2 = float.fromhex("0x1.0b4611a600000p-34")
+PIO2_3 = float.fromhex("0x1.3198a2e037073p-69")
+LN2_HI = float.fromhex("0x1.62e42fefa3800p-1")
+LN2_LO = float.fromhex("0x1.ef35793c76730p-45")
+
+# Two zero words in front: the window for |x| >= 2^20 starts up to 33 bits before the point.
+_TT64 = [0, 0, *_two_over_pi_words(36)]
+_TT64_SRC = ", ".join(f"0x{w:08x}u" for w in _TT64)
+
+H["jc_frexp_f64"] = (
+    """
+struct JcFrexp64 { m: f64, e: i32 }
+
+// x > 0 finite: x = m 2^e with m in [0.5, 1). The exponent comes from the f32 conversion.
+fn jc_frexp_f64(x: f64) -> JcFrexp64 {
+  var y = x;
+  var e0 = 0i;
+  // Steps of 2^120 land in f32's normal range without overshooting it.
+  loop { if (y <= 1e38lf) { break; } y = ldexp(y, -120i); e0 = e0 + 120i; }
+  loop { if (y >= 1e-37lf) { break; } y = ldexp(y, 120i); e0 = e0 - 120i; }
+  let b = bitcast<u32>(f32(y));
+  var e = i32((b >> 23u) & 0xffu) - 126i;
+  var m = ldexp(y, -e);
+  if (m >= 1.0lf) { m = m * 0.5lf; e = e + 1i; }
+  if (m < 0.5lf) { m = m * 2.0lf; e = e - 1i; }
+  return JcFrexp64(m, e + e0);
+}
+""",
+    (),
+)
+
+H["jc_isnan_f64"] = ("fn jc_isnan_f64(x: f64) -> bool { return jc_isnan_f32(f32(x)); }", ("jc_isnan_f32",))
+
+
+def _ph64_src() -> str:
+    # P = mi * W mod 2^128 in four u32 limbs l0 (low) .. l3; mi = mh 2^32 + ml, W = w0 w1 w2 w3.
+    lines = []
+    prods = [("ml", "w3", 0), ("ml", "w2", 1), ("ml", "w1", 2), ("mh", "w3", 1), ("mh", "w2", 2)]
+    for a, b, k in prods:
+        v = f"p_{a}_{b}"
+        lines.append(f"  let {v} = jc_mul32({a}, {b});")
+        lines.append(f"  c = 0u; t = l{k} + {v}.x; c = select(0u, 1u, t < {v}.x); l{k} = t;")
+        lines.append(f"  t = l{k + 1} + {v}.y; c2 = select(0u, 1u, t < {v}.y); t = t + c;")
+        lines.append(f"  c2 = c2 + select(0u, 1u, t < c); l{k + 1} = t; c = c2;")
+        for j in range(k + 2, 4):
+            lines.append(f"  t = l{j} + c; c = select(0u, 1u, t < c); l{j} = t;")
+    lines.append("  l3 = l3 + ml * w0 + mh * w1;")
+    return "\n".join(lines)
+
+
+H["jc_trig_reduce_f64"] = (
+    f"""
+fn jc_tt64_window(p: u32) -> u32 {{
+  var tt = array<u32, {len(_TT64)}>({_TT64_SRC});
+  let w = p >> 5u;
+  let sh = p & 31u;
+  let hi = tt[w];
+  let lo = tt[min(w + 1u, {len(_TT64) - 1}u)];
+  return select((hi << sh) | (lo >> (32u - sh)), hi, sh == 0u);
+}}
+
+struct JcTrig64 {{ r: f64, q: u32 }}
+
+// x = q pi/2 + r, |r| <= pi/4: Cody-Waite below 2^20, Payne-Hanek (exact) above.
+fn jc_trig_reduce_f64(x: f64) -> JcTrig64 {{
+  let ax = abs(x);
+  if (ax < 1048576.0lf) {{
+    let k = round(x * {_lf(2 / 3.141592653589793)});
+    let r = ((x - k * {_lf(PIO2_1)}) - k * {_lf(PIO2_2)}) - k * {_lf(PIO2_3)};
+    return JcTrig64(r, u32(i32(k) & 3i));
+  }}
+  let fx = jc_frexp_f64(ax);
+  let mi = ldexp(fx.m, 53i);
+  let mhf = floor(mi * {_lf(2.0**-32)});
+  let mh = u32(mhf);
+  let ml = u32(mi - mhf * 4294967296.0lf);
+  let e2 = fx.e - 53i;
+  let p0 = u32(e2 - 1i + 63i);
+  let w0 = jc_tt64_window(p0);
+  let w1 = jc_tt64_window(p0 + 32u);
+  let w2 = jc_tt64_window(p0 + 64u);
+  let w3 = jc_tt64_window(p0 + 96u);
+  var l0 = 0u; var l1 = 0u; var l2 = 0u; var l3 = 0u;
+  var c = 0u; var t = 0u; var c2 = 0u;
+{_ph64_src()}
+  let fh = (l3 << 2u) | (l2 >> 30u);
+  let fl = (l2 << 2u) | (l1 >> 30u);
+  var q = (l3 >> 30u) + (fh >> 31u);
+  let fr = (f64(bitcast<i32>(fh)) + f64(fl) * {_lf(2.0**-32)}) * {_lf(2.0**-32)};
+  var r = fr * {_lf(3.141592653589793 / 2)};
+  if (x < 0.0lf) {{ r = -r; q = 4u - (q & 3u); }}
+  return JcTrig64(r, q & 3u);
+}}
+""",
+    ("jc_mul32", "jc_frexp_f64"),
+)
+
+
+def _trig64(name: str, is_cos: bool) -> str:
+    q = "((red.q + 1u) & 3u)" if is_cos else "red.q"
+    return f"""
+fn {name}(x: f64) -> f64 {{
+  if (jc_isnan_f64(x) || abs(x) > 1.7976931348623157e308lf) {{ return f64(jc_nan_f32()); }}
+  let red = jc_trig_reduce_f64(x);
+  let r = red.r;
+  let z = r * r;
+  let q = {q};
+  let s = r * {_horner("z", _SIN64)};
+  let c = {_horner("z", _COS64)};
+  let v = select(s, c, (q & 1u) == 1u);
+  return select(v, -v, q >= 2u);
+}}
+"""
+
+
+H["jc_sin_f64"] = (_trig64("jc_sin_f64", False), ("jc_trig_reduce_f64", "jc_isnan_f64", "jc_nan_f32"))
+H["jc_cos_f64"] = (_trig64("jc_cos_f64", True), ("jc_trig_reduce_f64", "jc_isnan_f64", "jc_nan_f32"))
+
+H["jc_exp_f64"] = (
+    f"""
+fn jc_exp_f64(x: f64) -> f64 {{
+  if (jc_isnan_f64(x)) {{ return x; }}
+  if (x > 709.782712893384lf) {{ return f64(jc_inf_f32()); }}
+  if (x < -745.2lf) {{ return 0.0lf; }}
+  let k = round(x * {_lf(1 / 0.6931471805599453)});
+  let r = (x - k * {_lf(LN2_HI)}) - k * {_lf(LN2_LO)};
+  let p = {_horner("r", _EXP64)};
+  let ki = i32(k);
+  let k1 = ki / 2i;
+  return ldexp(ldexp(p, k1), ki - k1);
+}}
+""",
+    ("jc_isnan_f64", "jc_inf_f32"),
+)
+
+H["jc_log_f64"] = (
+    f"""
+fn jc_log_f64(x: f64) -> f64 {{
+  if (jc_isnan_f64(x) || x < 0.0lf) {{ return f64(jc_nan_f32()); }}
+  if (x == 0.0lf) {{ return -f64(jc_inf_f32()); }}
+  if (x > 1.7976931348623157e308lf) {{ return x; }}
+  let fx = jc_frexp_f64(x);
+  var m = fx.m;
+  var e = fx.e;
+  if (m < 0.7071067811865476lf) {{ m = m * 2.0lf; e = e - 1i; }}
+  let f = m - 1.0lf;
+  let s = f / (2.0lf + f);
+  let z = s * s;
+  let r = 2.0lf * s * {_horner("z", _LOG64)};
+  let fe = f64(e);
+  return fe * {_lf(LN2_HI)} + (r + fe * {_lf(LN2_LO)});
+}}
+""",
+    ("jc_isnan_f64", "jc_nan_f32", "jc_inf_f32", "jc_frexp_f64"),
+)
+
+H["jc_atan_f64"] = (
+    f"""
+fn jc_atan_f64(x0: f64) -> f64 {{
+  if (jc_isnan_f64(x0)) {{ return x0; }}
+  var a = abs(x0);
+  let inv = a > 1.0lf;
+  if (inv) {{ a = 1.0lf / a; }}
+  var y = 0.0lf;
+  if (a > {_lf(0.2679491924311227)}) {{
+    a = (a * {_lf(1.7320508075688772)} - 1.0lf) / (a + {_lf(1.7320508075688772)});
+    y = {_lf(0.5235987755982988)};
+  }}
+  let z = a * a;
+  y = y + a * {_horner("z", _ATAN64)};
+  if (inv) {{ y = {_lf(1.5707963267948966)} - y; }}
+  return select(y, -y, x0 < 0.0lf);
+}}
+""",
+    ("jc_isnan_f64",),
+)
+
+H["jc_asin_f64"] = (
+    """
+fn jc_asin_f64(x: f64) -> f64 {
+  if (jc_isnan_f64(x) || abs(x) > 1.0lf) { return f64(jc_nan_f32()); }
+  return jc_atan_f64(x / sqrt((1.0lf - x) * (1.0lf + x)));
+}
+""",
+    ("jc_isnan_f64", "jc_nan_f32", "jc_atan_f64"),
+)
+
+H["jc_erf_series_f64"] = (
+    f"""
+// erf(x) for |x| <= 2.5 by its Taylor series; erfc(x) for x > 2.5 by its continued fraction.
+fn jc_erf_series_f64(x: f64) -> f64 {{
+  let z = x * x;
+  var t = x;
+  var s = 0.0lf;
+  for (var n = 0i; n < 46i; n = n + 1i) {{
+    s = s + t / f64(2i * n + 1i);
+    t = -t * z / f64(n + 1i);
+  }}
+  return s * {_lf(2 / 1.7724538509055159)};
+}}
+
+fn jc_erfc_cf_f64(x: f64) -> f64 {{
+  var k = x;
+  for (var n = 40i; n > 0i; n = n - 1i) {{ k = x + (0.5lf * f64(n)) / k; }}
+  return jc_exp_f64(-(x * x)) / (k * {_lf(1.7724538509055159)});
+}}
+""",
+    ("jc_exp_f64",),
+)
+H["jc_erf_f64"] = (
+    """
+fn jc_erf_f64(x: f64) -> f64 {
+  if (jc_isnan_f64(x)) { return x; }
+  let a = abs(x);
+  if (a <= 2.5lf) { return jc_erf_series_f64(x); }
+  let v = 1.0lf - jc_erfc_cf_f64(a);
+  return select(v, -v, x < 0.0lf);
+}
+""",
+    ("jc_isnan_f64", "jc_erf_series_f64"),
+)
+H["jc_erfc_f64"] = (
+    """
+fn jc_erfc_f64(x: f64) -> f64 {
+  if (jc_isnan_f64(x)) { return x; }
+  let a = abs(x);
+  if (a <= 2.5lf) { return 1.0lf - jc_erf_series_f64(x); }
+  let v = jc_erfc_cf_f64(a);
+  return select(v, 2.0lf - v, x < 0.0lf);
+}
+""",
+    ("jc_isnan_f64", "jc_erf_series_f64"),
+)
