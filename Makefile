@@ -1,21 +1,22 @@
 # The two README commands. Both set up .venv once (again only when a pyproject changes):
 #   make bench   list the devices, then run the standard workloads on the default device
-#   make test    ruff, then the test suite
+#   make test    system packages (.ci/system-deps.sh), ruff, then the test suite
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxcore-installed
-PACKAGES := -e "core[test]" -e plugins/cpu -e plugins/wasm
+PACKAGES := -e "core[test]" -e plugins/cpu -e plugins/wasm -e plugins/webgpu
 BENCH_ARGS ?=
 
-.PHONY: bench test venv wheels clean-venv
+.PHONY: bench test venv wheels clean-venv system-deps
 
 venv: $(STAMP)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(BIN)/python core/pyproject.toml plugins/cpu/pyproject.toml plugins/wasm/pyproject.toml
+$(STAMP): $(BIN)/python core/pyproject.toml plugins/cpu/pyproject.toml plugins/wasm/pyproject.toml \
+		plugins/webgpu/pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(PACKAGES)
 	touch $@
 
@@ -23,10 +24,13 @@ bench: $(STAMP)
 	$(BIN)/jaxcore devices
 	$(BIN)/jaxcore bench $(BENCH_ARGS)
 
-test: $(STAMP)
+system-deps:
+	sh .ci/system-deps.sh
+
+test: system-deps $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest tests plugins/webgpu/tests
 
 # every distribution (core and each plugin) as a wheel in dist/
 wheels: $(STAMP)

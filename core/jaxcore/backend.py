@@ -198,6 +198,12 @@ class BaseBackend:
     def _synchronize(self, handle: Any | None = None) -> None:
         """Wait until pending work that writes `handle` (or all work) is done. Sync devices need nothing."""
 
+    def _release(self, handle: Any) -> None:
+        """Give back the storage of a slot whose last reference went. By default wait for pending work
+        on it, then free; a queued device (jaxcore.queue) defers the free instead, so it never stalls."""
+        self._synchronize(handle)
+        self._free(handle)
+
     # ---- slots ---------------------------------------------------------------------------
     @property
     def max_args(self) -> int:
@@ -245,8 +251,7 @@ class BaseBackend:
             if buf.refs > 0:
                 return
             del self._buffers[slot]
-        self._synchronize(buf.handle)
-        self._free(buf.handle)
+        self._release(buf.handle)
 
     def size_of(self, slot: Slot) -> int:
         """The byte size of a live slot."""

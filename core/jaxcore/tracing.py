@@ -5,8 +5,10 @@ device's own time when the backend measures one) through `record_dispatch`. `sto
 the events and writes ``{"traceEvents": [...]}``, which ui.perfetto.dev and chrome://tracing open.
 When tracing is off the only cost on the dispatch path is the `is_tracing()` check.
 
-Backends that learn device times later (GPU timestamp queries) register a flush callback with
-`on_flush_trace`; `stop_trace` runs them before it writes, so their events are in the file.
+Backends that learn device times later (GPU timestamp queries) return a `LateTime` from their run
+hook instead of a number: the event is recorded at dispatch time and its device time is filled in by
+`LateTime.resolve` when the batch's queries come back. Such backends register a flush callback with
+`on_flush_trace`; `stop_trace` runs them before it writes, so every late time is in the file.
 """
 
 from __future__ import annotations
@@ -104,30 +106,63 @@ def _shape(shape: Any) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
+class LateTime:
+    """A dispatch's device time that is known only later (a GPU timestamp query resolves with its batch).
+
+    A backend's run hook returns one; `record_dispatch` links it to the event it records, and the
+    backend calls `resolve` once the time is known. A time resolved after `stop_trace` is dropped.
+    """
+
+    __slots__ = ("_event", "seconds")
+
+    def __init__(self) -> None:
+        self._event: dict[str, Any] | None = None
+        self.seconds: float | None = None
+
+    def resolve(self, seconds: float, device_start: float | None = None) -> None:
+        """Fill in the device time (seconds). Given `device_start` (a time.perf_counter() value the
+        backend mapped from its device clock), the event also says when the device began it
+        (`device_ts_us`, on the trace's clock); it stays one event per dispatch."""
+        self.seconds = float(seconds)
+        with _lock:
+            event, self._event = self._event, None
+            if event is None or not _active:
+                return
+            event["args"]["device_time_us"] = round(self.seconds * 1e6, 3)
+            if device_start is not None:
+                event["args"]["device_ts_us"] = round((device_start - _t0) * 1e6, 3)
+
+
 def record_dispatch(device: str, source: Any, start: float, end: float, device_time: Any = None) -> None:
-    """Record one dispatch: `start`/`end` from time.perf_counter(), `device_time` in seconds if known."""
+    """Record one dispatch: `start`/`end` from time.perf_counter(), `device_time` in seconds if known
+    (or a `LateTime` that the backend resolves later)."""
     if not _active:
         return
     label, cat, args = source_info(source)
     args["device"] = device
-    if device_time is not None:
+    late = device_time if isinstance(device_time, LateTime) else None
+    if late is None and device_time is not None:
         args["device_time_us"] = round(float(device_time) * 1e6, 3)
     with _lock:
         if not _active:
             return
         pid = _pids.setdefault(device, len(_pids) + 1)
-        _events.append(
-            {
-                "name": label,
-                "cat": cat,
-                "ph": "X",
-                "ts": round((start - _t0) * 1e6, 3),
-                "dur": round(max(end - start, 0.0) * 1e6, 3),
-                "pid": pid,
-                "tid": 0 if cat != "routine" else 1,
-                "args": args,
-            }
-        )
+        event = {
+            "name": label,
+            "cat": cat,
+            "ph": "X",
+            "ts": round((start - _t0) * 1e6, 3),
+            "dur": round(max(end - start, 0.0) * 1e6, 3),
+            "pid": pid,
+            "tid": 0 if cat != "routine" else 1,
+            "args": args,
+        }
+        _events.append(event)
+        if late is not None:
+            if late.seconds is not None:  # resolved before it was recorded
+                args["device_time_us"] = round(late.seconds * 1e6, 3)
+            else:
+                late._event = event
 
 
 def _metadata() -> list[dict[str, Any]]:

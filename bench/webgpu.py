@@ -1,0 +1,333 @@
+"""The issue-9 targets on the webgpu device, side by side with PyTorch on the same GPU (or numpy).
+
+    python bench/webgpu.py            # full sizes: 64M-element streams, 4096^2 softmax, 8192^2 matvec
+    python bench/webgpu.py --small    # sizes lavapipe finishes in seconds
+    python bench/webgpu.py --json out.json
+
+Every workload is checked against numpy before it is timed. webgpu times are the GPU timestamps of
+the batch (median over reps; wall time when the adapter has no timestamp queries); the dispatch
+workload is wall time: 1,000 dependent tiny dispatches recorded and then one read, per dispatch.
+PyTorch is timed with CUDA events on the same GPU, when torch and CUDA are there; a live CUDA
+context is also what gets Vulkan out of its slow memory mode on an H200 (see gpu-probe.md).
+Otherwise the reference column is numpy on the host. The ratio is reference time / webgpu time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from _common import setup_path
+
+setup_path()
+
+import jaxcore  # noqa: E402
+from jaxcore import AluExp, AluOp, AluVar, DType, Kernel, tracing  # noqa: E402
+from jaxcore.kernel import Reduction  # noqa: E402
+
+F32 = DType.float32
+
+
+def gi(gid: int, length: int, index: AluExp) -> AluExp:
+    return AluExp.global_index(F32, gid, length, index)
+
+
+@dataclass
+class Row:
+    workload: str
+    webgpu_s: float
+    ref_s: float | None
+    ref: str
+    work: float
+    unit: str
+    ok: str
+    note: str = ""
+
+    def rate(self, s: float | None) -> str:
+        if s is None or not self.work:
+            return "-"
+        v = self.work / s
+        return f"{v / 1e9:.1f} G{self.unit}/s" if self.unit != "µs" else f"{s * 1e6:.2f} µs"
+
+
+class Torch:
+    """PyTorch on CUDA, if present: the context stays open for the whole run."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.torch = None
+        if not enabled:
+            return
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.zeros(1, device="cuda")
+                self.torch = torch
+        except Exception:
+            self.torch = None
+
+    def time(self, fn: Callable[[], object], reps: int) -> float:
+        torch = self.torch
+        fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b) / 1e3)
+        return statistics.median(times)
+
+
+def host_time(fn: Callable[[], object], reps: int) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+class Gpu:
+    def __init__(self) -> None:
+        self.be = jaxcore.get_backend("webgpu")
+        self.slots: list[int] = []
+
+    def put(self, x: np.ndarray) -> int:
+        s = self.be.malloc(x.nbytes, np.ascontiguousarray(x).tobytes())
+        self.slots.append(s)
+        return s
+
+    def empty(self, nbytes: int) -> int:
+        s = self.be.malloc(nbytes)
+        self.slots.append(s)
+        return s
+
+    def get(self, slot: int) -> np.ndarray:
+        return np.frombuffer(self.be.read(slot), np.float32)
+
+    def free(self) -> None:
+        for s in self.slots:
+            self.be.dec_ref(s)
+        self.slots.clear()
+        self.be.finish()
+
+    def time(self, run: Callable[[], None], reps: int) -> float:
+        """Median device time of one `run` (the sum of its dispatches' GPU timestamps)."""
+        run()
+        self.be.finish()
+        if not self.be.capabilities.device_timestamps:
+            t = time.perf_counter()
+            for _ in range(reps):
+                run()
+            self.be.finish()
+            return (time.perf_counter() - t) / reps
+        per_run = []
+        for _ in range(reps):
+            tracing.start_trace()
+            run()
+            events = tracing.stop_trace()
+            per_run.append(
+                sum(e["args"]["device_time_us"] for e in events if e.get("cat") in ("kernel", "reduction"))
+            )
+        return statistics.median(per_run) / 1e6
+
+
+def check(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5, atol: float = 1e-6) -> str:
+    if got.shape != want.shape:
+        return f"shape {got.shape} != {want.shape}"
+    bad = ~np.isclose(got, want, rtol=rtol, atol=atol)
+    return "ok" if not bad.any() else f"WRONG ({int(bad.sum())} of {bad.size} differ)"
+
+
+def fma(g: Gpu, t: Torch, n: int, reps: int) -> Row:
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.random(n, dtype=np.float32) for _ in range(3))
+    k = g.be.prepare_kernel(
+        Kernel(3, n, gi(0, n, AluVar.gidx) * gi(1, n, AluVar.gidx) + gi(2, n, AluVar.gidx))
+    )
+    ins, out = [g.put(x) for x in (a, b, c)], g.empty(4 * n)
+    g.be.dispatch(k, ins, [out])
+    ok = check(g.get(out), a * b + c)
+    s = g.time(lambda: g.be.dispatch(k, ins, [out]), reps)
+    if t.torch is not None:
+        ta, tb, tc = (t.torch.from_numpy(x).cuda() for x in (a, b, c))
+        to = t.torch.empty_like(ta)
+        ref_s, ref = t.time(lambda: t.torch.addcmul(tc, ta, tb, out=to), reps), "torch"
+    else:
+        ref_s, ref = host_time(lambda: a * b + c, reps), "numpy"
+    g.free()
+    return Row(f"a*b+c {n >> 20}M f32", s, ref_s, ref, 16.0 * n, "B", ok)
+
+
+def total(g: Gpu, t: Torch, n: int, reps: int) -> Row:
+    x = np.random.default_rng(1).random(n, dtype=np.float32)
+    k = g.be.prepare_kernel(Kernel(1, 1, gi(0, n, AluVar.ridx), Reduction(F32, AluOp.Add, n)))
+    src, out = g.put(x), g.empty(4)
+    g.be.dispatch(k, [src], [out])
+    ok = check(g.get(out), np.array([x.astype(np.float64).sum()], np.float32), rtol=1e-4)
+    s = g.time(lambda: g.be.dispatch(k, [src], [out]), reps)
+    if t.torch is not None:
+        tx = t.torch.from_numpy(x).cuda()
+        ref_s, ref = t.time(lambda: tx.sum(), reps), "torch"
+    else:
+        ref_s, ref = host_time(lambda: x.sum(), reps), "numpy"
+    g.free()
+    return Row(f"sum {n >> 20}M f32", s, ref_s, ref, 4.0 * n, "B", ok)
+
+
+def chain(g: Gpu, t: Torch, n: int = 1000, reps: int = 5) -> Row:
+    size = 64
+    k = g.be.prepare_kernel(Kernel(1, size, gi(0, size, AluVar.gidx) + 1.0))
+    x = np.zeros(size, np.float32)
+
+    recording: list[float] = []
+
+    def run() -> np.ndarray:
+        cur = g.be.malloc(4 * size, x.tobytes())
+        t = time.perf_counter()
+        for _ in range(n):
+            nxt = g.be.malloc(4 * size)
+            g.be.dispatch(k, [cur], [nxt])
+            g.be.dec_ref(cur)
+            cur = nxt
+        recording.append((time.perf_counter() - t) / n)
+        data = np.frombuffer(g.be.read(cur), np.float32)
+        g.be.dec_ref(cur)
+        return data
+
+    ok = check(run(), x + n)
+    s = host_time(run, reps) / n
+    if t.torch is not None:
+        tx = t.torch.zeros(size, device="cuda")
+
+        def torch_run() -> None:
+            y = tx
+            for _ in range(n):
+                y = y + 1
+            y.cpu()
+
+        ref_s, ref = host_time(torch_run, reps) / n, "torch"
+    else:
+
+        def np_run() -> None:
+            y = x
+            for _ in range(n):
+                y = y + 1
+
+        ref_s, ref = host_time(np_run, reps) / n, "numpy"
+    rec = statistics.median(recording[1:] or recording)
+    note = f"of which {rec * 1e6:.2f} µs per dispatch is host time recording (malloc, dispatch, dec_ref)"
+    return Row(f"{n} dependent tiny dispatches, 1 read", s, ref_s, ref, 1.0, "µs", ok, note)
+
+
+def softmax(g: Gpu, t: Torch, rows: int, cols: int, reps: int) -> Row:
+    n = rows * cols
+    x = np.random.default_rng(2).normal(0, 2, (rows, cols)).astype(np.float32)
+    gx, gmax, ginv, out = g.put(x), g.empty(4 * rows), g.empty(4 * rows), g.empty(4 * n)
+    gd, r = AluVar.gidx, AluVar.ridx
+    item = gi(0, n, gd * AluExp.i32(cols) + r)
+    row_max = g.be.prepare_kernel(Kernel(1, rows, item, Reduction(F32, AluOp.Max, cols)))
+    inv = AluExp.reciprocal(AluVar.acc(F32))
+    exp_sum = g.be.prepare_kernel(
+        Kernel(2, rows, AluExp.exp(item - gi(1, rows, gd)), Reduction(F32, AluOp.Add, cols, inv))
+    )
+    row = AluExp.idiv(gd, AluExp.i32(cols))
+    divide = g.be.prepare_kernel(Kernel(3, n, AluExp.exp(gi(0, n, gd) - gi(1, rows, row)) * gi(2, rows, row)))
+
+    def run() -> None:
+        g.be.dispatch(row_max, [gx], [gmax])
+        g.be.dispatch(exp_sum, [gx, gmax], [ginv])
+        g.be.dispatch(divide, [gx, gmax, ginv], [out])
+
+    run()
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    ok = check(g.get(out).reshape(rows, cols), e / e.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-7)
+    s = g.time(run, reps)
+    if t.torch is not None:
+        tx = t.torch.from_numpy(x).cuda()
+        ref_s, ref = t.time(lambda: t.torch.softmax(tx, dim=1), reps), "torch"
+    else:
+
+        def np_run() -> None:
+            e = np.exp(x - x.max(axis=1, keepdims=True))
+            e / e.sum(axis=1, keepdims=True)
+
+        ref_s, ref = host_time(np_run, reps), "numpy"
+    g.free()
+    return Row(f"row softmax {rows}x{cols}", s, ref_s, ref, 8.0 * n, "B", ok)
+
+
+def matvec(g: Gpu, t: Torch, m: int, k: int, reps: int) -> Row:
+    rng = np.random.default_rng(3)
+    a, v = rng.random((m, k), dtype=np.float32), rng.random(k, dtype=np.float32)
+    item = gi(0, m * k, AluVar.gidx * AluExp.i32(k) + AluVar.ridx) * gi(1, k, AluVar.ridx)
+    kern = g.be.prepare_kernel(Kernel(2, m, item, Reduction(F32, AluOp.Add, k)))
+    ga, gv, out = g.put(a), g.put(v), g.empty(4 * m)
+    g.be.dispatch(kern, [ga, gv], [out])
+    ok = check(g.get(out), (a.astype(np.float64) @ v).astype(np.float32), rtol=1e-4)
+    s = g.time(lambda: g.be.dispatch(kern, [ga, gv], [out]), reps)
+    if t.torch is not None:
+        ta, tv = t.torch.from_numpy(a).cuda(), t.torch.from_numpy(v).cuda()
+        ref_s, ref = t.time(lambda: ta @ tv, reps), "torch"
+    else:
+        ref_s, ref = host_time(lambda: a @ v, reps), "numpy"
+    g.free()
+    return Row(f"matvec {m}x{k}", s, ref_s, ref, 4.0 * m * k, "B", ok)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--small", action="store_true", help="sizes for a software adapter (lavapipe)")
+    ap.add_argument("--no-torch", action="store_true", help="compare with numpy even where torch+CUDA exist")
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--json", help="also write the rows as JSON here")
+    args = ap.parse_args(argv)
+    torch = Torch(not args.no_torch)
+    g = Gpu()
+    print(f"webgpu: {g.be.capabilities.description}")
+    ref_name = f"PyTorch {torch.torch.__version__} on CUDA" if torch.torch else "numpy on the host"
+    print(f"reference: {ref_name}")
+    small = args.small
+    reps = args.reps or (5 if small else 20)
+    stream = (1 << 20) if small else (64 << 20)
+    rows: list[Row] = []
+    for name, fn in (
+        ("fma", lambda: fma(g, torch, stream, reps)),
+        ("sum", lambda: total(g, torch, stream, reps)),
+        ("chain", lambda: chain(g, torch, 1000, 3 if small else 10)),
+        ("softmax", lambda: softmax(g, torch, *((256, 256) if small else (4096, 4096)), reps)),
+        ("matvec", lambda: matvec(g, torch, *((1024, 1024) if small else (8192, 8192)), reps)),
+    ):
+        try:
+            rows.append(fn())
+        except Exception as e:  # one failing workload does not hide the others
+            print(f"{name}: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
+            g.slots.clear()
+    ref = rows[0].ref if rows else "ref"
+    print(f"\n| workload | webgpu | {ref} | webgpu time | {ref} time | {ref}/webgpu time | check |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        ratio = f"{r.ref_s / r.webgpu_s:.2f}x" if r.ref_s else "-"
+        w, rt = f"{r.webgpu_s * 1e3:.3f} ms", f"{r.ref_s * 1e3:.3f} ms" if r.ref_s else "-"
+        print(f"| {r.workload} | {r.rate(r.webgpu_s)} | {r.rate(r.ref_s)} | {w} | {rt} | {ratio} | {r.ok} |")
+    for r in rows:
+        if r.note:
+            print(f"{r.workload}: {r.note}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([asdict(r) for r in rows], f, indent=1)
+    return 0 if all(r.ok == "ok" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,331 @@
+"""Queued devices: dispatches are recorded, not run, and go to the device in batches.
+
+A GPU pays a fixed price per submit (about 100 µs to encode, submit and wait for one dispatch),
+while a dispatch recorded into an open command encoder costs a few µs. `QueuedBackend` is the
+base a GPU plugin builds on: `dispatch` records into the open batch; the batch is submitted when
+something must be read, when it is full (`batch_limit` dispatches), or on `flush()`. Nothing the
+caller does waits for the device except a read:
+
+- `dec_ref` never stalls. The buffer goes back to the pool (jaxcore.pool) when the last batch that
+  uses it has finished on the device; until then it is parked on that batch. A buffer whose last
+  user is the open batch may be taken again by work recorded later in that batch (the device runs
+  a batch in order), so a chain of temporaries reuses a few buffers instead of creating one each;
+  a host write into such a buffer first submits the batch.
+- `read` submits the open batch only when that batch writes the slot; the read itself is then
+  queued behind the work already submitted (the device queue runs in order) and waits for it alone.
+- Writes (`malloc` with data) go to the device queue, which runs them after the work submitted
+  so far and before the next submit; so they need no wait (see above for the one exception).
+- With tracing on, each dispatch returns a `tracing.LateTime`, resolved from the batch's
+  timestamp queries when the batch completes (or at `stop_trace`).
+
+A plugin supplies the device half, as hooks (it overrides no public method):
+
+    _create_buffer(capacity) -> raw       device storage; MemoryError when the device is full
+    _destroy_buffer(raw)
+    _write_buffer(buf, data)              a fresh buffer; queued before the next submit
+    _read_buffer(buf, start, count)       bytes, queued after submitted work, waited for
+    _read_buffer_async(buf, start, count) (optional) the same, awaiting the device's map
+    _open_batch() -> rec                  a command recorder for one batch
+    _record(rec, exe, inputs, outputs, timed)   one dispatch; `timed` asks for timestamps
+    _submit(rec) -> token                 submit the batch; the token tells when it is done
+    _is_done(token) -> bool               without blocking
+    _wait(token)
+    _timings(token) -> [(start_s, seconds)]     per timed dispatch, after the wait (or None)
+    _record_copy(rec, src, dst, nbytes)   (optional) a buffer copy in the batch, for `_copy_buffer`
+
+`_record` may take scratch storage with `_temporary(nbytes)`: free again for work recorded after
+it in the batch, and back in the pool once the batch has run. A subclass sets `capabilities`
+before calling `QueuedBackend.__init__` (the pool is bounded by `max_buffer_bytes`).
+
+Buffers are `QueuedBuffer`s: the pool's raw storage plus the slot's byte size and the ids of the
+last batches that used and wrote it, which is all the hazard tracking there is.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from jaxcore import tracing
+from jaxcore.backend import BaseBackend, Executable
+from jaxcore.pool import BufferPool
+
+
+class QueuedBuffer:
+    """One slot's storage: `raw` (pooled, `capacity` bytes) holding `nbytes` of data."""
+
+    __slots__ = ("raw", "nbytes", "capacity", "used_in", "written_in", "pooled", "__weakref__")
+
+    def __init__(self, raw: Any, nbytes: int, capacity: int, pooled: bool = True) -> None:
+        self.raw, self.nbytes, self.capacity, self.pooled = raw, nbytes, capacity, pooled
+        self.used_in = 0  # id of the last batch that reads or writes it (0: none)
+        self.written_in = 0  # id of the last batch that writes it
+
+
+@dataclass
+class _Batch:
+    id: int
+    rec: Any = None
+    count: int = 0
+    token: Any = None
+    releases: list[QueuedBuffer] = field(default_factory=list)
+    late: list[tracing.LateTime] = field(default_factory=list)
+
+
+class QueuedBackend(BaseBackend):
+    """BaseBackend with recorded dispatches, batched submits, deferred frees and a buffer pool."""
+
+    batch_limit: int = 2048  # dispatches per batch (also bounded by a plugin's timestamp slots)
+    max_in_flight: int = 8  # submitted batches the host may run ahead of the device
+    max_cached_bytes: int = 1 << 30  # freed buffers the pool keeps for reuse
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._qlock = threading.RLock()
+        self._next_batch = 1
+        self._open: _Batch | None = None
+        self._in_flight: deque[_Batch] = deque()
+        self._done_through = 0  # every batch with id <= this has finished on the device
+        self._recycled: dict[int, list[QueuedBuffer]] = {}  # freed, last used by the open batch
+        self._scratch: list[QueuedBuffer] = []
+        self.pool: BufferPool[Any] = BufferPool(
+            self._create_buffer,
+            self._destroy_buffer,
+            max_cached_bytes=self.max_cached_bytes,
+            limit=self.capabilities.max_buffer_bytes,
+        )
+        self.stats.extra.update(submits=0, flushes_for_read=0, deferred_frees=0, batch_reuses=0)
+        ref = weakref.ref(self)
+        tracing.on_flush_trace(lambda: (b := ref()) is not None and b.finish())
+
+    # ---- device hooks (see the module docstring) -------------------------------------------
+    def _create_buffer(self, capacity: int) -> Any:
+        raise NotImplementedError
+
+    def _destroy_buffer(self, raw: Any) -> None:
+        raise NotImplementedError
+
+    def _write_buffer(self, buf: QueuedBuffer, data: memoryview) -> None:
+        raise NotImplementedError
+
+    def _read_buffer(self, buf: QueuedBuffer, start: int, count: int) -> bytes:
+        raise NotImplementedError
+
+    async def _read_buffer_async(self, buf: QueuedBuffer, start: int, count: int) -> bytes:
+        from jaxcore.backend import _in_thread
+
+        return await _in_thread(self._read_buffer, buf, start, count)
+
+    def _open_batch(self) -> Any:
+        raise NotImplementedError
+
+    def _record(
+        self, rec: Any, exe: Executable, inputs: list[QueuedBuffer], outputs: list[QueuedBuffer], timed: bool
+    ) -> None:
+        raise NotImplementedError
+
+    def _submit(self, rec: Any) -> Any:
+        raise NotImplementedError
+
+    def _is_done(self, token: Any) -> bool:
+        raise NotImplementedError
+
+    def _wait(self, token: Any) -> None:
+        raise NotImplementedError
+
+    def _timings(self, token: Any) -> list[tuple[float | None, float]] | None:
+        return None
+
+    def _zero_buffer(self) -> QueuedBuffer:
+        """The storage behind every 0-byte slot (a binding cannot be empty): made once, never pooled."""
+        zero = self.__dict__.get("_zero")
+        if zero is None:
+            zero = self.__dict__["_zero"] = QueuedBuffer(self._create_buffer(16), 0, 16, pooled=False)
+        return zero
+
+    # ---- BaseBackend storage hooks ---------------------------------------------------------
+    def _alloc(self, size: int) -> QueuedBuffer:
+        if size == 0:
+            return self._zero_buffer()
+        with self._qlock:
+            cap = self.pool.capacity(size)
+            reuse = self._recycled.get(cap)
+            if reuse:  # freed earlier in the open batch: later work in the same batch may reuse it
+                old = reuse.pop()
+                buf = QueuedBuffer(old.raw, size, cap)
+                buf.used_in = old.used_in
+                self.stats.extra["batch_reuses"] += 1
+                return buf
+            self._retire()
+            raw, cap = self.pool.alloc(size, on_oom=self._drain)
+        return QueuedBuffer(raw, size, cap)
+
+    def _free(self, handle: QueuedBuffer) -> None:
+        if handle.pooled:
+            self.pool.free(handle.raw, handle.capacity)
+
+    def _release(self, handle: QueuedBuffer) -> None:
+        """Deferred free: park the buffer on the last batch that uses it, if that is not done yet."""
+        if not handle.pooled:
+            return
+        with self._qlock:
+            used = handle.used_in
+            if self._open is not None and used == self._open.id:
+                # The open batch is its last user: dispatches recorded after this point run after that
+                # use, so they may take it (a write into it from the host would not, see _copyin).
+                self._recycled.setdefault(handle.capacity, []).append(handle)
+                return
+            if used > self._done_through:
+                batch = self._batch(used)
+                if batch is not None:
+                    batch.releases.append(handle)
+                    self.stats.extra["deferred_frees"] += 1
+                    return
+            self._free(handle)
+
+    def _copyin(self, handle: QueuedBuffer, data: memoryview) -> None:
+        with self._qlock:
+            if self._open is not None and handle.used_in == self._open.id:
+                # Storage reused within the open batch: a host write runs before the batch's work,
+                # so that work must be submitted first.
+                self.flush()
+        self._write_buffer(handle, data)
+
+    def _synchronize(self, handle: QueuedBuffer | None = None) -> None:
+        """Make pending writes to `handle` visible to a read queued next (or finish everything)."""
+        if handle is None:
+            self.finish()
+            return
+        with self._qlock:
+            batch = self._open
+            if batch is not None and handle.written_in == batch.id:
+                self.stats.extra["flushes_for_read"] += 1
+                self.flush()
+
+    def _copyout(self, handle: QueuedBuffer, start: int, count: int) -> bytes:
+        data = self._read_buffer(handle, start, count)
+        with self._qlock:
+            self._retire()
+        return data
+
+    async def read_async(self, slot: int, start: int = 0, count: int | None = None) -> bytes:
+        buf = self._buffer(slot)
+        count = buf.size - start if count is None else count
+        if start < 0 or count < 0 or start + count > buf.size:
+            raise ValueError(
+                f"read of bytes [{start}, {start + count}) is outside slot {slot} of {buf.size} bytes"
+            )
+        if not count:
+            return b""
+        self._synchronize(buf.handle)
+        return bytes(await self._read_buffer_async(buf.handle, start, count))
+
+    # ---- recording -----------------------------------------------------------------------
+    def _run(self, exe: Executable, inputs: list[QueuedBuffer], outputs: list[QueuedBuffer]) -> Any:
+        timed = tracing.is_tracing() and self.capabilities.device_timestamps
+        with self._qlock:
+            batch = self._open
+            if batch is None:
+                batch = self._open = _Batch(self._next_batch, self._open_batch())
+                self._next_batch += 1
+            self._record(batch.rec, exe, inputs, outputs, timed)
+            while self._scratch:
+                self._release(self._scratch.pop())
+            bid = batch.id
+            for b in inputs:
+                b.used_in = bid
+            for b in outputs:
+                b.used_in = b.written_in = bid
+            batch.count += 1
+            late = None
+            if timed:
+                late = tracing.LateTime()
+                batch.late.append(late)
+            if batch.count >= self.batch_limit:
+                self.flush()
+        return late
+
+    def _temporary(self, nbytes: int) -> QueuedBuffer:
+        """Scratch storage for the dispatch being recorded (call from `_record`): from the pool, and
+        back to it when the open batch has run."""
+        with self._qlock:
+            buf = self._alloc(nbytes)
+            if self._open is not None:
+                buf.used_in = buf.written_in = self._open.id
+            self._scratch.append(buf)  # released when the dispatch is recorded
+            return buf
+
+    def _copy_buffer(self, src: QueuedBuffer, dst: QueuedBuffer, nbytes: int) -> None:
+        """Record a device copy of `nbytes` from `src` to `dst` in the open batch (aliasing support)."""
+        with self._qlock:
+            batch = self._open
+            if batch is None:
+                batch = self._open = _Batch(self._next_batch, self._open_batch())
+                self._next_batch += 1
+            self._record_copy(batch.rec, src, dst, nbytes)
+            src.used_in = batch.id
+            dst.used_in = dst.written_in = batch.id
+
+    def _record_copy(self, rec: Any, src: QueuedBuffer, dst: QueuedBuffer, nbytes: int) -> None:
+        raise NotImplementedError
+
+    def pending_dispatches(self) -> int:
+        """Dispatches recorded but not yet submitted."""
+        return self._open.count if self._open is not None else 0
+
+    def flush(self) -> None:
+        """Submit the open batch (if any); returns without waiting for the device."""
+        with self._qlock:
+            batch, self._open = self._open, None
+            if batch is None:
+                return
+            for bufs in self._recycled.values():
+                batch.releases.extend(bufs)
+            self._recycled.clear()
+            batch.token = self._submit(batch.rec)
+            batch.rec = None
+            self.stats.extra["submits"] += 1
+            self._in_flight.append(batch)
+            self._retire()
+            while len(self._in_flight) > self.max_in_flight:
+                self._wait(self._in_flight[0].token)
+                self._retire()
+
+    def finish(self) -> None:
+        """Submit everything and wait until the device has run it (buffers return to the pool)."""
+        with self._qlock:
+            self.flush()
+            self._drain()
+
+    def _drain(self) -> None:
+        """Wait for every submitted batch and retire it."""
+        with self._qlock:
+            if self._open is not None and self._open.count:
+                self.flush()
+            while self._in_flight:
+                self._wait(self._in_flight[-1].token)
+                self._retire(all_done=True)
+
+    def _retire(self, all_done: bool = False) -> None:
+        """Retire finished batches in order: resolve their times, return their parked buffers."""
+        while self._in_flight and (all_done or self._is_done(self._in_flight[0].token)):
+            batch = self._in_flight.popleft()
+            if batch.late:
+                self._wait(batch.token)
+                times = self._timings(batch.token) or []
+                for late, (start, seconds) in zip(batch.late, times):
+                    late.resolve(seconds, start)
+            self._done_through = batch.id
+            for buf in batch.releases:
+                self._free(buf)
+
+    def _batch(self, bid: int) -> _Batch | None:
+        if self._open is not None and self._open.id == bid:
+            return self._open
+        for batch in self._in_flight:
+            if batch.id == bid:
+                return batch
+        return None

@@ -1,0 +1,359 @@
+"""The webgpu backend: the device half of jaxcore.queue.QueuedBackend on wgpu.
+
+Buffers are STORAGE | COPY_SRC | COPY_DST buffers from the core's pool; a slot is bound with its
+own size (rounded up to 4 bytes), not the pooled capacity. Writes go through `queue.write_buffer`;
+reads copy a 4-byte-aligned window into a pooled MAP_READ staging buffer, map it and slice. A batch
+is one command encoder holding one compute pass for all its dispatches (a copy or a timed dispatch
+without `timestamp-query-inside-passes` ends the pass), submitted once.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Any
+
+import wgpu
+
+from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
+from jaxcore.backend import Capabilities, Executable, UnsupportedOpError
+from jaxcore.dtype import DType
+from jaxcore.kernel import Kernel
+from jaxcore.pool import BufferPool
+from jaxcore.queue import QueuedBackend, QueuedBuffer
+from jaxcore_webgpu.device import Gpu
+from jaxcore_webgpu.program import CompiledPlan, PipelineCache, Plan, dump_dir_from_env, plan_from_shaders
+
+_STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+_STAGING = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+_MIN_BINDING = 16  # bytes bound at least (a binding must hold one element: f64, vec4<f32>)
+_BIND_GROUPS = 4096  # bind groups kept for reuse (a loop binds the same buffers again and again)
+
+
+@dataclass(eq=False)
+class _Recorder:
+    encoder: Any
+    cpass: Any = None
+    queries: Any = None  # GPUQuerySet, made on the first timed dispatch
+    n_queries: int = 0
+    pipeline: Any = None  # the pipeline set last in the current pass (None after a pass begins)
+
+
+@dataclass(eq=False)
+class _Token:
+    done: Any  # the promise of mapping `fence`, which resolves when the batch has run
+    fence: Any
+    submitted: float
+    readback: Any = None  # MAP_READ buffer holding the resolved timestamps
+    n_queries: int = 0
+
+
+class WebGpuBackend(QueuedBackend):
+    name = "webgpu"
+
+    def __init__(self, gpu: Gpu) -> None:
+        self.gpu = gpu
+        self.device = gpu.device
+        self.queue = gpu.device.queue
+        lim, feat = gpu.limits, gpu.features
+        self.binding_limit = lim["max-storage-buffer-binding-size"]
+        self.timestamps = "timestamp-query" in feat
+        self.timestamps_in_pass = "timestamp-query-inside-passes" in feat
+        dtypes = {DType.float32, DType.int32, DType.uint32, DType.bool}
+        if "shader-f16" in feat:
+            dtypes.add(DType.float16)
+        if "shader-f64" in feat:
+            dtypes.add(DType.float64)
+        self.capabilities = Capabilities(
+            dtypes=frozenset(dtypes),
+            routines=frozenset(),  # routines are the next issue: UnsupportedRoutineError at prepare
+            max_args=lim["max-storage-buffers-per-shader-stage"] - 1,  # one binding is the output
+            max_buffer_bytes=min(self.binding_limit, lim.get("max-buffer-size", self.binding_limit)) // 4 * 4,
+            device_timestamps=self.timestamps,
+            description=f"WGSL compute shaders on {gpu.description} through wgpu",
+        )
+        self.capabilities = replace(self.capabilities, unsupported_ops=self._compiler_gaps())
+        super().__init__()
+        self.pipelines = PipelineCache(self.device, dump_dir_from_env())
+        self.staging: BufferPool[Any] = BufferPool(
+            self._create_staging, lambda b: b.destroy(), max_cached_bytes=64 << 20
+        )
+        self._bind_groups: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._fences: list[Any] = []
+        self._hand_plans: dict[str, Plan] = {}
+        self._period_ns = self._timestamp_period()
+
+    def _compiler_gaps(self) -> frozenset[tuple[AluOp, DType]]:
+        """The float ops the compiler has no exact WGSL for on this adapter (float64 transcendentals,
+        so far), found by asking it: declared, so prepare's UnsupportedOpError is no surprise."""
+        try:
+            from jaxcore_webgpu import codegen
+        except ImportError:
+            return frozenset()
+        gaps = set()
+        for dtype in sorted(self.capabilities.dtypes & {DType.float16, DType.float32, DType.float64}):
+            x = AluExp.global_index(dtype, 0, 1, AluVar.gidx)
+            for op in sorted(AluGroup.RequiredFloat):
+                try:
+                    codegen.compile_kernel(Kernel(1, 1, AluExp(op, dtype, (x,))), self.target)
+                except UnsupportedOpError:
+                    gaps.add((op, dtype))
+        return frozenset(gaps)
+
+    def _timestamp_period(self) -> float:
+        try:
+            from wgpu.backends.wgpu_native._api import lib
+
+            return float(lib.wgpuQueueGetTimestampPeriod(self.queue._internal)) or 1.0
+        except Exception:
+            return 1.0  # wgpu-native reports nanoseconds
+
+    # ---- storage ---------------------------------------------------------------------------
+    def _create_buffer(self, capacity: int) -> Any:
+        capacity = -(-capacity // 4) * 4
+        if capacity > self.binding_limit:
+            raise MemoryError(
+                f"webgpu: a buffer of {capacity} bytes exceeds max_storage_buffer_binding_size "
+                f"({self.binding_limit} bytes) of {self.gpu.description}"
+            )
+        return self.device.create_buffer(size=capacity, usage=_STORAGE)
+
+    def _destroy_buffer(self, raw: Any) -> None:
+        for key in [k for k in self._bind_groups if any(r is raw for r in k[1::2])]:
+            del self._bind_groups[key]
+        raw.destroy()
+
+    def _create_staging(self, capacity: int) -> Any:
+        return self.device.create_buffer(size=-(-capacity // 4) * 4, usage=_STAGING)
+
+    def _write_buffer(self, buf: QueuedBuffer, data: memoryview) -> None:
+        n = data.nbytes
+        if n % 4:
+            padded = bytearray(-(-n // 4) * 4)
+            padded[:n] = data
+            data = memoryview(padded)
+        self.queue.write_buffer(buf.raw, 0, data)
+
+    def _window(self, buf: QueuedBuffer, start: int, count: int) -> tuple[Any, int, int]:
+        """Copy the 4-byte-aligned window around [start, start+count) into staging; (staging, cap, skip)."""
+        lo, hi = start & ~3, -(-(start + count) // 4) * 4
+        staging, cap = self.staging.alloc(hi - lo)
+        enc = self.device.create_command_encoder()
+        enc.copy_buffer_to_buffer(buf.raw, lo, staging, 0, hi - lo)
+        self.queue.submit([enc.finish()])
+        return staging, cap, start - lo
+
+    def _read_buffer(self, buf: QueuedBuffer, start: int, count: int) -> bytes:
+        staging, cap, skip = self._window(buf, start, count)
+        size = -(-(skip + count) // 4) * 4
+        staging.map_sync("READ", 0, size)
+        try:
+            data = bytes(staging.read_mapped(0, size, copy=False)[skip : skip + count])
+        finally:
+            staging.unmap()
+        self.staging.free(staging, cap)
+        return data
+
+    async def _read_buffer_async(self, buf: QueuedBuffer, start: int, count: int) -> bytes:
+        staging, cap, skip = self._window(buf, start, count)
+        size = -(-(skip + count) // 4) * 4
+        await staging.map_async("READ", 0, size)
+        try:
+            data = bytes(staging.read_mapped(0, size, copy=False)[skip : skip + count])
+        finally:
+            staging.unmap()
+        self.staging.free(staging, cap)
+        return data
+
+    # ---- compiling -------------------------------------------------------------------------
+    def _compile_kernel(self, kernel: Kernel) -> CompiledPlan:
+        plan = self._hand_plans.pop(kernel.key(), None) or self._plan(kernel)
+        return self.pipelines.compile(plan)
+
+    def _plan(self, kernel: Kernel) -> Plan:
+        """The compiler's plan for a kernel (jaxcore_webgpu.codegen), in the runtime's terms."""
+        try:
+            from jaxcore_webgpu import codegen
+        except ImportError as e:
+            raise UnsupportedOpError(None, kernel.dtype, self.name, f"no WGSL compiler: {e}") from None
+        shader_plan = codegen.compile_kernel(kernel, self.target)
+        return plan_from_shaders(shader_plan)
+
+    @cached_property
+    def target(self) -> Any:
+        """What the compiler needs to know about this adapter (jaxcore_webgpu.codegen.WgslTarget)."""
+        from jaxcore_webgpu.codegen import WgslTarget
+
+        lim, feat = self.gpu.limits, self.gpu.features
+        return WgslTarget(
+            has_f16="shader-f16" in feat,
+            has_f64="shader-f64" in feat,
+            has_subgroups="subgroup" in feat,
+            max_workgroup_size=min(
+                lim["max-compute-invocations-per-workgroup"], lim["max-compute-workgroup-size-x"]
+            ),
+            max_workgroups_per_dim=lim["max-compute-workgroups-per-dimension"],
+            max_storage_buffers_per_stage=lim["max-storage-buffers-per-shader-stage"],
+            max_workgroup_storage=lim["max-compute-workgroup-storage-size"],
+        )
+
+    def compile_plan(self, source: Kernel, plan: Plan) -> Executable:
+        """Prepare `source` with a hand-made plan instead of the compiler's (tests, experiments);
+        the executable is made and cached by `prepare_kernel`, as every other."""
+        self._hand_plans[source.key()] = plan
+        try:
+            return self.prepare_kernel(source)
+        finally:
+            self._hand_plans.pop(source.key(), None)
+
+    # ---- recording -------------------------------------------------------------------------
+    def _open_batch(self) -> _Recorder:
+        return _Recorder(self.device.create_command_encoder())
+
+    def _bind_group(self, layout: Any, bufs: list[QueuedBuffer]) -> Any:
+        key: tuple[Any, ...] = (layout,)
+        for b in bufs:
+            key += (b.raw, max(_MIN_BINDING, -(-b.nbytes // 4) * 4))
+        group = self._bind_groups.get(key)
+        if group is not None:
+            self._bind_groups.move_to_end(key)
+            return group
+        entries = [
+            {"binding": i, "resource": {"buffer": key[1 + 2 * i], "offset": 0, "size": key[2 + 2 * i]}}
+            for i in range(len(bufs))
+        ]
+        group = self.device.create_bind_group(layout=layout, entries=entries)
+        self._bind_groups[key] = group
+        if len(self._bind_groups) > _BIND_GROUPS:
+            self._bind_groups.popitem(last=False)
+        return group
+
+    def _record(
+        self,
+        rec: _Recorder,
+        exe: Executable,
+        inputs: list[QueuedBuffer],
+        outputs: list[QueuedBuffer],
+        timed: bool,
+    ) -> None:
+        plan: CompiledPlan = exe.data
+        scratch = [self._temporary(n) for n in plan.scratch]
+        sets = {"in": inputs, "out": outputs, "scratch": scratch}
+        timed = timed and self._timing_slots(rec)
+        if timed and not self.timestamps_in_pass:
+            if rec.cpass is not None:
+                rec.cpass.end()
+            writes = {
+                "query_set": rec.queries,
+                "beginning_of_pass_write_index": rec.n_queries,
+                "end_of_pass_write_index": rec.n_queries + 1,
+            }
+            cpass = rec.encoder.begin_compute_pass(timestamp_writes=writes)
+            rec.pipeline = None
+        else:
+            cpass = rec.cpass
+            if cpass is None:
+                cpass = rec.cpass = rec.encoder.begin_compute_pass()
+                rec.pipeline = None
+            if timed:
+                from wgpu.backends.wgpu_native.extras import write_timestamp
+
+                write_timestamp(cpass, rec.queries, rec.n_queries)
+        for p in plan.passes:
+            if not (p.grid[0] and p.grid[1] and p.grid[2]):
+                continue
+            bufs = [sets[kind][i] for kind, i in p.bindings]
+            if rec.pipeline is not p.pipeline:  # each native call costs µs: skip a repeated one
+                cpass.set_pipeline(p.pipeline)
+                rec.pipeline = p.pipeline
+            cpass.set_bind_group(0, self._bind_group(p.layout, bufs))
+            if p.uniform_group is not None:
+                cpass.set_bind_group(1, p.uniform_group)
+            cpass.dispatch_workgroups(*p.grid)
+        if timed:
+            if self.timestamps_in_pass:
+                from wgpu.backends.wgpu_native.extras import write_timestamp
+
+                write_timestamp(cpass, rec.queries, rec.n_queries + 1)
+            else:
+                cpass.end()
+                rec.cpass = None
+            rec.n_queries += 2
+
+    def _timing_slots(self, rec: _Recorder) -> bool:
+        if not self.timestamps:
+            return False
+        if rec.queries is None:
+            rec.queries = self.device.create_query_set(type="timestamp", count=2 * self.batch_limit)
+        return rec.n_queries + 2 <= 2 * self.batch_limit
+
+    def _record_copy(self, rec: _Recorder, src: QueuedBuffer, dst: QueuedBuffer, nbytes: int) -> None:
+        if rec.cpass is not None:
+            rec.cpass.end()
+            rec.cpass = None
+        n = -(-nbytes // 4) * 4
+        if n:
+            rec.encoder.copy_buffer_to_buffer(src.raw, 0, dst.raw, 0, n)
+
+    def _submit(self, rec: _Recorder) -> _Token:
+        if rec.cpass is not None:
+            rec.cpass.end()
+        readback = None
+        if rec.n_queries:
+            nbytes = rec.n_queries * 8
+            resolve = self.device.create_buffer(
+                size=nbytes, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
+            )
+            readback = self.device.create_buffer(size=nbytes, usage=_STAGING)
+            rec.encoder.resolve_query_set(rec.queries, 0, rec.n_queries, resolve, 0)
+            rec.encoder.copy_buffer_to_buffer(resolve, 0, readback, 0, nbytes)
+        # The fence: a 4-byte copy at the end of the batch into a MAP_READ buffer, whose map resolves
+        # once the batch has run (wgpu-py 0.32's on_submitted_work_done_async has a broken callback).
+        fence = self._fences.pop() if self._fences else self.device.create_buffer(size=4, usage=_STAGING)
+        rec.encoder.copy_buffer_to_buffer(self._zero_buffer().raw, 0, fence, 0, 4)
+        submitted = time.perf_counter()
+        self.queue.submit([rec.encoder.finish()])
+        return _Token(fence.map_async("READ_NOSYNC", 0, 4), fence, submitted, readback, rec.n_queries)
+
+    def _is_done(self, token: _Token) -> bool:
+        if token.fence is None:
+            return True
+        event = getattr(token.done, "_thread_event", None)  # wgpu-py 0.32's promise; no public poll
+        if event is None or not event.is_set():
+            return False
+        self._wait(token)  # resolved: unmap the fence and keep it for the next batch
+        return True
+
+    def _wait(self, token: _Token) -> None:
+        if token.fence is None:
+            return
+        token.done.sync_wait()
+        token.fence.unmap()
+        self._fences.append(token.fence)
+        token.fence = None
+
+    def _timings(self, token: _Token) -> list[tuple[float | None, float]] | None:
+        if token.readback is None:
+            return None
+        token.readback.map_sync("READ")
+        raw = token.readback.read_mapped(copy=True)
+        token.readback.unmap()
+        token.readback.destroy()
+        ticks = struct.unpack(f"<{token.n_queries}Q", raw)
+        ns = self._period_ns
+        t0 = ticks[0]
+        # The device clock has its own origin: the first timestamp is placed at the submit.
+        return [
+            (token.submitted + (ticks[i] - t0) * ns * 1e-9, max(ticks[i + 1] - ticks[i], 0) * ns * 1e-9)
+            for i in range(0, len(ticks), 2)
+        ]
+
+    def close(self) -> None:
+        """Finish queued work and give every pooled buffer back to the device."""
+        self.finish()
+        self.pool.clear()
+        self.staging.clear()
+        self._bind_groups.clear()

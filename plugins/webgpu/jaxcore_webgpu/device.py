@@ -1,0 +1,117 @@
+"""Opening the GPU: the adapter, the limits and features we ask for, and the WgslTarget they imply.
+
+wgpu finds several adapters on one machine (on the H200 host both Vulkan and an OpenGL one for the
+same GPU; on a laptop an integrated and a discrete GPU). We take only native compute APIs
+(Vulkan, Metal, D3D12), a discrete GPU first, and ask for the adapter's own limits: the WebGPU
+defaults are far below what hardware has (a 128 MiB storage binding, 8 storage buffers a stage).
+
+`JAXCORE_WEBGPU_BACKEND=vulkan|metal|d3d12` restricts the choice; one that is not there declines.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import jaxcore
+from jaxcore import settings
+from jaxcore_webgpu.plugin import HINT
+
+NATIVE_BACKENDS = ("Vulkan", "Metal", "D3D12")
+_ADAPTER_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
+
+# Limits worth raising to the adapter's maximum (the rest keep WebGPU's defaults).
+LIMITS = (
+    "max-storage-buffer-binding-size",
+    "max-buffer-size",
+    "max-storage-buffers-per-shader-stage",
+    "max-compute-workgroup-storage-size",
+    "max-compute-invocations-per-workgroup",
+    "max-compute-workgroup-size-x",
+    "max-compute-workgroup-size-y",
+    "max-compute-workgroup-size-z",
+    "max-compute-workgroups-per-dimension",
+    "max-uniform-buffer-binding-size",
+    "max-bind-groups",
+)
+# Features used where present.
+FEATURES = (
+    "shader-f16",
+    "shader-f64",
+    "timestamp-query",
+    "timestamp-query-inside-passes",
+    "timestamp-query-inside-encoders",
+    "subgroup",
+    "subgroup-barrier",
+)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """An opened device and what it was opened with."""
+
+    adapter: Any
+    device: Any
+    info: dict[str, Any]
+    limits: dict[str, int]
+    features: frozenset[str]
+
+    @property
+    def description(self) -> str:
+        i = self.info
+        return f"{i.get('device', '?')} ({i.get('backend_type', '?')}, {i.get('adapter_type', '?')})"
+
+
+def _runtime_dir() -> None:
+    """Vulkan loaders warn without XDG_RUNTIME_DIR (headless CI, containers); give them a private one."""
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        path = os.path.join(tempfile.gettempdir(), f"jaxcore-xdg-{os.getuid()}")
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        os.environ["XDG_RUNTIME_DIR"] = path
+
+
+def choose_adapter(adapters: list[Any], want: str | None) -> Any:
+    """The best native-API adapter (a discrete GPU first), or DeviceUnavailable saying what was seen."""
+    allowed = NATIVE_BACKENDS
+    if want:
+        allowed = tuple(b for b in NATIVE_BACKENDS if b.lower() == want.lower())
+        if not allowed:
+            names = ", ".join(b.lower() for b in NATIVE_BACKENDS)
+            raise jaxcore.DeviceUnavailable(
+                f"JAXCORE_WEBGPU_BACKEND={want!r} is not one of {names}",
+                "unset JAXCORE_WEBGPU_BACKEND or name one of those",
+            )
+    ok = [a for a in adapters if a.info.get("backend_type") in allowed]
+    if not ok:
+        seen = ", ".join(f"{a.info.get('device')} ({a.info.get('backend_type')})" for a in adapters) or "none"
+        raise jaxcore.DeviceUnavailable(
+            f"no WebGPU adapter on {'/'.join(allowed)} (adapters found: {seen})", HINT
+        )
+    return min(ok, key=lambda a: _ADAPTER_RANK.get(a.info.get("adapter_type"), 9))
+
+
+def open_device() -> Gpu:
+    _runtime_dir()
+    import wgpu
+
+    want = settings.current().plugin("webgpu").get("backend", "").strip() or None
+    try:
+        adapters = list(wgpu.gpu.enumerate_adapters_sync())
+    except Exception as e:  # the native library failed to load or enumerate
+        raise jaxcore.DeviceUnavailable(
+            f"wgpu could not list adapters: {type(e).__name__}: {e}", HINT
+        ) from None
+    adapter = choose_adapter(adapters, want)
+    have = dict(adapter.limits)
+    limits = {k: int(have[k]) for k in LIMITS if k in have}
+    features = [f for f in FEATURES if f in adapter.features]
+    try:
+        device = adapter.request_device_sync(required_features=features, required_limits=limits)
+    except Exception as e:
+        raise jaxcore.DeviceUnavailable(
+            f"the {adapter.info.get('device')} adapter refused a device: {type(e).__name__}: {e}", HINT
+        ) from None
+    got = {k: int(v) for k, v in dict(device.limits).items() if isinstance(v, int)}
+    return Gpu(adapter, device, dict(adapter.info), got, frozenset(str(f) for f in device.features))

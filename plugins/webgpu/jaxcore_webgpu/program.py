@@ -1,0 +1,143 @@
+"""What the runtime runs: a `Plan` of WGSL passes, and the pipelines compiled from it.
+
+The compiler (jaxcore_webgpu.codegen) turns a Kernel into WGSL; the runtime needs only this much
+of its answer: for each pass, the WGSL, the entry point, the workgroup grid, which buffer each
+`@group(0) @binding(i)` is (an input, the output, or a scratch buffer the plan owns), and an
+optional uniform block bound at `@group(1) @binding(0)`. Passes run in order, in one compute pass
+of the batch (WebGPU orders dispatches in a pass and makes each one's writes visible to the next).
+
+Pipelines are cached by WGSL text (two kernels that render the same shader share one pipeline);
+executables are cached by kernel key one level up, in BaseBackend. wgpu-py 0.32 exposes no
+pipeline cache (wgpu-native's `WGPUPipelineCache` has no binding there), so nothing is kept on
+disk; `JAXCORE_WEBGPU_DUMP=DIR` writes every shader compiled, named by its digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Binding = tuple[str, int]  # ("in", i) | ("out", i) | ("scratch", i)
+
+
+@dataclass(frozen=True)
+class Pass:
+    code: str
+    grid: tuple[int, int, int]
+    bindings: tuple[Binding, ...]
+    entry: str = "main"
+    uniform: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    passes: tuple[Pass, ...]
+    scratch: tuple[int, ...] = ()  # byte sizes of the plan's scratch buffers
+
+
+@dataclass(eq=False)
+class CompiledPass:
+    pipeline: Any
+    layout: Any  # bind group layout of group 0
+    grid: tuple[int, int, int]
+    bindings: tuple[Binding, ...]
+    uniform_group: Any = None  # a bind group for group 1, made once
+
+
+@dataclass(eq=False)
+class CompiledPlan:
+    passes: tuple[CompiledPass, ...]
+    scratch: tuple[int, ...]
+    codes: tuple[str, ...] = field(default=())
+
+
+class ShaderError(RuntimeError):
+    """WGSL that wgpu rejected: its message and the source, with line numbers."""
+
+
+def _numbered(code: str) -> str:
+    return "\n".join(f"{i + 1:4d}  {line}" for i, line in enumerate(code.splitlines()))
+
+
+class PipelineCache:
+    """Compute pipelines by (WGSL text, entry point); a compile happens once per distinct shader."""
+
+    def __init__(self, device: Any, dump_dir: str | None = None) -> None:
+        self.device = device
+        self.dump_dir = Path(dump_dir) if dump_dir else None
+        self._pipelines: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+        self.compiles = 0
+        self.hits = 0
+
+    def pipeline(self, code: str, entry: str) -> Any:
+        key = (code, entry)
+        with self._lock:
+            pipe = self._pipelines.get(key)
+            if pipe is not None:
+                self.hits += 1
+                return pipe
+            self._dump(code)
+            try:
+                module = self.device.create_shader_module(code=code)
+                pipe = self.device.create_compute_pipeline(
+                    layout="auto", compute={"module": module, "entry_point": entry}
+                )
+            except Exception as e:
+                raise ShaderError(f"wgpu rejected a WGSL shader: {e}\n{_numbered(code)}") from None
+            self._pipelines[key] = pipe
+            self.compiles += 1
+            return pipe
+
+    def _dump(self, code: str) -> None:
+        if self.dump_dir is None:
+            return
+        self.dump_dir.mkdir(parents=True, exist_ok=True)
+        name = hashlib.blake2b(code.encode(), digest_size=8).hexdigest()
+        path = self.dump_dir / f"{name}.wgsl"
+        if not path.exists():
+            path.write_text(code)
+
+    def compile(self, plan: Plan) -> CompiledPlan:
+        import wgpu
+
+        passes = []
+        for p in plan.passes:
+            pipe = self.pipeline(p.code, p.entry)
+            ugroup = None
+            if p.uniform is not None:
+                data = bytes(p.uniform) + b"\0" * (-len(p.uniform) % 16)
+                ubuf = self.device.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.UNIFORM)
+                ugroup = self.device.create_bind_group(
+                    layout=pipe.get_bind_group_layout(1),
+                    entries=[{"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": len(data)}}],
+                )
+            passes.append(
+                CompiledPass(pipe, pipe.get_bind_group_layout(0), tuple(p.grid), p.bindings, ugroup)
+            )
+        return CompiledPlan(tuple(passes), tuple(plan.scratch), tuple(p.code for p in plan.passes))
+
+
+def plan_from_shaders(shader_plan: Any) -> Plan:
+    """The runtime's `Plan` from the compiler's `ShaderPlan` (jaxcore_webgpu.codegen): passes in
+    order, each binding by its `@binding` number (which must run 0..n-1, as bind groups are built)."""
+    passes = []
+    for prog in shader_plan.passes:
+        order = sorted(prog.bindings, key=lambda b: b.binding)
+        if [b.binding for b in order] != list(range(len(order))):
+            raise ValueError(
+                f"shader bindings must be numbered 0..{len(order) - 1}: {[b.binding for b in order]}"
+            )
+        if getattr(prog, "uniforms", ()):
+            raise ValueError("the runtime binds no uniforms for compiled kernels")
+        grid = tuple(prog.grid) + (1,) * (3 - len(prog.grid))
+        passes.append(Pass(prog.code, grid, tuple((b.kind, b.index) for b in order), prog.entry))  # type: ignore[arg-type]
+    return Plan(tuple(passes), tuple(shader_plan.scratch))
+
+
+def dump_dir_from_env() -> str | None:
+    return os.environ.get("JAXCORE_WEBGPU_DUMP", "").strip() or None
