@@ -1,0 +1,141 @@
+"""WebGLBackend: buffers are RGBA32UI textures, kernels are fragment-shader draws.
+
+GL orders its command stream, so a dispatch is just a draw (nothing waits), a read waits only by
+reading, and a freed texture can go straight back to the pool: later draws into it run after the
+ones that read it. All GL work runs on the context's own thread (`GLThread`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from jaxcore import settings
+from jaxcore.backend import BaseBackend, Capabilities, Executable, UnsupportedOpError
+from jaxcore.dtype import DType
+from jaxcore.kernel import Kernel
+from jaxcore.routine import Routine, Routines
+from jaxcore_webgl import glsl, routines
+from jaxcore_webgl.context import REQUIRED_EXTENSIONS, ContextError, GLThread
+from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
+
+DTYPES = frozenset({DType.float32, DType.float16, DType.int32, DType.uint32, DType.bool})
+# Render-pass routines; the others (Scatter, TriangularSolve, Cholesky, LU, Fft, JacobiEigh) are
+# not declared, so preparing them raises UnsupportedRoutineError.
+ROUTINES = frozenset({Routines.Sort, Routines.Argsort})
+
+
+@dataclass
+class KernelExe:
+    program: Program
+    texels: int  # output texels the draw covers
+    source: str
+
+
+class WebGLBackend(BaseBackend):
+    name = "webgl"
+
+    def __init__(self, platform: str | None = None) -> None:
+        super().__init__()
+        env = settings.current().plugin("webgl")
+        if platform is None:
+            platform = env.get("platform", "").strip() or None
+        self.thread = GLThread(platform)
+        info = self.thread.info
+        missing = [e for e in REQUIRED_EXTENSIONS if not info.has(e)]
+        if missing:
+            self.thread.close()
+            raise ContextError(
+                f"the OpenGL ES context ({info.renderer}) lacks {', '.join(missing)}",
+                "use a GPU driver (or Mesa llvmpipe) that offers EXT_color_buffer_float",
+            )
+        self.info = info
+        dump = env.get("dump", "").strip() or None
+        self.device: Device = self.thread.call(lambda: Device(info.max_texture_size, dump))
+        max_texels = info.max_texture_size * info.max_texture_size
+        self.capabilities = Capabilities(
+            dtypes=DTYPES,
+            routines=ROUTINES,
+            max_args=info.max_texture_units,
+            max_buffer_bytes=min(max_texels * TEXEL_BYTES, 2**31 - TEXEL_BYTES),
+            description=(
+                f"GLSL ES 3.00 fragment shaders into RGBA32UI textures on {info.renderer} "
+                f"({info.version}, {info.platform})"
+            ),
+        )
+
+    def close(self) -> None:
+        self.thread.call(self.device.close)
+        self.thread.close()
+
+    # ---- memory ------------------------------------------------------------------------------
+    def _alloc(self, size: int) -> Texture:
+        return self.thread.call(lambda: self.device.alloc(size))
+
+    def _free(self, handle: Texture) -> None:
+        self.thread.call(lambda: self.device.free(handle))
+
+    def _copyin(self, handle: Texture, data: memoryview) -> None:
+        self.thread.call(lambda: self.device.upload(handle, data))
+
+    def _copyout(self, handle: Texture, start: int, count: int) -> bytes:
+        return self.thread.call(lambda: self.device.download(handle, start, count))
+
+    async def read_async(self, slot: int, start: int = 0, count: int | None = None) -> bytes:
+        """readPixels into a pixel-pack buffer behind a fence; poll the fence without blocking."""
+        buf = self._buffer(slot)
+        if count is None:
+            count = buf.size - start
+        if start < 0 or count < 0 or start + count > buf.size:
+            raise ValueError(
+                f"read of bytes [{start}, {start + count}) is outside slot {slot} of {buf.size} bytes"
+            )
+        if count == 0:
+            return b""
+        tex = buf.handle
+        dev = self.device
+        pending = self.thread.call(lambda: dev.download_begin(tex, start, count))
+        delay = 0.0002
+        while not self.thread.call(lambda: dev.download_ready(pending)):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.005)
+        return self.thread.call(lambda: dev.download_end(pending))
+
+    # ---- kernels -------------------------------------------------------------------------------
+    def _compile_kernel(self, kernel: Kernel) -> KernelExe:
+        for node in kernel.nodes():
+            if node.dtype not in DTYPES:
+                raise UnsupportedOpError(node.op, node.dtype, self.name)
+        w, _, shift = texture_dims(kernel.bytes, self.info.max_texture_size)
+        src = glsl.kernel_shader(kernel, shift)
+        texels = -(-kernel.bytes // TEXEL_BYTES) if kernel.size else 0
+        prog = self.thread.call(lambda: self.device.program(src, kernel.nargs))
+        return KernelExe(prog, texels, src)
+
+    def _compile_routine(self, routine: Routine) -> Any:
+        if routine.name in (Routines.Sort, Routines.Argsort):
+            size = self.info.max_texture_size
+            return self.thread.call(lambda: routines.sort_plan(self.device, routine, size))
+        raise NotImplementedError(routine.name)  # not declared: BaseBackend refuses it first
+
+    def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> None:
+        data = exe.data
+        if isinstance(data, KernelExe):
+            if data.texels == 0:
+                return
+            out = outputs[0]
+            dev = self.device
+            if out in inputs:
+
+                def aliased() -> None:
+                    tmp = dev.alloc(out.nbytes)
+                    dev.draw(data.program, inputs, tmp, data.texels)
+                    dev.swap(out, tmp)
+
+                self.thread.call(aliased)
+            else:
+                self.thread.call(lambda: dev.draw(data.program, inputs, out, data.texels))
+            return
+        dev = self.device
+        self.thread.call(lambda: data.run(dev, inputs, outputs))

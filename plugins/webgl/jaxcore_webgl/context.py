@@ -1,0 +1,335 @@
+"""An OpenGL ES 3.0 context (what WebGL2 is) owned by one thread, from glfw or from EGL.
+
+GL contexts are current on one thread at a time, and jaxcore calls a backend from any thread (the
+async API runs work in `asyncio.to_thread`), so every GL call goes through `GLThread.call`, which
+runs it on the thread that made the context current. Where a display exists the context comes from
+a hidden glfw window; elsewhere from EGL with no window system (the device platform, then Mesa's
+surfaceless platform, then the default display). PyOpenGL is bound to EGL in both cases (glfw is
+asked for an EGL context), so one process can use either path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+REQUIRED_EXTENSIONS = ("GL_EXT_color_buffer_float",)
+PLATFORMS = ("glfw", "egl")
+
+_EGL_PLATFORM_DEVICE_EXT = 0x313F
+_EGL_PLATFORM_SURFACELESS_MESA = 0x31DD
+_EGL_CONTEXT_MAJOR_VERSION = 0x3098
+_EGL_CONTEXT_MINOR_VERSION = 0x30FB
+_EGL_OPENGL_ES3_BIT = 0x40
+
+
+class ContextError(Exception):
+    """No usable context: `reason` says what is missing, `hint` how to get it."""
+
+    def __init__(self, reason: str, hint: str = "") -> None:
+        self.reason, self.hint = reason, hint
+        super().__init__(f"{reason} ({hint})" if hint else reason)
+
+
+@dataclass(frozen=True)
+class GLInfo:
+    """What the context reports: identity, extensions and the limits the backend sizes itself by."""
+
+    platform: str
+    version: str
+    renderer: str
+    vendor: str
+    glsl: str
+    extensions: frozenset[str]
+    max_texture_size: int
+    max_texture_units: int
+    max_draw_buffers: int
+    max_fragment_uniform_vectors: int
+    notes: tuple[str, ...] = field(default=())
+
+    def has(self, ext: str) -> bool:
+        return ext in self.extensions
+
+
+def _bind_pyopengl_to_egl() -> None:
+    """PyOpenGL picks its platform at first import; both our paths need EGL."""
+    want = os.environ.get("PYOPENGL_PLATFORM", "").strip()
+    if not want:
+        os.environ["PYOPENGL_PLATFORM"] = "egl"
+    elif want != "egl":
+        raise ContextError(
+            f"PYOPENGL_PLATFORM={want!r}; jaxcore-webgl needs PyOpenGL bound to EGL",
+            "unset PYOPENGL_PLATFORM or set PYOPENGL_PLATFORM=egl before importing OpenGL",
+        )
+    try:
+        import OpenGL
+    except ImportError as e:
+        raise ContextError(f"PyOpenGL is not installed: {e}", "pip install 'PyOpenGL>=3.1.10'") from None
+    platform = getattr(getattr(OpenGL, "platform", None), "PLATFORM", None)
+    if platform is not None and type(platform).__name__ != "EGLPlatform":
+        raise ContextError(
+            f"PyOpenGL was already imported with platform {type(platform).__name__}",
+            "set PYOPENGL_PLATFORM=egl before anything imports OpenGL",
+        )
+
+
+def _cstr(x: Any) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, bytes):
+        return x.decode(errors="replace")
+    return ctypes.cast(x, ctypes.c_char_p).value.decode(errors="replace")
+
+
+class _EGLContext:
+    """EGL without a window system: a display from the device or surfaceless platform, an ES 3 context."""
+
+    def __init__(self) -> None:
+        from OpenGL import EGL
+
+        self.EGL = EGL
+        self.notes: list[str] = []
+        errors: list[str] = []
+        self.dpy = None
+        for how in ("device", "surfaceless", "default"):
+            try:
+                dpy = self._display(how)
+                major, minor = EGL.EGLint(), EGL.EGLint()
+                if dpy and EGL.eglInitialize(dpy, ctypes.pointer(major), ctypes.pointer(minor)):
+                    self.dpy, self.how = dpy, how
+                    break
+                errors.append(f"{how}: eglInitialize failed")
+            except Exception as e:  # a missing extension entry point raises from PyOpenGL
+                errors.append(f"{how}: {type(e).__name__}: {str(e)[:120]}")
+        if self.dpy is None:
+            raise ContextError(
+                "no EGL display: " + "; ".join(errors),
+                "install Mesa's EGL (Debian: apt-get install libegl1 libegl-mesa0 libgles2) or a GPU driver",
+            )
+        self.ctx = self._context()
+        self.surface = self._surface()
+        if not EGL.eglMakeCurrent(self.dpy, self.surface, self.surface, self.ctx):
+            raise ContextError(f"eglMakeCurrent failed (0x{EGL.eglGetError():x})")
+        self.platform = f"egl-{self.how}"
+
+    def _display(self, how: str) -> Any:
+        EGL = self.EGL
+        if how == "device":
+            from OpenGL.EGL.EXT.device_enumeration import eglQueryDevicesEXT
+            from OpenGL.EGL.EXT.platform_base import eglGetPlatformDisplayEXT
+
+            devs = (EGL.EGLDeviceEXT * 16)()
+            n = EGL.EGLint()
+            if not eglQueryDevicesEXT(16, devs, ctypes.pointer(n)) or n.value < 1:
+                return None
+            return eglGetPlatformDisplayEXT(_EGL_PLATFORM_DEVICE_EXT, devs[0], None)
+        if how == "surfaceless":
+            from OpenGL.EGL.EXT.platform_base import eglGetPlatformDisplayEXT
+
+            return eglGetPlatformDisplayEXT(_EGL_PLATFORM_SURFACELESS_MESA, None, None)
+        return EGL.eglGetDisplay(EGL.EGL_DEFAULT_DISPLAY)
+
+    def _context(self) -> Any:
+        EGL = self.EGL
+        cfg, n = EGL.EGLConfig(), EGL.EGLint()
+        for surface_bits in (EGL.EGL_PBUFFER_BIT, 0):
+            attrs = [EGL.EGL_RENDERABLE_TYPE, _EGL_OPENGL_ES3_BIT]
+            if surface_bits:
+                attrs += [EGL.EGL_SURFACE_TYPE, surface_bits]
+            attrs += [EGL.EGL_NONE]
+            ok = EGL.eglChooseConfig(
+                self.dpy, (EGL.EGLint * len(attrs))(*attrs), ctypes.pointer(cfg), 1, ctypes.pointer(n)
+            )
+            if ok and n.value >= 1:
+                self.pbuffer_ok = bool(surface_bits)
+                break
+        else:
+            raise ContextError("EGL has no OpenGL ES 3 config", "use a GL driver with OpenGL ES 3.0")
+        self.cfg = cfg
+        if not EGL.eglBindAPI(EGL.EGL_OPENGL_ES_API):
+            raise ContextError("eglBindAPI(OpenGL ES) failed", "use a GL driver with OpenGL ES 3.0")
+        ca = [_EGL_CONTEXT_MAJOR_VERSION, 3, _EGL_CONTEXT_MINOR_VERSION, 0, EGL.EGL_NONE]
+        ctx = EGL.eglCreateContext(self.dpy, cfg, EGL.EGL_NO_CONTEXT, (EGL.EGLint * len(ca))(*ca))
+        if not ctx:
+            raise ContextError(
+                f"eglCreateContext(OpenGL ES 3.0) failed (0x{EGL.eglGetError():x})",
+                "use a GL driver with OpenGL ES 3.0",
+            )
+        return ctx
+
+    def _surface(self) -> Any:
+        EGL = self.EGL
+        if self.pbuffer_ok:
+            pb = [EGL.EGL_WIDTH, 1, EGL.EGL_HEIGHT, 1, EGL.EGL_NONE]
+            surf = EGL.eglCreatePbufferSurface(self.dpy, self.cfg, (EGL.EGLint * len(pb))(*pb))
+            if surf:
+                return surf
+        self.notes.append("surfaceless context (no pbuffer)")
+        return EGL.EGL_NO_SURFACE
+
+    def close(self) -> None:
+        EGL = self.EGL
+        EGL.eglMakeCurrent(self.dpy, EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, EGL.EGL_NO_CONTEXT)
+        EGL.eglDestroyContext(self.dpy, self.ctx)
+        if self.surface:
+            EGL.eglDestroySurface(self.dpy, self.surface)
+        EGL.eglTerminate(self.dpy)
+
+
+class _GlfwContext:
+    """A hidden 1x1 glfw window whose OpenGL ES 3.0 context glfw creates through EGL."""
+
+    def __init__(self) -> None:
+        try:
+            import glfw
+        except ImportError as e:
+            raise ContextError(f"glfw is not installed: {e}", "pip install 'glfw>=2.11'") from None
+        self.glfw = glfw
+        self.notes: list[str] = []
+        messages: list[str] = []
+        glfw.ERROR_REPORTING = "log"
+        glfw.set_error_callback(lambda code, msg: messages.append(_cstr(msg)))
+        if not glfw.init():
+            raise ContextError(
+                "glfw could not initialise: " + ("; ".join(messages) or "no display"),
+                "start an X server (e.g. Xvfb :99 & export DISPLAY=:99) or use JAXCORE_WEBGL_PLATFORM=egl",
+            )
+        glfw.default_window_hints()
+        glfw.window_hint(glfw.VISIBLE, glfw.FALSE)
+        glfw.window_hint(glfw.CLIENT_API, glfw.OPENGL_ES_API)
+        glfw.window_hint(glfw.CONTEXT_CREATION_API, glfw.EGL_CONTEXT_API)
+        glfw.window_hint(glfw.CONTEXT_VERSION_MAJOR, 3)
+        glfw.window_hint(glfw.CONTEXT_VERSION_MINOR, 0)
+        self.window = glfw.create_window(1, 1, "jaxcore-webgl", None, None)
+        if not self.window:
+            glfw.terminate()
+            raise ContextError(
+                "glfw could not create an OpenGL ES 3.0 context: " + ("; ".join(messages) or "unknown"),
+                "install Mesa's EGL and GLES (libegl1 libgles2) or use JAXCORE_WEBGL_PLATFORM=egl",
+            )
+        glfw.make_context_current(self.window)
+        self.platform = "glfw"
+
+    def close(self) -> None:
+        self.glfw.make_context_current(None)
+        self.glfw.destroy_window(self.window)
+        self.glfw.terminate()
+
+
+def choose_platform(requested: str | None) -> list[str]:
+    """The platforms to try in order: the requested one only, or glfw where a display exists, then EGL."""
+    if requested:
+        req = requested.strip().lower()
+        if req not in PLATFORMS:
+            raise ContextError(
+                f"JAXCORE_WEBGL_PLATFORM={requested!r} is not one of {', '.join(PLATFORMS)}",
+                "set JAXCORE_WEBGL_PLATFORM=glfw or JAXCORE_WEBGL_PLATFORM=egl",
+            )
+        return [req]
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return ["glfw", "egl"]
+    return ["egl"]
+
+
+class GLThread:
+    """The thread that owns the context; `call(fn)` runs fn there and returns its result."""
+
+    def __init__(self, platform: str | None) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Event] | None] = (
+            queue.SimpleQueue()
+        )
+        ready = threading.Event()
+        self._start: list[Any] = []
+        self._thread = threading.Thread(
+            target=self._main, args=(platform, ready), name="jaxcore-webgl", daemon=True
+        )
+        self._thread.start()
+        ready.wait()
+        if isinstance(self._start[0], BaseException):
+            raise self._start[0]
+        self.info: GLInfo = self._start[0]
+
+    def _main(self, platform: str | None, ready: threading.Event) -> None:
+        try:
+            self._ctx = self._open(platform)
+            self._start.append(self._query())
+        except BaseException as e:  # handed to the constructor, which raises it
+            self._start.append(e)
+            ready.set()
+            return
+        ready.set()
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                break
+            fn, box, done = job
+            try:
+                box.append(fn())
+            except BaseException as e:
+                box.append(e)
+                box.append(True)
+            done.set()
+        self._ctx.close()
+
+    def _open(self, platform: str | None) -> Any:
+        _bind_pyopengl_to_egl()
+        order = choose_platform(platform)
+        errors: list[ContextError] = []
+        for name in order:
+            try:
+                ctx = _GlfwContext() if name == "glfw" else _EGLContext()
+            except ContextError as e:
+                errors.append(e)
+                continue
+            ctx.notes.extend(f"{e.reason}; fell back" for e in errors)
+            return ctx
+        raise ContextError("; ".join(e.reason for e in errors), errors[-1].hint)
+
+    def _query(self) -> GLInfo:
+        from OpenGL import GLES3 as gl
+
+        n = int(gl.glGetIntegerv(gl.GL_NUM_EXTENSIONS))
+        exts = frozenset(_cstr(gl.glGetStringi(gl.GL_EXTENSIONS, i)) for i in range(n))
+        version = _cstr(gl.glGetString(gl.GL_VERSION))
+        if "OpenGL ES 3" not in version:
+            raise ContextError(f"the context is {version!r}, not OpenGL ES 3.x", "use a driver with ES 3.0")
+        return GLInfo(
+            platform=self._ctx.platform,
+            version=version,
+            renderer=_cstr(gl.glGetString(gl.GL_RENDERER)),
+            vendor=_cstr(gl.glGetString(gl.GL_VENDOR)),
+            glsl=_cstr(gl.glGetString(gl.GL_SHADING_LANGUAGE_VERSION)),
+            extensions=exts,
+            max_texture_size=int(gl.glGetIntegerv(gl.GL_MAX_TEXTURE_SIZE)),
+            max_texture_units=int(gl.glGetIntegerv(gl.GL_MAX_TEXTURE_IMAGE_UNITS)),
+            max_draw_buffers=int(gl.glGetIntegerv(gl.GL_MAX_DRAW_BUFFERS)),
+            max_fragment_uniform_vectors=int(gl.glGetIntegerv(gl.GL_MAX_FRAGMENT_UNIFORM_VECTORS)),
+            notes=tuple(self._ctx.notes),
+        )
+
+    def on_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run `fn()` on the GL thread (directly when already there); exceptions propagate."""
+        if threading.current_thread() is self._thread:
+            return fn()
+        box: list[Any] = []
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        done.wait()
+        if len(box) == 2:
+            raise box[0]
+        return box[0]
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._jobs.put(None)
+            self._thread.join(timeout=10)

@@ -1,0 +1,298 @@
+"""GL resources: buffers as RGBA32UI textures, programs, full-screen draws and readback.
+
+Every buffer is a 2D `RGBA32UI` texture holding the buffer's raw bytes, 16 per texel (four
+little-endian 32-bit words in R, G, B, A): integer textures carry every bit pattern unchanged
+(float textures may canonicalise NaN payloads or flush denormals on upload, render or read), and
+they are colour-renderable and readable in core WebGL2. Texel t sits at (t & (w-1), t >> log2 w);
+widths are powers of two so shaders address with shifts. A kernel is one draw of a full-screen
+triangle into the output texture's framebuffer, each fragment writing one texel.
+
+Everything here runs on the GL thread (`GLThread.call`); the backend never calls it directly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TEXEL_BYTES = 16
+
+VERTEX_SHADER = """#version 300 es
+void main() {
+  vec2 p = vec2(float((gl_VertexID << 1) & 2), float(gl_VertexID & 2));
+  gl_Position = vec4(p * 2.0 - 1.0, 0.0, 1.0);
+}
+"""
+
+
+class ShaderError(RuntimeError):
+    """A shader failed to compile or link (a codegen bug: the message carries the log and source)."""
+
+
+def texture_dims(nbytes: int, max_size: int) -> tuple[int, int, int]:
+    """(width, height, log2 width) of the texture for a buffer of `nbytes` bytes."""
+    texels = max(1, -(-nbytes // TEXEL_BYTES))
+    w = 1 << max(0, math.ceil(math.log2(math.isqrt(texels - 1) + 1))) if texels > 1 else 1
+    w = min(w, max_size)
+    h = -(-texels // w)
+    if h > max_size:
+        raise MemoryError(f"webgl: a buffer of {nbytes} bytes needs {w}x{h} texels; the limit is {max_size}")
+    return w, h, w.bit_length() - 1
+
+
+@dataclass(eq=False)
+class Texture:
+    """A buffer's storage; the backend's slot handle. `tex` may be swapped (aliased outputs)."""
+
+    tex: int
+    fbo: int
+    w: int
+    h: int
+    shift: int
+    nbytes: int
+
+
+@dataclass(eq=False)
+class Program:
+    prog: int
+    samplers: list[int]  # uniform locations of in0..in{n-1}
+    shifts: list[int]  # uniform locations of sh0..sh{n-1}
+    uniforms: dict[str, int] = field(default_factory=dict)
+
+
+class Device:
+    """Textures (pooled by dimensions), programs (cached by source text) and draws."""
+
+    def __init__(self, max_texture_size: int, dump_dir: str | None = None) -> None:
+        from OpenGL import GLES3 as gl
+
+        self.gl = gl
+        self.max_size = max_texture_size
+        self.dump_dir = Path(dump_dir) if dump_dir else None
+        self._pool: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        self._programs: dict[str, Program] = {}
+        self._vs = self._shader(gl.GL_VERTEX_SHADER, VERTEX_SHADER)
+        self.vao = int(gl.glGenVertexArrays(1))
+        gl.glBindVertexArray(self.vao)
+        gl.glDisable(gl.GL_BLEND)
+        gl.glDisable(gl.GL_DITHER)
+        gl.glDisable(gl.GL_DEPTH_TEST)
+        gl.glDisable(gl.GL_SCISSOR_TEST)
+        gl.glPixelStorei(gl.GL_PACK_ALIGNMENT, 4)
+        gl.glPixelStorei(gl.GL_UNPACK_ALIGNMENT, 4)
+        self.pooled_bytes = 0
+        self.live_textures = 0
+
+    # ---- textures --------------------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> Texture:
+        w, h, shift = texture_dims(nbytes, self.max_size)
+        tex, fbo = self._take(w, h)
+        return Texture(tex, fbo, w, h, shift, nbytes)
+
+    def _take(self, w: int, h: int) -> tuple[int, int]:
+        free = self._pool.get((w, h))
+        if free:
+            self.pooled_bytes -= w * h * TEXEL_BYTES
+            return free.pop()
+        gl = self.gl
+        tex = int(gl.glGenTextures(1))
+        gl.glBindTexture(gl.GL_TEXTURE_2D, tex)
+        gl.glTexParameteri(gl.GL_TEXTURE_2D, gl.GL_TEXTURE_MIN_FILTER, gl.GL_NEAREST)
+        gl.glTexParameteri(gl.GL_TEXTURE_2D, gl.GL_TEXTURE_MAG_FILTER, gl.GL_NEAREST)
+        gl.glTexParameteri(gl.GL_TEXTURE_2D, gl.GL_TEXTURE_WRAP_S, gl.GL_CLAMP_TO_EDGE)
+        gl.glTexParameteri(gl.GL_TEXTURE_2D, gl.GL_TEXTURE_WRAP_T, gl.GL_CLAMP_TO_EDGE)
+        gl.glTexStorage2D(gl.GL_TEXTURE_2D, 1, gl.GL_RGBA32UI, w, h)
+        err = gl.glGetError()
+        if err == gl.GL_OUT_OF_MEMORY:
+            gl.glDeleteTextures(1, [tex])
+            self.trim()
+            raise MemoryError(f"webgl: out of GPU memory for a {w}x{h} RGBA32UI texture")
+        fbo = int(gl.glGenFramebuffers(1))
+        gl.glBindFramebuffer(gl.GL_FRAMEBUFFER, fbo)
+        gl.glFramebufferTexture2D(gl.GL_FRAMEBUFFER, gl.GL_COLOR_ATTACHMENT0, gl.GL_TEXTURE_2D, tex, 0)
+        status = gl.glCheckFramebufferStatus(gl.GL_FRAMEBUFFER)
+        if status != gl.GL_FRAMEBUFFER_COMPLETE:
+            raise RuntimeError(f"webgl: RGBA32UI framebuffer incomplete (0x{status:x})")
+        self.live_textures += 1
+        return tex, fbo
+
+    def free(self, t: Texture) -> None:
+        """Back to the pool: GL orders the commands, so draws still reading it run first."""
+        self._give(t.w, t.h, t.tex, t.fbo)
+
+    def _give(self, w: int, h: int, tex: int, fbo: int) -> None:
+        self._pool.setdefault((w, h), []).append((tex, fbo))
+        self.pooled_bytes += w * h * TEXEL_BYTES
+
+    def trim(self) -> None:
+        """Delete every pooled texture (on out-of-memory, and at close)."""
+        gl = self.gl
+        for items in self._pool.values():
+            for tex, fbo in items:
+                gl.glDeleteFramebuffers(1, [fbo])
+                gl.glDeleteTextures(1, [tex])
+                self.live_textures -= 1
+        self._pool.clear()
+        self.pooled_bytes = 0
+
+    def upload(self, t: Texture, data: memoryview) -> None:
+        gl = self.gl
+        full = np.zeros(t.w * t.h * 4, np.uint32)
+        full.view(np.uint8)[: data.nbytes] = np.frombuffer(data, np.uint8)
+        gl.glBindTexture(gl.GL_TEXTURE_2D, t.tex)
+        gl.glTexSubImage2D(gl.GL_TEXTURE_2D, 0, 0, 0, t.w, t.h, gl.GL_RGBA_INTEGER, gl.GL_UNSIGNED_INT, full)
+
+    def _rows(self, t: Texture, start: int, count: int) -> tuple[int, int]:
+        first = start // TEXEL_BYTES
+        last = (start + count - 1) // TEXEL_BYTES
+        return first // t.w, last // t.w + 1
+
+    def download(self, t: Texture, start: int, count: int) -> bytes:
+        """Bytes [start, start+count) through glReadPixels of only the rows that hold them."""
+        gl = self.gl
+        y0, y1 = self._rows(t, start, count)
+        out = np.empty((y1 - y0) * t.w * 4, np.uint32)
+        gl.glBindFramebuffer(gl.GL_READ_FRAMEBUFFER, t.fbo)
+        gl.glReadPixels(0, y0, t.w, y1 - y0, gl.GL_RGBA_INTEGER, gl.GL_UNSIGNED_INT, out)
+        off = start - y0 * t.w * TEXEL_BYTES
+        return out.view(np.uint8)[off : off + count].tobytes()
+
+    # ---- async readback: pixel-pack buffer + fence ------------------------------------------
+    def download_begin(self, t: Texture, start: int, count: int) -> tuple[Any, ...]:
+        gl = self.gl
+        y0, y1 = self._rows(t, start, count)
+        nbytes = (y1 - y0) * t.w * TEXEL_BYTES
+        pbo = int(gl.glGenBuffers(1))
+        gl.glBindBuffer(gl.GL_PIXEL_PACK_BUFFER, pbo)
+        gl.glBufferData(gl.GL_PIXEL_PACK_BUFFER, nbytes, None, gl.GL_STREAM_READ)
+        gl.glBindFramebuffer(gl.GL_READ_FRAMEBUFFER, t.fbo)
+        gl.glReadPixels(0, y0, t.w, y1 - y0, gl.GL_RGBA_INTEGER, gl.GL_UNSIGNED_INT, ctypes.c_void_p(0))
+        gl.glBindBuffer(gl.GL_PIXEL_PACK_BUFFER, 0)
+        sync = gl.glFenceSync(gl.GL_SYNC_GPU_COMMANDS_COMPLETE, 0)
+        gl.glFlush()
+        return pbo, sync, nbytes, start - y0 * t.w * TEXEL_BYTES, count
+
+    def download_ready(self, pending: tuple[Any, ...]) -> bool:
+        gl = self.gl
+        r = gl.glClientWaitSync(pending[1], 0, 0)
+        if r == gl.GL_WAIT_FAILED:
+            raise RuntimeError("webgl: glClientWaitSync failed during read_async")
+        return r != gl.GL_TIMEOUT_EXPIRED
+
+    def download_end(self, pending: tuple[Any, ...]) -> bytes:
+        import ctypes
+
+        gl = self.gl
+        pbo, sync, nbytes, off, count = pending
+        gl.glBindBuffer(gl.GL_PIXEL_PACK_BUFFER, pbo)
+        ptr = gl.glMapBufferRange(gl.GL_PIXEL_PACK_BUFFER, 0, nbytes, gl.GL_MAP_READ_BIT)
+        try:
+            data = ctypes.string_at(int(ptr) + off, count)
+        finally:
+            gl.glUnmapBuffer(gl.GL_PIXEL_PACK_BUFFER)
+            gl.glBindBuffer(gl.GL_PIXEL_PACK_BUFFER, 0)
+            gl.glDeleteBuffers(1, [pbo])
+            gl.glDeleteSync(sync)
+        return data
+
+    # ---- programs -----------------------------------------------------------------------------
+    def _shader(self, kind: int, src: str) -> int:
+        gl = self.gl
+        s = gl.glCreateShader(kind)
+        gl.glShaderSource(s, src)
+        gl.glCompileShader(s)
+        if not gl.glGetShaderiv(s, gl.GL_COMPILE_STATUS):
+            log = gl.glGetShaderInfoLog(s)
+            log = log.decode(errors="replace") if isinstance(log, bytes) else str(log)
+            numbered = "\n".join(f"{i + 1:4d}  {line}" for i, line in enumerate(src.splitlines()))
+            raise ShaderError(f"webgl: shader failed to compile:\n{log}\n{numbered}")
+        return s
+
+    def program(self, fs: str, nargs: int, uniforms: tuple[str, ...] = ()) -> Program:
+        """The linked program for fragment source `fs` (compiled once per distinct text)."""
+        hit = self._programs.get(fs)
+        if hit is not None:
+            return hit
+        gl = self.gl
+        if self.dump_dir is not None:
+            self.dump_dir.mkdir(parents=True, exist_ok=True)
+            name = hashlib.blake2b(fs.encode(), digest_size=8).hexdigest()
+            (self.dump_dir / f"{name}.frag").write_text(fs)
+        s = self._shader(gl.GL_FRAGMENT_SHADER, fs)
+        p = gl.glCreateProgram()
+        gl.glAttachShader(p, self._vs)
+        gl.glAttachShader(p, s)
+        gl.glLinkProgram(p)
+        gl.glDeleteShader(s)
+        if not gl.glGetProgramiv(p, gl.GL_LINK_STATUS):
+            log = gl.glGetProgramInfoLog(p)
+            raise ShaderError(f"webgl: program failed to link: {log!r}\n{fs}")
+        gl.glUseProgram(p)
+        samplers, shifts = [], []
+        for i in range(nargs):
+            loc = gl.glGetUniformLocation(p, f"in{i}")
+            if loc >= 0:
+                gl.glUniform1i(loc, i)
+            samplers.append(loc)
+            shifts.append(gl.glGetUniformLocation(p, f"sh{i}"))
+        prog = Program(int(p), samplers, shifts, {u: gl.glGetUniformLocation(p, u) for u in uniforms})
+        self._programs[fs] = prog
+        return prog
+
+    @property
+    def programs(self) -> int:
+        return len(self._programs)
+
+    # ---- draws --------------------------------------------------------------------------------
+    def draw(
+        self,
+        prog: Program,
+        inputs: list[Texture],
+        out: Texture,
+        texels: int,
+        ints: dict[str, int] | None = None,
+    ) -> None:
+        """Run `prog` over the first `texels` texels of `out`, with `inputs` on units 0.."""
+        gl = self.gl
+        gl.glUseProgram(prog.prog)
+        for i, t in enumerate(inputs):
+            gl.glActiveTexture(gl.GL_TEXTURE0 + i)
+            gl.glBindTexture(gl.GL_TEXTURE_2D, t.tex)
+            loc = prog.shifts[i]
+            if loc >= 0:
+                gl.glUniform1i(loc, t.shift)
+        if ints:
+            for name, v in ints.items():
+                gl.glUniform1i(prog.uniforms[name], v)
+        rows = -(-texels // out.w)
+        gl.glBindFramebuffer(gl.GL_DRAW_FRAMEBUFFER, out.fbo)
+        gl.glViewport(0, 0, out.w, rows)
+        gl.glDrawArrays(gl.GL_TRIANGLES, 0, 3)
+
+    def swap(self, dst: Texture, src: Texture) -> None:
+        """Give `dst` the storage of `src` (same dims) and pool the old one: an aliased output."""
+        old = (dst.tex, dst.fbo)
+        dst.tex, dst.fbo = src.tex, src.fbo
+        self._give(dst.w, dst.h, *old)
+
+    def finish(self) -> None:
+        self.gl.glFinish()
+
+    def close(self) -> None:
+        self.trim()
+        gl = self.gl
+        for p in self._programs.values():
+            gl.glDeleteProgram(p.prog)
+        self._programs.clear()
+
+
+def dump_dir_from(env: dict[str, str]) -> str | None:
+    d = env.get("dump", "").strip()
+    return os.path.expanduser(d) if d else None
