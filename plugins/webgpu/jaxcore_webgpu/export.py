@@ -43,6 +43,7 @@ _VAR = re.compile(
 )
 _F64 = re.compile(r"\bf64\b|\d(?:\.\d*)?lf\b")
 _ENTRY = re.compile(r"@compute\b[^{;]*?\bfn\s+(\w+)", re.S)
+_WG_SIZE = re.compile(r"@workgroup_size\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?(?:,\s*(\d+)\s*)?\)")
 _F16 = re.compile(r"^\s*enable\s+f16\s*;", re.M)
 
 
@@ -137,17 +138,38 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
                 "uniform": uniform,
             }
         )
+    sizes = [buffer_bytes(x["bytes"]) for x in ins + outs] + [buffer_bytes(n) for n in plan.scratch]
     return {
         "format": FORMAT,
         "version": VERSION,
         "source": desc,
         "features": sorted(features),
         "requires": sorted(requires),
+        "limits": _limits(passes, shaders, sizes),
         "inputs": ins,
         "outputs": outs,
         "scratch": [int(n) for n in plan.scratch],
         "shaders": shaders,
         "passes": passes,
+    }
+
+
+def _limits(passes: list[dict[str, Any]], shaders: list[str], sizes: list[int]) -> dict[str, int]:
+    """The adapter limits (WebGPU names) the program needs at least, so a page can tell in advance."""
+    wg = [(1, 1, 1)]
+    for code in shaders:
+        for m in _WG_SIZE.findall(code):
+            wg.append(tuple(int(v) if v else 1 for v in m))  # type: ignore[arg-type]
+    storage = [sum(b["type"] != "uniform" for b in p["bindings"]) for p in passes] or [0]
+    grid = [g for p in passes for g in p["grid"]] or [1]
+    return {
+        "maxStorageBuffersPerShaderStage": max(storage),
+        "maxComputeInvocationsPerWorkgroup": max(x * y * z for x, y, z in wg),
+        "maxComputeWorkgroupSizeX": max(w[0] for w in wg),
+        "maxComputeWorkgroupSizeY": max(w[1] for w in wg),
+        "maxComputeWorkgroupSizeZ": max(w[2] for w in wg),
+        "maxComputeWorkgroupsPerDimension": max(grid),
+        "maxStorageBufferBindingSize": max(sizes or [MIN_BINDING]),
     }
 
 

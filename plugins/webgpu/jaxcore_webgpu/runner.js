@@ -72,6 +72,10 @@
     for (const f of program.features || []) {
       if (!device.features.has(f)) return `the program needs the WebGPU feature '${f}', which this adapter lacks`;
     }
+    for (const [k, v] of Object.entries(program.limits || {})) {
+      const have = device.limits[k];
+      if (have !== undefined && v > have) return `the program needs ${k} = ${v}, which exceeds this adapter's ${have}`;
+    }
     return null;
   }
 
