@@ -316,7 +316,8 @@ def kernel_shader(kernel: Kernel, out_shift: int) -> str:
         if out_dt == F16:
             lo = f"(8 * t + {2 * c} < {size} ? compute(8 * t + {2 * c}) : 0.0)"
             hi = f"(8 * t + {2 * c + 1} < {size} ? compute(8 * t + {2 * c + 1}) : 0.0)"
-            main.append(f"  r[{c}] = packHalf2x16(vec2({lo}, {hi}));")
+            ph = top.need("jx_ph")  # not packHalf2x16 on the pair: its Inf/NaN spill (glsl_lib)
+            main.append(f"  r[{c}] = {ph}({lo}) | ({ph}({hi}) << 16);")
         else:
             word = LANG.store_word(out_dt, f"compute(4 * t + {c})")
             main.append(f"  if (4 * t + {c} < {size}) r[{c}] = {word};")
