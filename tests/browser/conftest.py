@@ -31,10 +31,6 @@ _IN_SESSION = pytest.StashKey[set[str]]()
 SUMMARY = harness.SUMMARY
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-
-
 def _is_parity(item: pytest.Item) -> bool:
     return Path(str(item.fspath)).resolve().parent == HERE and item.get_closest_marker("parity") is not None
 
@@ -90,7 +86,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Any:
     try:
         b = harness.launch(tmp_path_factory.mktemp("browser"))
     except harness.BrowserUnavailable as e:
-        if in_ci():
+        if harness.in_ci():
             pytest.fail(f"CI: the browser for the parity tests cannot start: {e}", pytrace=False)
         pytest.skip(f"no browser for the parity tests: {e}")
     yield b

@@ -39,6 +39,10 @@ BATCH_BYTES = 6 << 20  # input+output bytes per page.evaluate
 SUMMARY = pytest.StashKey[list[str]]()  # the summary lines the parity tests print at the end
 
 
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
 class BrowserUnavailable(RuntimeError):
     """No browser to run in (the message says what is missing and how to get it)."""
 

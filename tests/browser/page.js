@@ -42,6 +42,9 @@
         architecture: a.architecture,
         description: a.description,
         features: [...d.features].sort(),
+        maxStorageBuffersPerShaderStage: d.limits.maxStorageBuffersPerShaderStage,
+        maxComputeInvocationsPerWorkgroup: d.limits.maxComputeInvocationsPerWorkgroup,
+        maxStorageBufferBindingSize: d.limits.maxStorageBufferBindingSize,
       };
     } catch (e) {
       out.webgpu = { error: String((e && e.message) || e) };
