@@ -40,6 +40,8 @@ class TargetTraits:
     has_f16: bool = False
     has_f64: bool = False
     exact_transcendentals: bool = False  # built-in sin/cos/exp/log/... meet the tolerance table
+    # Replace f32/f16 transcendentals by AluExp trees (jaxcore.expansions) instead of dialect helpers.
+    expand_transcendentals: bool = False
 
 
 def _c(dtype: DType, v: float | int) -> AluExp:
@@ -82,6 +84,10 @@ def _eq(a: AluExp, b: AluExp | int) -> AluExp:
 
 def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
     """Rewrite `exp` so that every node means, on the target, what the contract says."""
+    if traits.expand_transcendentals and not traits.exact_transcendentals:
+        from jaxcore.expansions import expand_transcendentals
+
+        exp = expand_transcendentals(exp)
     return exp.rewrite(lambda node: _legalize_node(node, traits))
 
 
@@ -175,9 +181,9 @@ def _cast(e: AluExp, t: TargetTraits) -> AluExp | None:
         # Thresholds in the source dtype: x >= 2^31 (or 2^32) saturates high; x below the lowest
         # value that truncates into range saturates low; NaN gives 0.
         top = _c(src, _in_range(src, float(hi + 1)))
-        low_ok = _c(src, float(lo) if dst == DType.int32 else 0.0)
-        if low_ok.arg == -math.inf:  # float16: only -inf is below INT32_MIN
-            low_ok = _c(src, -float(np.finfo(to_numpy(src)).max))
+        low = _in_range(src, float(lo) if dst == DType.int32 else 0.0)
+        # float16 cannot hold INT32_MIN: there only -inf is below the range
+        low_ok = _c(src, low if low != -math.inf else -float(np.finfo(to_numpy(src)).max))
         native = e
         too_low = AluExp.cmplt(x, low_ok) if dst == DType.int32 else AluExp.cmplt(x, _c(src, 1.0))
         out = AluExp.where(too_low, _c(dst, lo), native)

@@ -9,6 +9,10 @@ What WGSL defines natively and what it does not (WGSL spec, section 8.7 and 16):
 - float `%` is `a - b * trunc(a / b)` (not exact), so `Mod` on floats is an exact helper;
 - `sin`/`cos` are only bounded to 2^-11 absolute on [-pi, pi], and `exp`/`log`/`atan`/... have
   ULP bounds far above the tolerance table, so every transcendental is a helper function here.
+- float64 (wgpu-native's `shader-f64`, never in browsers): naga has no f64 bit access and SPIR-V's
+  extended instructions are 32-bit, so f64 transcendentals are helpers too (series in f64, exact
+  Payne-Hanek for sin/cos up to 1.8e308); a target may instead take the dialect-neutral AluExp
+  expansions of `jaxcore.expansions` (f32/f16) by setting `TargetTraits.expand_transcendentals`;
 - inf/NaN constants are not const-expressions (a const-expression producing one is a shader-
   creation error), so they come from helpers that bitcast a `let`; INT_MIN is `-2147483647i - 1i`
   (Chromium's Tint rejects an overflowing literal).

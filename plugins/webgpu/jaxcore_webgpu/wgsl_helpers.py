@@ -23,6 +23,8 @@ bit operations from the language:
 
 from __future__ import annotations
 
+import math
+
 from jaxcore.dtype import _THREEFRY_ROT
 
 
@@ -230,6 +232,7 @@ fn jc_log_f32(x0: f32) -> f32 {
   if (bits == 0x7f800000u) { return x0; }
   var e: i32 = 0;
   if (bits < 0x00800000u) { bits = bitcast<u32>(x0 * 16777216.0f); e = -24; }
+  if (bits == 0u) { return -jc_inf_f32(); }  // a subnormal the device flushed to zero
   e = e + i32(bits >> 23u) - 126;
   var m = bitcast<f32>((bits & 0x007fffffu) | 0x3f000000u);
   if (m < 0.707106781186547524f) { e = e - 1; m = (m + m) - 1.0f; } else { m = m - 1.0f; }
@@ -292,25 +295,41 @@ fn jc_erfc_pos_f32(x: f32) -> f32 {
 """,
     ("jc_exp_f32",),
 )
+# erf's Taylor series on |x| < 1/2, where 1 - erfc's float32 rounding would cost ~3e-7.
+_ERF_TAYLOR = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(8)]
+_ERF_POLY = f"{_ERF_TAYLOR[-1]!r}f"
+for _c in reversed(_ERF_TAYLOR[:-1]):
+    _ERF_POLY = f"({_ERF_POLY}\n    * z + {_c!r}f)"
+H["jc_erf_small_f32"] = (
+    f"""
+fn jc_erf_small_f32(x: f32) -> f32 {{
+  let z = x * x;
+  return {_ERF_POLY} * x;
+}}
+""",
+    (),
+)
 H["jc_erf_f32"] = (
     """
 fn jc_erf_f32(x: f32) -> f32 {
   if (jc_isnan_f32(x)) { return x; }
+  if (abs(x) < 0.5f) { return jc_erf_small_f32(x); }
   let v = 1.0f - jc_erfc_pos_f32(abs(x));
   return select(v, -v, x < 0.0f);
 }
 """,
-    ("jc_erfc_pos_f32", "jc_isnan_f32"),
+    ("jc_erfc_pos_f32", "jc_isnan_f32", "jc_erf_small_f32"),
 )
 H["jc_erfc_f32"] = (
     """
 fn jc_erfc_f32(x: f32) -> f32 {
   if (jc_isnan_f32(x)) { return x; }
+  if (abs(x) < 0.5f) { return 1.0f - jc_erf_small_f32(x); }
   let v = jc_erfc_pos_f32(abs(x));
   return select(v, 2.0f - v, x < 0.0f);
 }
 """,
-    ("jc_erfc_pos_f32", "jc_isnan_f32"),
+    ("jc_erfc_pos_f32", "jc_isnan_f32", "jc_erf_small_f32"),
 )
 
 

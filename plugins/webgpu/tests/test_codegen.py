@@ -648,3 +648,20 @@ def test_upcast_matmul(gpu: Harness) -> None:
     assert code.count("in0[") < code.count("in1[")  # A's load is shared by the four lanes
     got = gpu.run(plan, [a, b], F32, m * nn)
     np.testing.assert_array_equal(got, (a @ b + 1.0).ravel())
+
+
+@pytest.mark.parametrize(
+    "op", [AluOp.Sin, AluOp.Cos, AluOp.Asin, AluOp.Atan, AluOp.Exp, AluOp.Log, AluOp.Erf, AluOp.Erfc]
+)
+def test_transcendental_expansions_on_gpu(gpu: Harness, op: AluOp) -> None:
+    """The dialect-neutral AluExp expansions (what GLSL uses) meet the table on a real GPU too."""
+    from dataclasses import replace
+
+    from jaxcore_webgpu.wgsl import WGSL_TRAITS
+
+    a = _unary_inputs(op, F32)
+    n = len(a)
+    k = Kernel(1, n, AluExp(op, F32, (gv(F32, 0, n),)))
+    plan = compile_kernel(k, gpu.target, replace(WGSL_TRAITS, expand_transcendentals=True))
+    assert "jc_" + op.value.lower() not in plan.passes[0].code
+    assert_close(gpu.run(plan, [a], F32, n), reference(k, [a]), F32, op.value)

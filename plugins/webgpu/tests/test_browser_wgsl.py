@@ -1,0 +1,288 @@
+"""The WGSL we generate passes Chromium's WGSL compiler (Tint), which rejects more than naga.
+
+Every kernel shape the codegen tests run (each op and dtype a browser has: no f64, no f16 on
+SwiftShader) is compiled into a shader module and a compute pipeline in headless Chromium's
+WebGPU (SwiftShader), inside a validation error scope. Needs `/usr/bin/chromium` and Playwright
+(`apt-get install chromium`, `pip install playwright`); skipped without them unless
+JAXCORE_BROWSER_TESTS=1 says they must be there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from jaxcore_webgpu.codegen import WgslTarget, compile_kernel
+
+from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
+from jaxcore.dtype import DType
+from jaxcore.kernel import Kernel, Reduction
+from jaxcore.shape import ShapeTracker
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+F32, I32, U32, BOOL = DType.float32, DType.int32, DType.uint32, DType.bool
+
+_JS = """async (codes) => {
+  const ad = await navigator.gpu.requestAdapter();
+  if (!ad) return {"<adapter>": ["no WebGPU adapter"]};
+  const dev = await ad.requestDevice({requiredLimits: {maxStorageBuffersPerShaderStage:
+      ad.limits.maxStorageBuffersPerShaderStage}});
+  const res = {};
+  for (const [k, code] of Object.entries(codes)) {
+    dev.pushErrorScope("validation");
+    const m = dev.createShaderModule({code});
+    const info = await m.getCompilationInfo();
+    let errs = info.messages.filter(x => x.type == "error")
+      .map(x => `${x.lineNum}:${x.linePos} ${x.message}`);
+    try {
+      await dev.createComputePipelineAsync({layout: "auto", compute: {module: m, entryPoint: "main"}});
+    } catch (e) { errs.push("pipeline: " + e.message); }
+    const err = await dev.popErrorScope();
+    if (err) errs.push(err.message);
+    if (errs.length) res[k] = errs;
+  }
+  return res;
+}"""
+
+
+def _gv(dtype: DType, gid: int, n: int) -> AluExp:
+    return AluExp.global_view(dtype, gid, ShapeTracker.from_shape([n]), [AluVar.gidx])
+
+
+def _kernels() -> dict[str, Kernel]:
+    n = 1000
+    out: dict[str, Kernel] = {}
+    for dtype in (F32, I32, U32, BOOL):
+        x, y = _gv(dtype, 0, n), _gv(dtype, 1, n)
+        for op in (AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv, AluOp.Mod, AluOp.Min, AluOp.Max):
+            out[f"{op}-{dtype}"] = Kernel(2, n, AluExp(op, dtype, (x, y)))
+        for op in (AluOp.Cmplt, AluOp.Cmpne):
+            out[f"{op}-{dtype}"] = Kernel(2, n, AluExp(op, BOOL, (x, y)))
+        if dtype != F32:
+            for mode in ("and", "or", "xor"):
+                out[f"bit{mode}-{dtype}"] = Kernel(2, n, AluExp(AluOp.BitCombine, dtype, (x, y), mode))
+        if dtype in (I32, U32):
+            for mode in ("shl", "shr"):
+                out[f"{mode}-{dtype}"] = Kernel(2, n, AluExp(AluOp.BitShift, dtype, (x, y), mode))
+        for dst in (F32, I32, U32, BOOL):
+            if dst != dtype:
+                out[f"cast-{dtype}-{dst}"] = Kernel(1, n, AluExp.cast(dst, x))
+        for op in (AluOp.Add, AluOp.Mul, AluOp.Min, AluOp.Max):
+            xr = AluExp.global_view(dtype, 0, ShapeTracker.from_shape([8, 4096]), [AluVar.gidx, AluVar.ridx])
+            out[f"reduce{op}-{dtype}-grouped"] = Kernel(1, 8, xr, Reduction(dtype, op, 4096))
+            xc = AluExp.global_view(
+                dtype, 0, ShapeTracker.from_shape([1, 1 << 20]), [AluVar.gidx, AluVar.ridx]
+            )
+            out[f"reduce{op}-{dtype}-split"] = Kernel(1, 1, xc, Reduction(dtype, op, 1 << 20))
+            xt = AluExp.global_view(
+                dtype, 0, ShapeTracker.from_shape([64, 100]).permute([1, 0]), [AluVar.gidx, AluVar.ridx]
+            )
+            out[f"reduce{op}-{dtype}-loop"] = Kernel(1, 100, xt, Reduction(dtype, op, 64))
+    xf = _gv(F32, 0, n)
+    for op in sorted(AluGroup.RequiredFloat):
+        out[f"{op}-f32"] = Kernel(1, n, AluExp(op, F32, (xf,)))
+    for src, dst in ((F32, I32), (I32, F32), (U32, I32), (F32, U32)):
+        out[f"bitcast-{src}-{dst}"] = Kernel(1, n, AluExp.bitcast(dst, _gv(src, 0, n)))
+    u = _gv(U32, 0, n)
+    out["threefry"] = Kernel(1, n, AluExp.threefry2x32(u, AluExp.u32(7), AluExp.cast(U32, AluVar.gidx), u))
+    consts = [0.0, -0.0, 1e-45, 3.4028234663852886e38, float("inf"), float("-inf"), float("nan"), 0.1]
+    e = AluExp.f32(consts[-1])
+    for i, c in enumerate(consts[:-1]):
+        e = AluExp.where(AluExp.cmplt(AluVar.gidx, AluExp.i32(i + 1)), AluExp.f32(c), e)
+    out["consts-f32"] = Kernel(0, 16, e)
+    ie = AluExp.where(AluExp.cmplt(AluVar.gidx, AluExp.i32(1)), AluExp.i32(-(2**31)), AluExp.i32(2**31 - 1))
+    out["consts-i32"] = Kernel(0, 16, ie + AluExp.i32(-5))
+    m, k = 256, 64
+    ia, ja = AluExp.idiv(AluVar.gidx, AluExp.i32(m)), AluExp.mod(AluVar.gidx, AluExp.i32(m))
+    ea = AluExp.global_view(F32, 0, ShapeTracker.from_shape([m, k]), [ia, AluVar.ridx])
+    eb = AluExp.global_view(F32, 1, ShapeTracker.from_shape([k, m]), [AluVar.ridx, ja])
+    out["matmul-upcast"] = Kernel(2, m * m, ea * eb, Reduction(F32, AluOp.Add, k))
+    big = 65536 * 256 + 4
+    out["grid-2d-vec4"] = Kernel(2, big, _gv(F32, 0, big) * _gv(F32, 1, big) + 1.0)
+    return out
+
+
+def _browser_available() -> bool:
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return False
+    return Path(CHROMIUM).exists()
+
+
+@pytest.mark.skipif(
+    not _browser_available() and os.environ.get("JAXCORE_BROWSER_TESTS") != "1",
+    reason="needs chromium and playwright (apt-get install chromium; pip install playwright)",
+)
+def test_generated_wgsl_compiles_in_chromium(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    target = WgslTarget(max_storage_buffers_per_stage=8)
+    codes: dict[str, str] = {}
+    for name, kernel in _kernels().items():
+        for i, prog in enumerate(compile_kernel(kernel, target).passes):
+            codes[f"{name}#{i}"] = prog.code
+    # The check itself must be able to fail: a shader Tint rejects comes back as an error.
+    canary = {"<canary>": "@compute @workgroup_size(1) fn main() { let x: u32 = 1i; }"}
+    page = tmp_path / "index.html"
+    page.write_text("<html><body>jaxcore</body></html>")
+    args = [
+        "--no-sandbox",
+        "--enable-unsafe-webgpu",
+        "--use-angle=swiftshader",
+        "--enable-unsafe-swiftshader",
+    ]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
+        try:
+            pg = browser.new_page()
+            pg.goto(page.as_uri())  # a secure context: about:blank has no navigator.gpu
+            errors = pg.evaluate(_JS, {**canary, **codes})
+        finally:
+            browser.close()
+    assert errors.pop("<canary>", None), "Chromium accepted a shader with a type error"
+    assert not errors, json.dumps(errors, indent=1)[:4000]
+    assert len(codes) > 100
+
+
+_RUN_JS = """async (jobs) => {
+  const ad = await navigator.gpu.requestAdapter();
+  const dev = await ad.requestDevice();
+  const U = GPUBufferUsage;
+  const b64 = (s) => Uint8Array.from(atob(s), c => c.charCodeAt(0));
+  const mk = (bytes, n) => {
+    const size = Math.max(16, Math.ceil(n / 16) * 16);
+    const buf = dev.createBuffer({size, usage: U.STORAGE | U.COPY_SRC | U.COPY_DST});
+    if (bytes) { const p = new Uint8Array(Math.ceil(bytes.length / 4) * 4); p.set(bytes);
+                 dev.queue.writeBuffer(buf, 0, p); }
+    return buf;
+  };
+  const out = {};
+  for (const [name, job] of Object.entries(jobs)) {
+    dev.pushErrorScope("validation");
+    const ins = job.inputs.map(s => { const b = b64(s); return mk(b, b.length); });
+    const res = mk(null, job.out_bytes);
+    const scratch = job.scratch.map(n => mk(null, n));
+    const enc = dev.createCommandEncoder();
+    for (const p of job.passes) {
+      const pipe = dev.createComputePipeline({layout: "auto",
+        compute: {module: dev.createShaderModule({code: p.code}), entryPoint: "main"}});
+      const pick = {in: i => ins[i], out: i => res, scratch: i => scratch[i]};
+      const bg = dev.createBindGroup({layout: pipe.getBindGroupLayout(0),
+        entries: p.bindings.map(([b, kind, i]) => ({binding: b, resource: {buffer: pick[kind](i)}}))});
+      const cp = enc.beginComputePass();
+      cp.setPipeline(pipe); cp.setBindGroup(0, bg); cp.dispatchWorkgroups(...p.grid); cp.end();
+    }
+    const rd = dev.createBuffer({size: res.size, usage: U.MAP_READ | U.COPY_DST});
+    enc.copyBufferToBuffer(res, 0, rd, 0, res.size);
+    dev.queue.submit([enc.finish()]);
+    await rd.mapAsync(GPUMapMode.READ);
+    const bytes = new Uint8Array(rd.getMappedRange().slice(0, job.out_bytes));
+    rd.unmap();
+    const err = await dev.popErrorScope();
+    out[name] = err ? {error: err.message} : {data: btoa(String.fromCharCode(...bytes))};
+  }
+  return out;
+}"""
+
+
+@pytest.mark.skipif(
+    not _browser_available() and os.environ.get("JAXCORE_BROWSER_TESTS") != "1",
+    reason="needs chromium and playwright (apt-get install chromium; pip install playwright)",
+)
+def test_generated_wgsl_runs_exactly_in_chromium(tmp_path: Path) -> None:
+    """Contract edge cases (x/0, INT_MIN/-1, NaN min/max and casts, shifts >= 32, -0, huge sin)
+    computed by Tint + SwiftShader match the reference interpreter bit for bit (within the table
+    for transcendentals)."""
+    import base64
+
+    import numpy as np
+    import test_codegen as tc
+    from playwright.sync_api import sync_playwright
+
+    target = WgslTarget(max_storage_buffers_per_stage=8)
+    jobs, expect = {}, {}
+
+    def normal(*arrays: np.ndarray) -> list[np.ndarray]:
+        """Drop lanes with a subnormal float input: SwiftShader flushes them (as WGSL allows)."""
+        keep = np.ones(len(arrays[0]), bool)
+        for a in arrays:
+            if a.dtype.kind == "f":
+                with np.errstate(invalid="ignore"):
+                    keep &= ~((a != 0) & (np.abs(a) < np.finfo(a.dtype).tiny))
+        return [a[keep].copy() for a in arrays]
+
+    def add(name: str, kernel: Kernel, inputs: list[np.ndarray], tol: str = "") -> None:
+        plan = compile_kernel(kernel, target)
+        jobs[name] = {
+            "inputs": [base64.b64encode(a.tobytes()).decode() for a in inputs],
+            "out_bytes": kernel.size * np.dtype(tc.to_numpy(kernel.dtype)).itemsize,
+            "scratch": list(plan.scratch),
+            "passes": [
+                {
+                    "code": p.code,
+                    "grid": list(p.grid),
+                    "bindings": [[b.binding, b.kind, b.index] for b in p.bindings],
+                }
+                for p in plan.passes
+            ],
+        }
+        expect[name] = (tc.reference(kernel, inputs), kernel.dtype, tol)
+
+    for dtype in (F32, I32, U32, BOOL):
+        a, b = normal(*tc.pairs(dtype))
+        nn = len(a)
+        x, y = tc.gv(dtype, 0, nn), tc.gv(dtype, 1, nn)
+        for op in tc.BINARY + [AluOp.Cmplt, AluOp.Cmpne]:
+            od = BOOL if op in (AluOp.Cmplt, AluOp.Cmpne) else dtype
+            add(f"{op}-{dtype}", Kernel(2, nn, AluExp(op, od, (x, y))), [a, b])
+        if dtype in (I32, U32):
+            for mode in ("shl", "shr"):
+                add(f"{mode}-{dtype}", Kernel(2, nn, AluExp(AluOp.BitShift, dtype, (x, y), mode)), [a, b])
+        (v,) = normal(tc.values(dtype))
+        for dst in (F32, I32, U32, BOOL):
+            if dst != dtype:
+                add(f"cast-{dtype}-{dst}", Kernel(1, len(v), AluExp.cast(dst, tc.gv(dtype, 0, len(v)))), [v])
+    for op in tc.UNARY:
+        (a,) = normal(tc._unary_inputs(op, F32))
+        add(f"{op}-f32", Kernel(1, len(a), AluExp(op, F32, (tc.gv(F32, 0, len(a)),))), [a], op.value)
+    for op in (AluOp.Add, AluOp.Min, AluOp.Max):
+        a = tc._reduce_values(F32, 3 * 3000, op)
+        a[7] = np.nan
+        add(f"reduce{op}", tc._reduce_kernel(F32, op, 3, 3000), [a], "Reduce" + op.value)
+
+    page = tmp_path / "index.html"
+    page.write_text("<html><body>jaxcore</body></html>")
+    args = [
+        "--no-sandbox",
+        "--enable-unsafe-webgpu",
+        "--use-angle=swiftshader",
+        "--enable-unsafe-swiftshader",
+    ]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
+        try:
+            pg = browser.new_page()
+            pg.goto(page.as_uri())
+            results = pg.evaluate(_RUN_JS, jobs)
+        finally:
+            browser.close()
+    failures = []
+    for name, (want, dtype, tol) in expect.items():
+        r = results[name]
+        if "error" in r:
+            failures.append(f"{name}: {r['error']}")
+            continue
+        got = np.frombuffer(base64.b64decode(r["data"]), tc.to_numpy(dtype)).copy()
+        if dtype == F32:  # a subnormal result may come back flushed to zero
+            with np.errstate(invalid="ignore"):
+                flushed = (want != 0) & (np.abs(want) < np.finfo(np.float32).tiny) & (got == 0)
+            got[flushed] = want[flushed]
+        try:
+            tc.assert_close(got, want, dtype, tol)
+        except BaseException as e:  # pytest.fail raises outside Exception
+            failures.append(f"{name}: {str(e)[:300]}")
+    assert not failures, "\n".join(failures)

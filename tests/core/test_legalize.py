@@ -1,0 +1,187 @@
+"""Contract legalization and the transcendental expansions, checked in the reference interpreter.
+
+A legalized tree must compute exactly what the original computes under the contract (the
+interpreter *is* the contract), for every op whose native meaning a target may lack; the
+expansions must meet the suite's float32 tolerance table.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from jaxcore.alu import AluExp, AluOp
+from jaxcore.conformance.tolerances import lookup
+from jaxcore.dtype import INT32_MAX, INT32_MIN, DType
+from jaxcore.expansions import expand_node
+from jaxcore.interpret import Interpreter
+from jaxcore.legalize import TargetTraits, is_nan, legalize
+
+F32, F16, F64, I32, U32, BOOL = (
+    DType.float32,
+    DType.float16,
+    DType.float64,
+    DType.int32,
+    DType.uint32,
+    DType.bool,
+)
+NOTHING_NATIVE = TargetTraits()
+
+_VALUES = {
+    F32: [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -2.5,
+        7.0,
+        3e38,
+        -3e38,
+        1e-40,
+        np.inf,
+        -np.inf,
+        np.nan,
+        2147483520.0,
+        2147483648.0,
+        -2147483904.0,
+        4294967296.0,
+        -0.75,
+    ],
+    F16: [0.0, -0.0, 1.0, -2.5, 65504.0, -65504.0, np.inf, -np.inf, np.nan, 6e-8],
+    F64: [0.0, -0.0, 1.5, -1e300, 2147483647.5, -2147483648.5, 4294967295.9, np.inf, np.nan],
+    I32: [0, 1, -1, 2, -7, 31, 32, 33, INT32_MAX, INT32_MIN],
+    U32: [0, 1, 2, 31, 32, 33, 2**31, 2**32 - 1],
+    BOOL: [0, 1],
+}
+
+
+def _arr(dtype: DType) -> np.ndarray:
+    from jaxcore.dtype import to_numpy
+
+    return np.asarray(_VALUES[dtype], dtype=np.float64 if dtype in (F32, F16, F64) else np.int64).astype(
+        to_numpy(dtype)
+    )
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> None:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind == "f":
+        assert np.array_equal(np.isnan(a), np.isnan(b))
+        m = ~np.isnan(a)
+        np.testing.assert_array_equal(a[m], b[m])
+    else:
+        np.testing.assert_array_equal(a, b)
+
+
+def _run(e: AluExp, env: dict) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return Interpreter(env).run(e)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, F64, I32, U32, BOOL])
+@pytest.mark.parametrize(
+    "op",
+    [AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv, AluOp.Mod, AluOp.Min, AluOp.Max, AluOp.Cmplt, AluOp.Cmpne],
+)
+def test_binary_legalization_is_sound(op: AluOp, dtype: DType) -> None:
+    v = _arr(dtype)
+    a, b = (x.ravel() for x in np.meshgrid(v, v, indexing="ij"))
+    x, y = AluExp.variable(dtype, "a"), AluExp.variable(dtype, "b")
+    out = DType.bool if op in (AluOp.Cmplt, AluOp.Cmpne) else dtype
+    e = AluExp(op, out, (x, y))
+    _same(_run(legalize(e, NOTHING_NATIVE), {"a": a, "b": b}), _run(e, {"a": a, "b": b}))
+
+
+@pytest.mark.parametrize("src", [F32, F16, F64, I32, U32, BOOL])
+@pytest.mark.parametrize("dst", [F32, F16, F64, I32, U32, BOOL])
+def test_cast_legalization_is_sound(src: DType, dst: DType) -> None:
+    if src == dst:
+        return
+    a = _arr(src)
+    e = AluExp.cast(dst, AluExp.variable(src, "a"))
+    _same(_run(legalize(e, NOTHING_NATIVE), {"a": a}), _run(e, {"a": a}))
+
+
+@pytest.mark.parametrize("dtype", [I32, U32])
+@pytest.mark.parametrize("mode", ["shl", "shr"])
+def test_shift_legalization_masks_the_count(dtype: DType, mode: str) -> None:
+    v = _arr(dtype)
+    a, b = (x.ravel() for x in np.meshgrid(v, v, indexing="ij"))
+    e = AluExp(AluOp.BitShift, dtype, (AluExp.variable(dtype, "a"), AluExp.variable(dtype, "b")), mode)
+    le = legalize(e, NOTHING_NATIVE)
+    assert le.src[1].op == AluOp.BitCombine
+    _same(_run(le, {"a": a, "b": b}), _run(e, {"a": a, "b": b}))
+
+
+def test_nan_tests_use_bits_not_self_compare() -> None:
+    x = AluExp.variable(F32, "x")
+    t = is_nan(x, NOTHING_NATIVE)
+    assert not t.some(lambda n: n.op == AluOp.Cmpne and n.src[0] is n.src[1])
+    assert t.some(lambda n: n.op == AluOp.Bitcast)
+    a = _arr(F32)
+    np.testing.assert_array_equal(_run(t, {"x": a}) != 0, np.isnan(a))
+
+
+def test_native_traits_leave_ops_alone() -> None:
+    x, y = AluExp.variable(I32, "a"), AluExp.variable(I32, "b")
+    e = AluExp.idiv(x, y)
+    native = TargetTraits(native_int_div_by_zero_is_zero=True, native_int_min_div_neg1=True)
+    assert legalize(e, native) is e or legalize(e, native) == e
+    assert legalize(e, NOTHING_NATIVE) != e
+
+
+def _unary_inputs(op: str) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    base = [np.linspace(-10, 10, 4001), rng.normal(size=2000) * 3, _VALUES[F32]]
+    if op in ("Sin", "Cos"):
+        base += [
+            rng.uniform(-1, 1, 4000) * 10.0 ** rng.uniform(0, 38.5, 4000),
+            np.arange(-100, 100) * math.pi / 4,
+        ]
+    if op == "Exp":
+        base += [np.linspace(-105, 89, 4001)]
+    if op == "Log":
+        base += [10.0 ** rng.uniform(-45, 38.5, 4000), np.linspace(0.5, 2, 4001)]
+    if op == "Asin":
+        base += [np.linspace(-1, 1, 4001)]
+    if op == "Atan":
+        base += [10.0 ** rng.uniform(-10, 38, 2000)]
+    if op in ("Erf", "Erfc"):
+        base += [np.linspace(-8, 8, 4001)]
+    with np.errstate(all="ignore"):
+        return np.concatenate([np.asarray(b, np.float64) for b in base]).astype(np.float32)
+
+
+_REF = {
+    "Sin": np.sin,
+    "Cos": np.cos,
+    "Exp": np.exp,
+    "Log": np.log,
+    "Atan": np.arctan,
+    "Asin": np.arcsin,
+    "Erf": np.vectorize(math.erf),
+    "Erfc": np.vectorize(math.erfc),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_REF))
+def test_expansions_meet_the_float32_table(op: str) -> None:
+    e = legalize(expand_node(AluExp(AluOp(op), F32, (AluExp.variable(F32, "x"),))), NOTHING_NATIVE)
+    a = _unary_inputs(op)
+    got = _run(e, {"x": a}).astype(np.float64)
+    with np.errstate(all="ignore"):
+        want = _REF[op](a.astype(np.float64)).astype(np.float32).astype(np.float64)
+    rtol, atol = lookup(op, F32)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    m = ~np.isnan(want)
+    inf = m & np.isinf(want)
+    assert np.array_equal(got[inf], want[inf])
+    fin = m & ~inf
+    assert np.all(np.abs(got[fin] - want[fin]) <= atol + rtol * np.abs(want[fin]))
+
+
+def test_expansions_skip_float64() -> None:
+    assert expand_node(AluExp(AluOp.Sin, F64, (AluExp.variable(F64, "x"),))) is None
