@@ -32,6 +32,7 @@ A plugin supplies the device half, as hooks (it overrides no public method):
     _wait(token)
     _timings(token) -> [(start_s, seconds)]     per timed dispatch, after the wait (or None)
     _record_copy(rec, src, dst, nbytes)   (optional) a buffer copy in the batch, for `_copy_buffer`
+    _compile_kernel_async(kernel)         (optional) `_compile_kernel` awaiting the device (pipelines)
 
 `_record` may take scratch storage with `_temporary(nbytes)`: free again for work recorded after
 it in the batch, and back in the pool once the batch has run. A subclass sets `capabilities`
@@ -51,6 +52,7 @@ from typing import Any
 
 from jaxcore import tracing
 from jaxcore.backend import BaseBackend, Executable
+from jaxcore.kernel import Kernel
 from jaxcore.pool import BufferPool
 
 
@@ -91,6 +93,7 @@ class QueuedBackend(BaseBackend):
         self._done_through = 0  # every batch with id <= this has finished on the device
         self._recycled: dict[int, list[QueuedBuffer]] = {}  # freed, last used by the open batch
         self._scratch: list[QueuedBuffer] = []
+        self._precompiled: dict[str, Any] = {}  # kernel key -> compiled ahead by prepare_kernel_async
         self.pool: BufferPool[Any] = BufferPool(
             self._create_buffer,
             self._destroy_buffer,
@@ -222,6 +225,34 @@ class QueuedBackend(BaseBackend):
             return b""
         self._synchronize(buf.handle)
         return bytes(await self._read_buffer_async(buf.handle, start, count))
+
+    # ---- async compiling -----------------------------------------------------------------
+    async def _compile_kernel_async(self, kernel: Kernel) -> Any:
+        """The compiled form of `kernel`, awaiting the device; the default compiles in a thread."""
+        from jaxcore.backend import _in_thread
+
+        return await _in_thread(self._compile_kernel, kernel)
+
+    async def prepare_kernel_async(self, kernel: Kernel) -> Executable:
+        """Compile through `_compile_kernel_async` (the event loop runs while the device builds
+        pipelines), then prepare as usual: the executable, its cache and its checks stay the base's."""
+        from jaxcore.backend import _in_thread
+
+        key = kernel.key() if isinstance(kernel, Kernel) else None
+        if key is not None and key not in self._kernel_cache and key not in self._precompiled:
+            try:
+                self._precompiled[key] = await self._compile_kernel_async(kernel)
+            except Exception:
+                pass  # prepare_kernel below raises the error in its usual place and form
+        try:
+            return await _in_thread(self.prepare_kernel, kernel)
+        finally:
+            if key is not None:
+                self._precompiled.pop(key, None)
+
+    def _take_precompiled(self, kernel: Kernel) -> Any | None:
+        """What `prepare_kernel_async` compiled ahead for `kernel`, if anything (for `_compile_kernel`)."""
+        return self._precompiled.pop(kernel.key(), None)
 
     # ---- recording -----------------------------------------------------------------------
     def _run(self, exe: Executable, inputs: list[QueuedBuffer], outputs: list[QueuedBuffer]) -> Any:

@@ -170,8 +170,15 @@ class WebGpuBackend(QueuedBackend):
 
     # ---- compiling -------------------------------------------------------------------------
     def _compile_kernel(self, kernel: Kernel) -> CompiledPlan:
+        ahead = self._take_precompiled(kernel)
+        if ahead is not None:
+            return ahead
         plan = self._hand_plans.pop(kernel.key(), None) or self._plan(kernel)
         return self.pipelines.compile(plan)
+
+    async def _compile_kernel_async(self, kernel: Kernel) -> CompiledPlan:
+        """WGSL now (pure Python), pipelines through `create_compute_pipeline_async`."""
+        return await self.pipelines.compile_async(self._plan(kernel))
 
     def _plan(self, kernel: Kernel) -> Plan:
         """The compiler's plan for a kernel (jaxcore_webgpu.codegen), in the runtime's terms."""

@@ -93,6 +93,31 @@ class PipelineCache:
             self.compiles += 1
             return pipe
 
+    async def pipeline_async(self, code: str, entry: str) -> Any:
+        """`pipeline`, with wgpu building it while the event loop runs (`create_compute_pipeline_async`)."""
+        key = (code, entry)
+        pipe = self._pipelines.get(key)
+        if pipe is not None:
+            self.hits += 1
+            return pipe
+        self._dump(code)
+        try:
+            module = self.device.create_shader_module(code=code)
+            pipe = await self.device.create_compute_pipeline_async(
+                layout="auto", compute={"module": module, "entry_point": entry}
+            )
+        except Exception as e:
+            raise ShaderError(f"wgpu rejected a WGSL shader: {e}\n{_numbered(code)}") from None
+        with self._lock:
+            pipe = self._pipelines.setdefault(key, pipe)
+            self.compiles += 1
+        return pipe
+
+    async def compile_async(self, plan: Plan) -> CompiledPlan:
+        for p in plan.passes:
+            await self.pipeline_async(p.code, p.entry)
+        return self.compile(plan)  # every pipeline is cached now: this only binds
+
     def _dump(self, code: str) -> None:
         if self.dump_dir is None:
             return

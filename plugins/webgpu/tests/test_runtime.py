@@ -260,3 +260,67 @@ def test_compiled_kernels_run_through_the_queue(gpu):
     assert get(gpu, s)[0] == np.float32(want.astype(np.float64).sum())  # integers: exact in any order
     for slot in (*ins, out, s):
         gpu.dec_ref(slot)
+
+
+def test_timestamps_one_pass_per_dispatch_without_inside_pass_queries(gpu, plus1, monkeypatch):
+    """Adapters without `timestamp-query-inside-passes` time each dispatch as its own pass."""
+    monkeypatch.setattr(gpu, "timestamps_in_pass", False)
+    x = np.arange(N, dtype=np.float32)
+    a, b = put(gpu, x), gpu.malloc(4 * N)
+    gpu.dispatch(plus1, [a], [b])  # untimed, in the batch's shared pass
+    tracing.start_trace()
+    gpu.dispatch(plus1, [b], [a])
+    gpu.dispatch(plus1, [a], [b])
+    events = [e for e in tracing.stop_trace() if e.get("cat") == "kernel"]
+    assert len(events) == 2 and all(e["args"]["device_time_us"] > 0 for e in events)
+    gpu.dispatch(plus1, [b], [a])  # after the timed passes: a fresh shared pass
+    np.testing.assert_array_equal(get(gpu, a), x + 4)
+    gpu.dec_ref(a)
+    gpu.dec_ref(b)
+
+
+def test_device_copies_are_ordered_with_dispatches_in_the_batch(gpu, plus1):
+    """`_copy_buffer` (how BaseBackend lands an aliased dispatch's temporary) is recorded between
+    dispatches of the open batch: it ends the compute pass and the next dispatch starts another."""
+    x = np.arange(N, dtype=np.float32)
+    a, b, c = put(gpu, x), gpu.malloc(4 * N), gpu.malloc(4 * N)
+    gpu.dispatch(plus1, [a], [b])
+    gpu._copy_buffer(gpu._buffer(b).handle, gpu._buffer(c).handle, 4 * N)
+    gpu.dispatch(plus1, [c], [a])
+    assert gpu.pending_dispatches() == 2
+    np.testing.assert_array_equal(get(gpu, c), x + 1)
+    np.testing.assert_array_equal(get(gpu, a), x + 2)
+    for s in (a, b, c):
+        gpu.dec_ref(s)
+
+
+def test_prepare_kernel_async_builds_pipelines_while_the_loop_runs(gpu):
+    n = 33
+    k = Kernel(1, n, AluExp.global_index(DType.float32, 0, n, AluVar.gidx) * 3.0 - 1.0)
+    ticks = []
+
+    async def main():
+        async def ticker():
+            for _ in range(1000):
+                ticks.append(1)
+                await asyncio.sleep(0)
+
+        t = asyncio.ensure_future(ticker())
+        exe = await gpu.prepare_kernel_async(k)
+        t.cancel()
+        return exe
+
+    compiles = gpu.pipelines.compiles
+    exe = asyncio.run(main())
+    assert exe is gpu.prepare_kernel(k) and gpu.pipelines.compiles == compiles + 1
+    assert ticks  # the loop was not blocked
+    x = np.arange(n, dtype=np.float32)
+    a, out = put(gpu, x), gpu.malloc(4 * n)
+    gpu.dispatch(exe, [a], [out])
+    np.testing.assert_array_equal(get(gpu, out), x * 3 - 1)
+    gpu.dec_ref(a)
+    gpu.dec_ref(out)
+    with pytest.raises(ValueError, match="inputs"):  # errors keep prepare_kernel's form
+        asyncio.run(
+            gpu.prepare_kernel_async(Kernel(40, 1, AluExp.global_index(DType.float32, 39, 1, AluVar.gidx)))
+        )
