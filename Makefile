@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxcore-installed
-PACKAGES := -e "core[test]" -e plugins/cpu -e plugins/wasm -e plugins/webgpu
+PACKAGES := -e "core[test]" -e plugins/cpu -e plugins/wasm -e plugins/webgpu -e plugins/webgl
 BENCH_ARGS ?=
 
 .PHONY: bench test venv wheels clean-venv system-deps
@@ -16,7 +16,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(BIN)/python core/pyproject.toml plugins/cpu/pyproject.toml plugins/wasm/pyproject.toml \
-		plugins/webgpu/pyproject.toml
+		plugins/webgpu/pyproject.toml plugins/webgl/pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(PACKAGES)
 	touch $@
 
@@ -30,7 +30,7 @@ system-deps:
 test: system-deps $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest tests plugins/webgpu/tests
+	$(BIN)/python -m pytest tests plugins/webgpu/tests plugins/webgl/tests
 
 # every distribution (core and each plugin) as a wheel in dist/
 wheels: $(STAMP)

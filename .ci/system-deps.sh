@@ -9,6 +9,11 @@ set -eu
 PACKAGES="
 mesa-vulkan-drivers
 libvulkan1
+libegl1
+libegl-mesa0
+libgles2
+libgl1-mesa-dri
+xvfb
 "
 
 [ "$(uname -s)" = Linux ] || exit 0

@@ -8,6 +8,12 @@ suite's cases (`jaxcore.conformance.cases()`), and this file
 - defaults ``--jaxcore-device`` to ``all`` (every ready device);
 - makes every device plugin under ``plugins/*`` known to the registry, even when it is importable
   but not pip-installed (its ``[project.entry-points.jaxcore]`` table says which module to load);
+- points ``JAXCORE_CACHE_DIR`` at a fresh temporary directory for the whole session (set here, at
+  import, before any device plugin loads), so tests never read or write the user's disk cache and
+  a stale compiled kernel from an earlier checkout can never be served;
+- registers the test-only devices ``cpu-float32`` and ``cpu-nobool`` (tests/restricted_device.py:
+  the cpu backend declaring fewer dtypes and routines), so the suite runs on devices with real
+  restrictions and its ``unsupported`` cases check real content;
 - with ``CI=true``, derandomises Hypothesis (the same examples every run) and requires every
   in-tree device (``--jaxcore-require``): one that is missing fails the session with the
   registry's reason, never a skip. Elsewhere a missing device is listed with its reason under the
@@ -22,16 +28,25 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from jaxcore import settings as jaxcore_settings
 from jaxcore.conformance import plugin_autoloaded
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The session's own disk cache: set before pytest_configure registers the device plugins, and
+# settings re-read in case anything read the environment while pytest was importing plugins.
+SESSION_CACHE_DIR = tempfile.mkdtemp(prefix="jaxcore-test-cache-")
+os.environ["JAXCORE_CACHE_DIR"] = SESSION_CACHE_DIR
+jaxcore_settings.reload()
 
 pytest_plugins = [] if plugin_autoloaded() else ["jaxcore.conformance.plugin"]
 
@@ -85,10 +100,22 @@ def register_in_tree_plugins() -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(expected)), problems
 
 
+def register_test_devices() -> list[str]:
+    """Register the test-only devices (tests/restricted_device.py); returns their names."""
+    import restricted_device
+
+    import jaxcore
+
+    if not any(p.module == restricted_device.__name__ for p in jaxcore.plugin_info()):
+        jaxcore.register_plugin(restricted_device, name="jaxcore-test-restricted")
+    return list(restricted_device.DEVICES)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("jaxcore_device", None) is None:
         config.option.jaxcore_device = "all"
     expected, problems = register_in_tree_plugins()
+    expected += register_test_devices()
     config.stash[_PROBLEMS] = problems
     if running_in_ci():
         given = [n for n in (config.getoption("jaxcore_require") or "").split(",") if n]
@@ -96,6 +123,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 _PROBLEMS = pytest.StashKey[list[str]]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(SESSION_CACHE_DIR, ignore_errors=True)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -4,6 +4,11 @@ An `AluExp` computes one value per lane (output element, or output × reduction 
 are immutable and compared structurally through a content digest that is stable across
 processes, so the digest doubles as a compile-cache key on disk. Range analysis and the
 rewrite rules live in `simplify.py`.
+
+Every node is type-checked when it is built (`_check_types`: a TypeError names the op and the
+dtypes), and its digest is made then, from its operands' digests. Expressions may be any depth
+(frontends unroll loops and fuse long elementwise chains): no traversal here, in the simplifier
+or in the interpreter recurses in Python.
 """
 
 from __future__ import annotations
@@ -111,10 +116,6 @@ def js_number_str(value: float | int) -> str:
     return r
 
 
-def _strip1(s: str) -> str:
-    return s[1:-1] if s.startswith("(") and s.endswith(")") else s
-
-
 def _unary_constructor(op: AluOp) -> staticmethod:
     """`AluExp.sin(a)` and friends: the op applied to `a`, in `a`'s dtype."""
 
@@ -167,53 +168,30 @@ class AluExp:
         object.__setattr__(self, "op", op)
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "src", src)
+        if not all(isinstance(s, AluExp) for s in src):
+            bad = next(s for s in src if not isinstance(s, AluExp))
+            raise TypeError(f"{op} operands must be AluExp, got {type(bad).__name__}")
         n = _ARITY.get(op)
         if n is not None and len(src) != n:
             raise TypeError(f"{op} takes {n} operands, got {len(src)}")
-        if op in AluGroup.RequiredFloat and not is_float(dtype):
-            raise TypeError(f"Unsupported dtype for {op}: {dtype}")
-        if op == AluOp.BitCombine:
-            a, b = src[0].dtype, src[1].dtype
-            if a != b or is_float(a) or self.arg not in ("and", "or", "xor"):
-                raise TypeError(f"BitCombine[{self.arg}] requires matching integral dtype, got {a} and {b}")
-        elif op == AluOp.BitShift:
-            if any(s.dtype == DType.bool or is_float(s.dtype) for s in src) or self.arg not in ("shl", "shr"):
-                a, b = src[0].dtype, src[1].dtype
-                msg = f"BitShift[{self.arg}] requires two integral, non-bool dtypes, got {a} and {b}"
-                raise TypeError(msg)
-        elif op == AluOp.Bitcast:
-            s = src[0].dtype
-            if s == DType.bool or dtype == DType.bool or byte_width(s) != byte_width(dtype):
-                raise TypeError(f"Bitcast from {s} -> {dtype}")
-        elif op == AluOp.Threefry2x32:
-            if dtype != DType.uint32 or any(s.dtype != DType.uint32 for s in src):
-                raise TypeError("Threefry2x32 requires uint32 types")
-            if self.arg not in ("xor", 0, 1):
-                raise ValueError(f"Invalid Threefry2x32 mode: {self.arg}")
-        elif op == AluOp.Const:
-            if not isinstance(self.arg, int | float | np.number):
-                raise TypeError(f"Expected a number for constant, got {type(self.arg).__name__}: {self.arg}")
-        elif op in (AluOp.Cmplt, AluOp.Cmpne) and dtype != DType.bool:
-            raise TypeError(f"{op} produces bool, not {dtype}")
+        _check_types(self)
+        # The digest is made here, from the operands' digests, so no traversal ever recurses.
+        h = hashlib.blake2b(digest_size=16)
+        h.update(f"{op}|{dtype}|{_arg_key(self)}|{len(src)}".encode())
+        for s in src:
+            h.update(s._key.encode())
+        object.__setattr__(self, "_key", h.hexdigest())
 
     # ---- identity -------------------------------------------------------------------------
     def key(self) -> str:
         """A structural digest, stable across processes: equal keys mean equal expressions."""
-        d = self.__dict__.get("_key")
-        if d is None:
-            h = hashlib.blake2b(digest_size=16)
-            h.update(f"{self.op}|{self.dtype}|{_arg_key(self)}|{len(self.src)}".encode())
-            for s in self.src:
-                h.update(s.key().encode())
-            d = h.hexdigest()
-            object.__setattr__(self, "_key", d)
-        return d
+        return self._key  # type: ignore[attr-defined]
 
     def __hash__(self) -> int:
-        return int(self.key()[:15], 16)
+        return int(self._key[:15], 16)  # type: ignore[attr-defined]
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (isinstance(other, AluExp) and self.key() == other.key())
+        return self is other or (isinstance(other, AluExp) and self._key == other._key)  # type: ignore[attr-defined]
 
     # ---- constructors -------------------------------------------------------------------
     @staticmethod
@@ -221,7 +199,8 @@ class AluExp:
         dtype = DType(dtype)
         v = const_value(dtype, value)
         if dtype in (DType.float32, DType.float16):
-            v = float(np.asarray(v, dtype=np.float32 if dtype == DType.float32 else np.float16))
+            with np.errstate(over="ignore"):  # out of range rounds to +-inf, as a device would
+                v = float(np.asarray(v, dtype=np.float32 if dtype == DType.float32 else np.float16))
         return AluExp(AluOp.Const, dtype, (), v)
 
     @staticmethod
@@ -375,20 +354,14 @@ class AluExp:
     def rewrite(self, fn: Callable[[AluExp], AluExp | None]) -> AluExp:
         """Post-order rebuild: `fn` may return a replacement for each node, or None to keep it."""
         memo: dict[str, AluExp] = {}
-
-        def go(node: AluExp) -> AluExp:
+        for node in self.nodes():
             k = node.key()
-            hit = memo.get(k)
-            if hit is not None:
-                return hit
-            new_src = tuple(go(s) for s in node.src)
+            new_src = tuple(memo[s.key()] for s in node.src)
             if any(a is not b for a, b in zip(new_src, node.src)):
                 node = AluExp(node.op, node.dtype, new_src, node.arg)
             out = fn(node)
             memo[k] = node if out is None else out
-            return memo[k]
-
-        return go(self)
+        return memo[self.key()]
 
     def substitute(self, mapping: Mapping[str, AluExp]) -> AluExp:
         """Replace Variables by name (never Specials); dtypes must agree."""
@@ -462,18 +435,112 @@ class AluExp:
 
     # ---- printing -----------------------------------------------------------------------
     def __str__(self) -> str:
-        memo: dict[str, str] = {}
-
-        def go(e: AluExp) -> str:
-            k = e.key()
-            if k not in memo:
-                memo[k] = _format(e, [go(s) for s in e.src])
-            return memo[k]
-
-        return go(self)
+        return _print(self)
 
     def __repr__(self) -> str:
         return f"AluExp({self})"
+
+
+def pending(root: AluExp, done: Callable[[AluExp], bool]) -> list[AluExp]:
+    """The nodes under `root` (itself included) that are not `done`, operands before users.
+
+    Nodes that are done are not descended into, so repeated calls over a growing expression
+    cost only what is new. Iterative, so any depth is fine."""
+    out: list[AluExp] = []
+    seen: set[int] = set()
+    stack: list[tuple[AluExp, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            out.append(node)
+            continue
+        if id(node) in seen or done(node):
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((s, False) for s in reversed(node.src))
+    return out
+
+
+_INDEX_DTYPES = (DType.int32, DType.uint32)
+
+
+def _check_types(e: AluExp) -> None:
+    """The dtype rules of each op, checked when the node is built, so that no backend ever sees
+    an ill-typed tree (one would compute something, another fail deep in its compiler).
+
+    Arithmetic (Add..Max), comparisons and Where's branches take operands of one dtype (the
+    constructors lift Python numbers to it); the result is that dtype (bool for comparisons).
+    BitShift alone may mix int32 and uint32 (the count's sign does not matter: counts are mod 32).
+    """
+    op, dtype, src = e.op, e.dtype, e.src
+    d = [s.dtype for s in src]
+
+    def fail(rule: str) -> None:
+        got = ", ".join(map(str, d)) if d else "no operands"
+        raise TypeError(f"{op} -> {dtype} {rule}; got operands {got}")
+
+    if op in AluGroup.RequiredFloat and not is_float(dtype):
+        raise TypeError(f"Unsupported dtype for {op}: {dtype}")
+    if op in _ARITH:
+        if d[0] != dtype or d[1] != dtype:
+            fail("takes two operands of its own dtype")
+    elif op in AluGroup.Compare:
+        if dtype != DType.bool:
+            raise TypeError(f"{op} produces bool, not {dtype}")
+        if d[0] != d[1]:
+            fail("compares two operands of one dtype")
+    elif op == AluOp.BitCombine:
+        if d[0] != d[1] or is_float(d[0]) or e.arg not in ("and", "or", "xor"):
+            raise TypeError(f"BitCombine[{e.arg}] requires matching integral dtype, got {d[0]} and {d[1]}")
+        if dtype != d[0]:
+            fail("produces its operands' dtype")
+    elif op == AluOp.BitShift:
+        if any(t not in _INDEX_DTYPES for t in d) or e.arg not in ("shl", "shr"):
+            msg = f"BitShift[{e.arg}] requires two integral, non-bool dtypes, got {d[0]} and {d[1]}"
+            raise TypeError(msg)
+        if dtype != d[0]:
+            fail("produces its first operand's dtype")
+    elif op in AluGroup.Unary and op not in (AluOp.Cast, AluOp.Bitcast):
+        if d[0] != dtype:
+            fail("produces its operand's dtype")
+    elif op == AluOp.Bitcast:
+        s = d[0]
+        if s == DType.bool or dtype == DType.bool or byte_width(s) != byte_width(dtype):
+            raise TypeError(f"Bitcast from {s} -> {dtype}")
+    elif op == AluOp.Where:
+        if d[0] != DType.bool:
+            fail("needs a bool condition")
+        if d[1] != dtype or d[2] != dtype:
+            fail("takes two branches of its own dtype")
+    elif op == AluOp.Threefry2x32:
+        if dtype != DType.uint32 or any(t != DType.uint32 for t in d):
+            raise TypeError("Threefry2x32 requires uint32 types")
+        if e.arg not in ("xor", 0, 1):
+            raise ValueError(f"Invalid Threefry2x32 mode: {e.arg}")
+    elif op == AluOp.Const:
+        a = e.arg
+        if not isinstance(a, int | float | np.number):
+            raise TypeError(f"Expected a number for constant, got {type(a).__name__}: {a}")
+        if not is_float(dtype) and const_value(dtype, a) != a:
+            raise TypeError(f"Const {a!r} is not a value of {dtype} (build constants with AluExp.const)")
+    elif op == AluOp.Special:
+        a = e.arg
+        ok = isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str) and isinstance(a[1], int)
+        if not ok or a[1] < 0 or dtype not in _INDEX_DTYPES:
+            raise TypeError(f"Special needs an integer dtype and (name, n >= 0), got {dtype} and {a!r}")
+    elif op == AluOp.Variable:
+        if not isinstance(e.arg, str):
+            raise TypeError(f"Variable needs a name, got {e.arg!r}")
+    elif op == AluOp.GlobalIndex:
+        if d[0] not in _INDEX_DTYPES:
+            fail("needs an int32 or uint32 index")
+    elif op == AluOp.GlobalView:
+        if any(t != DType.int32 for t in d):
+            fail("needs int32 indices")
+
+
+_ARITH = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv, AluOp.Mod, AluOp.Min, AluOp.Max})
 
 
 def _lift(x: AluExp | float | int | bool, like: AluExp | float | int | bool) -> AluExp:
@@ -495,33 +562,66 @@ def _arg_key(e: AluExp) -> str:
     return repr(a)
 
 
-def _format(e: AluExp, s: list[str]) -> str:
-    op = e.op
+# A node prints as literal text around its operands; an operand marked "strip" loses the
+# parentheses a binary operator prints around itself.
+_Piece = str | tuple[AluExp, bool]
+
+
+def _parenthesised(e: AluExp) -> bool:
+    return e.op in _SYMBOLS or e.op in (AluOp.BitCombine, AluOp.BitShift)
+
+
+def _template(e: AluExp) -> list[_Piece]:
+    op, s = e.op, e.src
     if op == AluOp.Const:
         if e.dtype == DType.bool:
-            return "true" if e.arg else "false"
-        return js_number_str(e.arg)
+            return ["true" if e.arg else "false"]
+        return [js_number_str(e.arg)]
     if op == AluOp.Variable:
-        return f"${e.arg}:{e.dtype}"
+        return [f"${e.arg}:{e.dtype}"]
     if op == AluOp.Special:
-        return f"#{e.arg[0]}{{{e.arg[1]}}}"
+        return [f"#{e.arg[0]}{{{e.arg[1]}}}"]
     if op == AluOp.GlobalIndex:
-        return f"G_{e.arg[0]}<{e.dtype}>[{_strip1(s[0])}]"
+        return [f"G_{e.arg[0]}<{e.dtype}>[", (s[0], True), "]"]
     if op == AluOp.GlobalView:
         st = e.arg[1]
         shape = ",".join(map(str, st.shape))
         strides = ",".join(map(str, st.last_strides))
         kind = "c" if st.contiguous else "nc"
-        return f"GV_{e.arg[0]}<{e.dtype}>{{{shape}:{strides}:{kind}}}[{', '.join(_strip1(x) for x in s)}]"
+        return [f"GV_{e.arg[0]}<{e.dtype}>{{{shape}:{strides}:{kind}}}[", *_listed(s), "]"]
     if op in _SYMBOLS:
-        return f"({s[0]} {_SYMBOLS[op]} {s[1]})"
+        return ["(", (s[0], False), f" {_SYMBOLS[op]} ", (s[1], False), ")"]
     if op in (AluOp.BitCombine, AluOp.BitShift):
-        return f"({s[0]} {_BIT_SYMBOLS[e.arg]} {s[1]})"
+        return ["(", (s[0], False), f" {_BIT_SYMBOLS[e.arg]} ", (s[1], False), ")"]
     if op == AluOp.Reciprocal:
-        return f"1/{s[0]}"
+        return ["1/", (s[0], False)]
     if op in (AluOp.Cast, AluOp.Bitcast):
-        return f"{op}<{e.dtype}>({_strip1(s[0])})"
-    return f"{op}({', '.join(_strip1(x) for x in s)})"
+        return [f"{op}<{e.dtype}>(", (s[0], True), ")"]
+    return [f"{op}(", *_listed(s), ")"]
+
+
+def _listed(src: tuple[AluExp, ...]) -> list[_Piece]:
+    out: list[_Piece] = []
+    for i, x in enumerate(src):
+        out += [", ", (x, True)] if i else [(x, True)]
+    return out
+
+
+def _print(root: AluExp) -> str:
+    """The text of an expression, written piece by piece: linear in its size at any depth."""
+    out: list[str] = []
+    stack: list[_Piece] = [(root, False)]
+    while stack:
+        piece = stack.pop()
+        if isinstance(piece, str):
+            out.append(piece)
+            continue
+        node, strip = piece
+        pieces = _template(node)
+        if strip and _parenthesised(node):
+            pieces = pieces[1:-1]
+        stack.extend(reversed(pieces))
+    return "".join(out)
 
 
 class AluVar:

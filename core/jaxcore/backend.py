@@ -10,21 +10,22 @@ defaults and tracing, so that no plugin writes them again.
 from __future__ import annotations
 
 import json
+import operator
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import InitVar, dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, SupportsIndex, TypeVar, runtime_checkable
 
 from jaxcore import tracing
-from jaxcore.alu import AluGroup
+from jaxcore.alu import AluExp, AluGroup, AluOp
 from jaxcore.dtype import DType, byte_width
 from jaxcore.kernel import Kernel
 from jaxcore.routine import Routine
 
 if TYPE_CHECKING:
-    from jaxcore.alu import AluOp
     from jaxcore.routine import Routines
 
 Slot = int
@@ -62,12 +63,36 @@ class UnsupportedRoutineError(Exception):
         super().__init__(f"routine '{name}' is not supported in {device} backend")
 
 
-@dataclass(frozen=True)
+# Only `BaseBackend` holds this: an Executable cannot be made (or `dataclasses.replace`d) with a
+# `source` that its compiled `data` was not built from, or without the backend that built it.
+_PREPARED = object()
+
+
+@dataclass(frozen=True, eq=False)
 class Executable(Generic[T]):
-    """A prepared kernel or routine: what it computes (`source`) and the backend's compiled form."""
+    """A prepared kernel or routine: what it computes (`source`) and the backend's compiled form.
+
+    Made only by `prepare_kernel`/`prepare_routine`, and bound to the backend instance that made it:
+    dispatching it on another backend (even another instance of the same device) raises ValueError,
+    since its compiled form refers to that backend's memory and runtime.
+    """
 
     source: Kernel | Routine
     data: T
+    owner: InitVar[BaseBackend]
+    token: InitVar[object]
+    backend: str = field(init=False)
+    _owner: weakref.ReferenceType[BaseBackend] = field(init=False, repr=False)
+
+    def __post_init__(self, owner: BaseBackend, token: object) -> None:
+        if token is not _PREPARED:
+            raise TypeError("an Executable is made by a backend's prepare_kernel or prepare_routine")
+        object.__setattr__(self, "backend", owner.name)
+        object.__setattr__(self, "_owner", weakref.ref(owner))
+
+    def prepared_by(self, backend: object) -> bool:
+        """Whether `backend` (this very instance) prepared this executable."""
+        return self._owner() is backend
 
     @cached_property
     def _io_bytes(self) -> tuple[tuple[int, ...], tuple[int, ...], bool]:
@@ -83,15 +108,105 @@ class Executable(Generic[T]):
 
 
 @dataclass(frozen=True)
+class Undeclared:
+    """Why a `Capabilities` does not cover a kernel or routine: the first thing it lacks.
+
+    `op` is None when the dtype itself is undeclared; `routine` marks a routine that is not listed.
+    """
+
+    op: AluOp | Routines | str | None
+    dtype: DType | None
+    reason: str
+    routine: bool = False
+
+    def error(self, device: str) -> Exception:
+        """The exception `prepare_*` raises for it on `device`."""
+        if self.routine:
+            return UnsupportedRoutineError(str(self.op), device)
+        return UnsupportedOpError(self.op, self.dtype or "?", device)
+
+
+# Index arithmetic is int32, and its conditions (clamps, Where in an index) bool, on every device.
+_INDEX_DTYPES = frozenset({DType.int32, DType.bool})
+_INDEX_VARIABLES = frozenset({"gidx", "ridx"})
+_READS = (AluOp.GlobalIndex, AluOp.GlobalView)
+
+
+def _positional(kernel: Kernel) -> set[str]:
+    """Keys of the int32/bool nodes computed from gidx/ridx (and constants) alone: the position."""
+    pos: set[str] = set()
+    for node in kernel.nodes():  # post-order: sources first
+        if node.op == AluOp.Variable:
+            ok = node.arg in _INDEX_VARIABLES
+        elif node.op in _READS or node.op == AluOp.Const or node.dtype not in _INDEX_DTYPES:
+            ok = False
+        else:
+            srcs = [s.key() for s in node.src]
+            ok = any(k in pos for k in srcs) and all(
+                k in pos or s.op == AluOp.Const for k, s in zip(srcs, node.src)
+            )
+        if ok:
+            pos.add(node.key())
+    return pos
+
+
+def _index_only(kernel: Kernel) -> set[str]:
+    """Keys of the nodes that are index arithmetic (see `Capabilities`): int32 or bool, not buffer
+    reads, and reached only through the index operands of GlobalIndex/GlobalView or below a
+    non-result node that computes from the position (gidx/ridx) alone."""
+    roots = [kernel.exp] + (
+        [kernel.reduction.epilogue] if kernel.reduction and kernel.reduction.epilogue else []
+    )
+    positional = _positional(kernel)
+    value: set[str] = set()
+    index: dict[str, AluExp] = {}
+    stack: list[tuple[AluExp, bool]] = [(r, False) for r in roots]
+    while stack:
+        node, in_index = stack.pop()
+        k = node.key()
+        in_index = in_index or (k in positional and node not in roots)
+        seen = index if in_index else value
+        if k in seen:
+            continue
+        if in_index:
+            index[k] = node
+        else:
+            value.add(k)
+        below_is_index = in_index or node.op in _READS
+        stack.extend((src, below_is_index) for src in node.src)
+    return {k for k, n in index.items() if k not in value and n.dtype in _INDEX_DTYPES and n.op not in _READS}
+
+
+def _is_index_variable(node: AluExp) -> bool:
+    return (node.op == AluOp.Variable and node.arg in _INDEX_VARIABLES) or node.op == AluOp.Special
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a backend declares it can do; tests, the suite and the CLI read this, never a device name.
 
-    `unsupported_ops` lists (op, dtype) pairs that raise `UnsupportedOpError` although the dtype
-    is otherwise supported (a comparison by its operands' dtype; a routine name by any of its
-    input or output dtypes). `tolerances` may loosen the suite's default float tolerances per
-    (op name, dtype) as (rtol, atol); an honest backend keeps it small and documented.
-    `reference` marks a backend whose results define the contract (the differential tests
-    compare other devices against it).
+    One rule decides what a kernel needs (`undeclared`, used by `BaseBackend` at prepare time and
+    by the conformance suite alike):
+
+    - every node needs its dtype in `dtypes`, and (op, dtype) not in `unsupported_ops`; a
+      comparison (Cmplt, Cmpne) is declared by its operands' dtype, since its own is always bool;
+    - index arithmetic is not governed by `dtypes` or `unsupported_ops`: it is int32 on every
+      device, and every device must compute it. That is `gidx`/`ridx`; the int32 (and bool, for
+      conditions) nodes that only feed the index operands of GlobalIndex/GlobalView; and the
+      int32/bool nodes computed from gidx/ridx and constants alone (a view's mask, a Where that
+      selects by position), unless such a node is the kernel's result. A buffer read is data,
+      never index arithmetic: a gather through an int32 buffer needs int32 declared. So a
+      float32-only device runs every float32 kernel, however its indices are computed;
+    - a routine needs its name in `routines`, each input and output dtype in `dtypes`, and no
+      (routine name, dtype) pair in `unsupported_ops`.
+
+    `handles_aliasing`: the backend's `_run` computes correctly when an output slot is also an
+    input (the result is as if every input were read before the output is written). When False
+    (the default), `BaseBackend.dispatch` runs such a dispatch into a temporary and copies it
+    over the output with `_copy_buffer`. `tolerances` may loosen the suite's default float
+    tolerances per (op name, dtype) as (rtol, atol); an honest backend keeps it small and
+    documented. `reference` marks a backend whose results define the contract (the differential
+    tests compare other devices against it).
     """
 
     dtypes: frozenset[DType]
@@ -102,6 +217,7 @@ class Capabilities:
     device_timestamps: bool = False
     tolerances: tuple[tuple[str, DType, float, float], ...] = ()
     reference: bool = False
+    handles_aliasing: bool = False
     description: str = ""
 
     def supports_dtype(self, dtype: DType) -> bool:
@@ -110,27 +226,136 @@ class Capabilities:
     def supports_op(self, op: AluOp, dtype: DType) -> bool:
         return dtype in self.dtypes and (op, dtype) not in self.unsupported_ops
 
+    @staticmethod
+    def declared_dtype(node: AluExp) -> DType:
+        """The dtype a node is declared by: its operands' for a comparison, else its own."""
+        return node.src[0].dtype if node.op in AluGroup.Compare else node.dtype
+
+    def declares(self, node: AluExp) -> bool:
+        """Whether one node, taken as data (not index arithmetic), is declared."""
+        return self._node_gap(node) is None
+
+    def _node_gap(self, node: AluExp) -> Undeclared | None:
+        dtype = self.declared_dtype(node)
+        if dtype not in self.dtypes:
+            return Undeclared(None, dtype, f"dtype {dtype} is not declared")
+        if (node.op, dtype) in self.unsupported_ops:
+            return Undeclared(node.op, dtype, f"{node.op}<{dtype}> is in unsupported_ops")
+        return None
+
+    def governed_nodes(self, kernel: Kernel) -> Iterator[AluExp]:
+        """The nodes of `kernel` its declarations govern: all but index arithmetic (see above)."""
+        exempt = _index_only(kernel)
+        for node in kernel.nodes():
+            if not _is_index_variable(node) and node.key() not in exempt:
+                yield node
+
+    def undeclared(self, source: Kernel | Routine) -> Undeclared | None:
+        """The first thing `source` needs that these capabilities do not declare, or None."""
+        if isinstance(source, Kernel):
+            for node in self.governed_nodes(source):
+                gap = self._node_gap(node)
+                if gap is not None:
+                    return gap
+            return None
+        if source.name not in self.routines:
+            return Undeclared(source.name, None, f"routine {source.name} is not declared", routine=True)
+        for dt in (*source.type.input_dtypes, *source.type.output_dtypes):
+            if dt not in self.dtypes:
+                return Undeclared(None, dt, f"dtype {dt} is not declared")
+            if (source.name, dt) in self.unsupported_ops or (str(source.name), dt) in self.unsupported_ops:
+                return Undeclared(source.name, dt, f"{source.name}<{dt}> is in unsupported_ops")
+        return None
+
 
 @runtime_checkable
 class Backend(Protocol):
-    """What the frontend, the suite and the CLI need from a device."""
+    """What the frontend, the suite and the CLI need from a device; `BaseBackend` implements all of it.
+
+    Threads: every method may be called from several threads at once. Dispatch order is kept: a
+    dispatch sees the writes of every dispatch issued before it on this backend (from one thread, in
+    call order; across threads, in the order the calls happened), however asynchronous the device.
+    """
 
     name: str
+    """The device name it was registered as (the registry checks that they match)."""
+
     capabilities: Capabilities
+    """What it computes, as data: the registry, the suite and frontends read this, never the name."""
 
     @property
-    def max_args(self) -> int: ...
+    def max_args(self) -> int:
+        """The most input buffers one kernel may read (`capabilities.max_args`)."""
+        ...
 
-    def malloc(self, size: int, initial_data: bytes | bytearray | memoryview | None = None) -> Slot: ...
-    def inc_ref(self, slot: Slot) -> None: ...
-    def dec_ref(self, slot: Slot) -> None: ...
-    def read(self, slot: Slot, start: int = 0, count: int | None = None) -> bytes: ...
-    def prepare_kernel(self, kernel: Kernel) -> Executable: ...
-    def prepare_routine(self, routine: Routine) -> Executable: ...
-    def dispatch(self, exe: Executable, inputs: list[Slot], outputs: list[Slot]) -> None: ...
-    async def read_async(self, slot: Slot, start: int = 0, count: int | None = None) -> bytes: ...
-    async def prepare_kernel_async(self, kernel: Kernel) -> Executable: ...
-    async def prepare_routine_async(self, routine: Routine) -> Executable: ...
+    def malloc(self, size: SupportsIndex, initial_data: bytes | bytearray | memoryview | None = None) -> Slot:
+        """A new buffer of `size` bytes (0 allowed) with refcount 1.
+
+        Without `initial_data` its contents are unspecified (it may hold a freed buffer's bytes); with
+        it, `initial_data` must be exactly `size` bytes (ValueError). A negative or non-integer size is a
+        ValueError; one above `capabilities.max_buffer_bytes` a MemoryError.
+        """
+        ...
+
+    def inc_ref(self, slot: SupportsIndex) -> None:
+        """Add a reference to a live slot; SlotError if it is unknown or freed."""
+        ...
+
+    def dec_ref(self, slot: SupportsIndex) -> None:
+        """Drop a reference; at zero the buffer is freed once pending work that writes it is done.
+        SlotError if the slot is unknown or already freed."""
+        ...
+
+    def read(
+        self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
+    ) -> bytes:
+        """Bytes [start, start+count) of the slot (to its end when count is None).
+
+        Waits for pending work that writes this slot (everything dispatched before), and only for
+        that. A range outside the buffer is a ValueError; an unknown or freed slot a SlotError.
+        """
+        ...
+
+    def prepare_kernel(self, kernel: Kernel) -> Executable:
+        """Compile a kernel (cached by `kernel.key()`; safe to call from several threads at once).
+
+        Raises UnsupportedOpError here, at prepare time, for any dtype or (op, dtype) the
+        capabilities do not declare (never a wrong answer later), and ValueError when
+        `kernel.nargs > max_args`.
+        """
+        ...
+
+    def prepare_routine(self, routine: Routine) -> Executable:
+        """Prepare a routine; UnsupportedRoutineError if it is not declared, UnsupportedOpError if one
+        of its dtypes is not."""
+        ...
+
+    def dispatch(
+        self, exe: Executable, inputs: Sequence[SupportsIndex], outputs: Sequence[SupportsIndex]
+    ) -> None:
+        """Run `exe` (made by this backend) on input slots, writing output slots; may return before the
+        device finishes (`read` waits).
+
+        Checks counts and sizes first (ValueError): a kernel input holds at least what it reads, its one
+        output exactly `kernel.bytes`; routine buffers exactly their shapes. An output may also be an
+        input: the result is as if every input were read before any output is written. Runs after every
+        earlier dispatch on this backend.
+        """
+        ...
+
+    async def read_async(
+        self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
+    ) -> bytes:
+        """`read` without blocking the event loop (same result and errors)."""
+        ...
+
+    async def prepare_kernel_async(self, kernel: Kernel) -> Executable:
+        """`prepare_kernel` without blocking the event loop (same result and errors)."""
+        ...
+
+    async def prepare_routine_async(self, routine: Routine) -> Executable:
+        """`prepare_routine` without blocking the event loop (same result and errors)."""
+        ...
 
 
 @dataclass
@@ -192,11 +417,19 @@ class BaseBackend:
     def _compile_routine(self, routine: Routine) -> Any:
         raise UnsupportedRoutineError(routine.name, self.name)
 
-    def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> None:
+    def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> float | None:
+        """Run a compiled kernel or routine on handles; may return the device time in seconds."""
         raise NotImplementedError
 
     def _synchronize(self, handle: Any | None = None) -> None:
         """Wait until pending work that writes `handle` (or all work) is done. Sync devices need nothing."""
+
+    def _copy_buffer(self, src_handle: Any, dst_handle: Any, nbytes: int) -> None:
+        """Copy the first `nbytes` of one device buffer over another's, in dispatch order (how an
+        aliased dispatch's temporary reaches its output). The default goes through the host; a
+        device overrides it with a copy on the device."""
+        self._synchronize(src_handle)
+        self._copyin(dst_handle, memoryview(self._copyout(src_handle, 0, nbytes)))
 
     def _release(self, handle: Any) -> None:
         """Give back the storage of a slot whose last reference went. By default wait for pending work
@@ -209,9 +442,8 @@ class BaseBackend:
     def max_args(self) -> int:
         return self.capabilities.max_args
 
-    def malloc(self, size: int, initial_data: bytes | bytearray | memoryview | None = None) -> Slot:
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise ValueError(f"malloc size must be a non-negative int, got {size!r}")
+    def malloc(self, size: SupportsIndex, initial_data: bytes | bytearray | memoryview | None = None) -> Slot:
+        size = _count("malloc size", size)
         if size > self.capabilities.max_buffer_bytes:
             raise MemoryError(
                 f"{self.name}: buffer of {size} bytes exceeds the device limit of "
@@ -233,37 +465,52 @@ class BaseBackend:
             self._buffers[slot] = _Buffer(handle, size)
         return slot
 
-    def _buffer(self, slot: Slot) -> _Buffer:
-        buf = self._buffers.get(slot) if isinstance(slot, int) else None
+    def _buffer(self, slot: object) -> _Buffer:
+        if type(slot) is int:
+            buf = self._buffers.get(slot)
+            if buf is not None:
+                return buf
+        return self._bad_slot(slot)
+
+    def _bad_slot(self, slot: object) -> _Buffer:
+        """Raise the SlotError for `slot`; a numpy integer that names a live slot is that slot."""
+        if isinstance(slot, bool):
+            raise SlotError(slot, "a bool is not a slot")
+        try:
+            index = operator.index(slot)  # type: ignore[arg-type]
+        except TypeError:
+            raise SlotError(slot, f"a slot is an integer, not {type(slot).__name__}") from None
+        buf = None if type(slot) is int else self._buffers.get(index)
         if buf is None:
-            why = "freed" if isinstance(slot, int) and 0 < slot < self._next_slot else "never allocated"
-            raise SlotError(slot, why)
+            raise SlotError(slot, "freed" if 0 < index < self._next_slot else "never allocated")
         return buf
 
-    def inc_ref(self, slot: Slot) -> None:
+    def inc_ref(self, slot: SupportsIndex) -> None:
         with self._lock:
             self._buffer(slot).refs += 1
 
-    def dec_ref(self, slot: Slot) -> None:
+    def dec_ref(self, slot: SupportsIndex) -> None:
         with self._lock:
             buf = self._buffer(slot)
             buf.refs -= 1
             if buf.refs > 0:
                 return
-            del self._buffers[slot]
+            del self._buffers[operator.index(slot)]
         self._release(buf.handle)
 
-    def size_of(self, slot: Slot) -> int:
+    def size_of(self, slot: SupportsIndex) -> int:
         """The byte size of a live slot."""
         return self._buffer(slot).size
 
     def live_slots(self) -> int:
         return len(self._buffers)
 
-    def read(self, slot: Slot, start: int = 0, count: int | None = None) -> bytes:
+    def read(
+        self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
+    ) -> bytes:
         buf = self._buffer(slot)
-        if count is None:
-            count = buf.size - start
+        start = _integer("read start", start)
+        count = buf.size - start if count is None else _integer("read count", count)
         if start < 0 or count < 0 or start + count > buf.size:
             raise ValueError(
                 f"read of bytes [{start}, {start + count}) is outside slot {slot} of {buf.size} bytes"
@@ -301,37 +548,28 @@ class BaseBackend:
                     f"kernel has {kernel.nargs} inputs; {self.name} takes at most {self.max_args}"
                 )
             self._check_ops(kernel)
-            exe = Executable(kernel, self._compile_kernel(kernel))
+            exe = Executable(kernel, self._compile_kernel(kernel), self, _PREPARED)
             self.stats.kernel_compiles += 1
             return exe
 
         return self._cached(self._kernel_cache, key, build)
 
     def _check_ops(self, kernel: Kernel) -> None:
-        """Raise UnsupportedOpError for any dtype or (op, dtype) the capabilities exclude.
-
-        A comparison is declared by its operands' dtype, since its own dtype is always bool.
-        """
-        caps = self.capabilities
-        for node in kernel.nodes():
-            dtype = node.src[0].dtype if node.op in AluGroup.Compare else node.dtype
-            if dtype not in caps.dtypes:
-                raise UnsupportedOpError(None, dtype, self.name)
-            if not caps.supports_op(node.op, dtype):
-                raise UnsupportedOpError(node.op, dtype, self.name)
+        """Raise UnsupportedOpError for what the capabilities do not declare (`Capabilities.undeclared`:
+        comparisons by operand dtype; index arithmetic is int32 everywhere and exempt)."""
+        gap = self.capabilities.undeclared(kernel)
+        if gap is not None:
+            raise gap.error(self.name)
 
     def prepare_routine(self, routine: Routine) -> Executable:
         if not isinstance(routine, Routine):
             raise TypeError(f"prepare_routine takes a Routine, got {type(routine).__name__}")
 
         def build() -> Executable:
-            caps = self.capabilities
-            if routine.name not in caps.routines:
-                raise UnsupportedRoutineError(routine.name, self.name)
-            for dt in (*routine.type.input_dtypes, *routine.type.output_dtypes):
-                if dt not in caps.dtypes or (routine.name, dt) in caps.unsupported_ops:
-                    raise UnsupportedOpError(None, dt, self.name)
-            return Executable(routine, self._compile_routine(routine))
+            gap = self.capabilities.undeclared(routine)
+            if gap is not None:
+                raise gap.error(self.name)
+            return Executable(routine, self._compile_routine(routine), self, _PREPARED)
 
         return self._cached(self._routine_cache, routine.key(), build)
 
@@ -341,29 +579,74 @@ class BaseBackend:
     async def prepare_routine_async(self, routine: Routine) -> Executable:
         return await _in_thread(self.prepare_routine, routine)
 
-    async def read_async(self, slot: Slot, start: int = 0, count: int | None = None) -> bytes:
+    async def read_async(
+        self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
+    ) -> bytes:
         return await _in_thread(self.read, slot, start, count)
 
     # ---- dispatch ------------------------------------------------------------------------
-    def dispatch(self, exe: Executable, inputs: list[Slot], outputs: list[Slot]) -> None:
-        in_handles, out_handles = self._validate_dispatch(exe, list(inputs), list(outputs))
+    def dispatch(
+        self, exe: Executable, inputs: Sequence[SupportsIndex], outputs: Sequence[SupportsIndex]
+    ) -> None:
+        """Run `exe`; the result is as if every input were read before any output is written,
+        so an output slot may also be an input (in-place updates)."""
+        inputs, outputs = list(inputs), list(outputs)
+        in_handles, out_handles = self._validate_dispatch(exe, inputs, outputs)
         self.stats.dispatches += 1
+        aliased = None
+        if not self.capabilities.handles_aliasing:
+            for slot in outputs:  # a loop, not any(): this is the dispatch hot path
+                if slot in inputs:
+                    aliased = [i for i, s in enumerate(outputs) if s in inputs and exe._io_bytes[1][i]]
+                    break
         if not tracing.is_tracing():
-            self._run(exe, in_handles, out_handles)
+            if aliased:
+                self._run_aliased(exe, in_handles, out_handles, aliased)
+            else:
+                self._run(exe, in_handles, out_handles)
             return
         start = time.perf_counter()
-        device_time = self._run(exe, in_handles, out_handles)
+        if aliased:
+            device_time = self._run_aliased(exe, in_handles, out_handles, aliased)
+        else:
+            device_time = self._run(exe, in_handles, out_handles)
         end = time.perf_counter()
         tracing.record_dispatch(self.name, exe.source, start, end, device_time)
 
+    def _run_aliased(
+        self, exe: Executable, ins: list[Any], outs: list[Any], aliased: list[int]
+    ) -> float | None:
+        """`_run`, with each output in `aliased` (also an input) computed into a temporary, then copied."""
+        sizes = exe._io_bytes[1]
+        temps = {i: self._alloc(sizes[i]) for i in aliased}
+        try:
+            device_time = self._run(exe, ins, [temps.get(i, h) for i, h in enumerate(outs)])
+            for i, tmp in temps.items():
+                self._copy_buffer(tmp, outs[i], sizes[i])
+        finally:
+            for tmp in temps.values():
+                self._release(tmp)
+        return device_time
+
     def _validate_dispatch(
-        self, exe: Executable, inputs: list[Slot], outputs: list[Slot]
+        self, exe: Executable, inputs: list[SupportsIndex], outputs: list[SupportsIndex]
     ) -> tuple[list[Any], list[Any]]:
         if not isinstance(exe, Executable):
-            raise TypeError(f"dispatch takes an Executable, got {type(exe).__name__}")
+            raise TypeError(
+                f"dispatch takes an Executable from this backend's prepare_*, got {type(exe).__name__}"
+            )
+        if exe._owner() is not self:
+            raise ValueError(
+                f"this Executable was prepared by {_describe(exe._owner(), exe.backend)}, not by "
+                f"{_describe(self, self.name)} that dispatches it: prepare it on the backend that runs it"
+            )
         need_in, need_out, exact_in = exe._io_bytes
         if len(inputs) != len(need_in) or len(outputs) != len(need_out):
             raise ValueError(_wrong_count(exe.source, len(inputs), len(outputs)))
+        if len(outputs) > 1 and len(set(outputs)) != len(outputs):
+            raise ValueError(
+                f"output slots must be distinct (one slot cannot hold two results), got {outputs}"
+            )
         with self._lock:
             in_bufs = [self._buffer(s) for s in inputs]
             out_bufs = [self._buffer(s) for s in outputs]
@@ -379,6 +662,30 @@ class BaseBackend:
                     f"output {i} (slot {outputs[i]}) has {buf.size} bytes; exactly {need} are needed"
                 )
         return [b.handle for b in in_bufs], [b.handle for b in out_bufs]
+
+
+def _describe(backend: object, name: str) -> str:
+    if backend is None:
+        return f"a {name} backend that no longer exists"
+    return f"the {name} backend {type(backend).__name__} at 0x{id(backend):x}"
+
+
+def _integer(what: str, value: object) -> int:
+    """An integer argument, taken through `operator.index` (numpy integers work); bool is refused."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an integer, not bool")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, got {type(value).__name__}: {value!r}") from None
+
+
+def _count(what: str, value: object) -> int:
+    """A non-negative integer argument (a size)."""
+    n = _integer(what, value)
+    if n < 0:
+        raise ValueError(f"{what} must be non-negative, got {n}")
+    return n
 
 
 def _wrong_count(src: Kernel | Routine, n_in: int, n_out: int) -> str:

@@ -6,12 +6,15 @@ numpy arrays in their dtype's storage type, so every op rounds or wraps as a dev
 
 `Where` is lazy by masking: each branch is evaluated under the lanes that choose it, and
 global reads ignore masked-out lanes, so a padded view never reads out of bounds.
+
+Evaluation never recurses in Python: `_eval` is a generator that yields each operand it needs,
+`(node, mask)`, and `run` drives a stack of them, so an expression may be any depth.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,6 +27,9 @@ if TYPE_CHECKING:
 
 # read(node, index_array, mask) -> array of node.dtype's storage type, shaped like the index.
 Reader = Callable[["AluExp", np.ndarray, "np.ndarray | None"], np.ndarray]
+# What `_eval` yields (an operand to evaluate, under a mask) and is sent back (its value).
+Request = tuple["AluExp", "np.ndarray | None"]
+Steps = Generator[Request, np.ndarray, np.ndarray]
 
 _UNARY_NUMPY = {
     "Sin": np.sin,
@@ -54,19 +60,40 @@ class Interpreter:
         self._memo: dict[str, np.ndarray] = {}
 
     def run(self, exp: AluExp, mask: np.ndarray | None = None) -> np.ndarray:
-        # Memoise only unmasked values of nodes used more than once (`shared`, when given):
-        # holding every temporary alive would defeat the allocator's reuse of hot memory.
-        memo = mask is None and (self.shared is None or exp.key() in self.shared)
-        if memo:
-            hit = self._memo.get(exp.key())
-            if hit is not None:
-                return hit
-        out = self._eval(exp, mask)
-        if memo:
-            self._memo[exp.key()] = out
-        return out
+        hit = self._recall(exp, mask)
+        if hit is not None:
+            return hit
+        stack: list[tuple[AluExp, np.ndarray | None, Steps]] = [(exp, mask, self._eval(exp, mask))]
+        value: Any = None
+        while True:
+            node, node_mask, steps = stack[-1]
+            try:
+                child, child_mask = steps.send(value)
+            except StopIteration as done:
+                value = done.value
+                self._remember(node, node_mask, value)
+                stack.pop()
+                if not stack:
+                    return value
+                continue
+            value = self._recall(child, child_mask)
+            if value is None:
+                stack.append((child, child_mask, self._eval(child, child_mask)))
 
-    def _eval(self, e: AluExp, mask: np.ndarray | None) -> np.ndarray:
+    # Memoise only unmasked values of nodes used more than once (`shared`, when given):
+    # holding every temporary alive would defeat the allocator's reuse of hot memory.
+    def _memoised(self, exp: AluExp, mask: np.ndarray | None) -> bool:
+        return mask is None and (self.shared is None or exp.key() in self.shared)
+
+    def _recall(self, exp: AluExp, mask: np.ndarray | None) -> np.ndarray | None:
+        return self._memo.get(exp.key()) if self._memoised(exp, mask) else None
+
+    def _remember(self, exp: AluExp, mask: np.ndarray | None, value: np.ndarray) -> None:
+        if self._memoised(exp, mask):
+            self._memo[exp.key()] = value
+
+    def _eval(self, e: AluExp, mask: np.ndarray | None) -> Steps:
+        """The value of `e` under `mask`; yields `(operand, mask)` for each operand value it needs."""
         op = e.op.value
         storage = dt.to_numpy(e.dtype)
         if op == "Const":
@@ -77,26 +104,28 @@ class Interpreter:
                 raise KeyError(f"Missing {'special' if op == 'Special' else 'variable'}: {name}")
             return np.asarray(self.env[name]).astype(storage, copy=False)
         if op == "Where":
-            cond = self.run(e.src[0], mask) != 0
+            cond = (yield (e.src[0], mask)) != 0
             if cond.ndim == 0:
-                return self.run(e.src[1] if cond else e.src[2], mask)
+                return (yield (e.src[1] if cond else e.src[2], mask))
             m_true = cond if mask is None else (cond & mask)
             m_false = ~cond if mask is None else (~cond & mask)
-            a = self.run(e.src[1], m_true) if m_true.any() else np.zeros((), storage)
-            b = self.run(e.src[2], m_false) if m_false.any() else np.zeros((), storage)
+            a = (yield (e.src[1], m_true)) if m_true.any() else np.zeros((), storage)
+            b = (yield (e.src[2], m_false)) if m_false.any() else np.zeros((), storage)
             return np.where(cond, a, b).astype(storage, copy=False)
         if op == "GlobalIndex":
             if self.read is None:
                 raise RuntimeError("Missing globals function")
-            index = self.run(e.src[0], mask)
+            index = yield (e.src[0], mask)
             return self.read(e, index, mask)
         if op == "GlobalView":
             from jaxcore.alu import accessor_global
 
-            return self.run(accessor_global(e.dtype, e.arg[0], e.arg[1], list(e.src)), mask)
-        srcs = [self.run(s, mask) for s in e.src]
+            return (yield (accessor_global(e.dtype, e.arg[0], e.arg[1], list(e.src)), mask))
+        srcs = []
+        for s in e.src:
+            srcs.append((yield (s, mask)))
         if op in _BINARY:
-            return dt.arith(_BINARY[op], srcs[0], self._as(srcs[1], e.src[1].dtype, e.dtype), e.dtype)
+            return dt.arith(_BINARY[op], srcs[0], srcs[1], e.dtype)  # operands share e's dtype
         if op in _UNARY_NUMPY:
             with np.errstate(all="ignore"):
                 return np.asarray(_UNARY_NUMPY[op](srcs[0])).astype(storage, copy=False)
@@ -109,17 +138,13 @@ class Interpreter:
         if op == "Cmpne":
             return dt.compare("ne", srcs[0], srcs[1])
         if op == "BitCombine":
-            r = dt.bit_combine(e.arg, srcs[0], self._as(srcs[1], e.src[1].dtype, e.dtype))
+            r = dt.bit_combine(e.arg, srcs[0], srcs[1])
             return r.astype(storage, copy=False)
         if op == "BitShift":
             return dt.bit_shift(e.arg, srcs[0], srcs[1], e.dtype)
         if op == "Threefry2x32":
             return dt.threefry2x32(*srcs, mode=e.arg)
         raise NotImplementedError(f"Missing implementation for {op}")
-
-    @staticmethod
-    def _as(value: np.ndarray, src: DType, dst: DType) -> np.ndarray:
-        return value if src == dst else dt.cast(value, src, dst)
 
 
 def shared_nodes(*exps: AluExp | None) -> frozenset[str]:

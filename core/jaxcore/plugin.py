@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
+from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar, pending
 from jaxcore.backend import (
     API_VERSION,
     Backend,
@@ -37,6 +37,7 @@ from jaxcore.backend import (
     Executable,
     Slot,
     SlotError,
+    Undeclared,
     UnsupportedOpError,
     UnsupportedRoutineError,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "AluGroup",
     "AluOp",
     "AluVar",
+    "pending",
     "Backend",
     "BackendFactory",
     "BaseBackend",
@@ -142,6 +144,7 @@ __all__ = [
     "TuneResult",
     "TuneSize",
     "UnsupportedOpError",
+    "Undeclared",
     "UnsupportedRoutineError",
     "View",
     "arith",

@@ -4,6 +4,13 @@ The rules are tinygrad's index algebra as jax-js adopted it, kept only where sou
 contract: integer rules need the divisor/sign conditions stated in each rule, and floats are
 never reassociated or folded through `x*0` / `x+0`, since float32 rounds (and NaN and -0
 survive) per op.
+
+int32 and uint32 wrap. A range is of the value a node actually holds: where the exact result of
+Add/Sub/Mul/Idiv may leave the dtype, the node may wrap and its range is the dtype's full range.
+Rules that reason in Z (dividing a sum term by term, splitting off multiples of a modulus) only
+look through nodes that provably do not wrap (`_exact`); Add and Mul are a ring mod 2^32, so
+reassociating them is sound either way. Every traversal is iterative: an expression may be
+thousands of nodes deep.
 """
 
 from __future__ import annotations
@@ -11,14 +18,20 @@ from __future__ import annotations
 import math
 from functools import reduce
 
-from jaxcore.alu import AluExp, AluGroup, AluOp
+from jaxcore.alu import AluExp, AluGroup, AluOp, pending
 from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, is_float
 
 Range = tuple[float, float]
 _INF = math.inf
+_BOUNDS: dict[DType, tuple[int, int]] = {DType.int32: (INT32_MIN, INT32_MAX), DType.uint32: (0, UINT32_MAX)}
+# Ops whose exact integer result can leave the dtype (Idiv only at INT32_MIN / -1).
+_WRAPPING = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv})
 
 
 def _trunc_div(a: float, b: float) -> float:
+    if isinstance(a, int) and isinstance(b, int) and b != 0:
+        q = abs(a) // abs(b)
+        return q if (a < 0) == (b < 0) else -q
     if b == 0:
         if a == 0 or math.isnan(a):
             return math.nan
@@ -28,26 +41,48 @@ def _trunc_div(a: float, b: float) -> float:
 
 
 def value_range(e: AluExp) -> Range:
-    """Conservative [min, max] of an expression, assuming ints do not overflow and floats are not NaN."""
+    """Conservative [min, max] of the values an expression takes (ints wrapping, floats assumed
+    not NaN). Integer ranges are finite: an unknown int32 is [INT32_MIN, INT32_MAX]."""
     cached = e.__dict__.get("_range")
     if cached is not None:
         return cached
+    for node in pending(e, lambda n: "_range" in n.__dict__):
+        _set_range(node)
+    return e.__dict__["_range"]
+
+
+def _exact(e: AluExp) -> bool:
+    """Whether the node's value is its op applied to its operands' values in Z: it cannot wrap."""
+    value_range(e)
+    return not e.__dict__["_wraps"]
+
+
+def _set_range(e: AluExp) -> None:
     lo, hi = _range_inner(e)
     if math.isnan(lo) or math.isnan(hi):
         lo, hi = -_INF, _INF
+    wraps = False
     if e.dtype == DType.bool:
         # A bool op's value is (its integer result != 0): 0 is possible iff the raw range holds 0.
         lo, hi = (0 if lo <= 0 <= hi else 1), (0 if lo == hi == 0 else 1)
-    elif e.dtype == DType.uint32:
-        lo = max(lo, 0)
-    r = (lo, hi)
-    object.__setattr__(e, "_range", r)
-    return r
+    elif e.dtype in _BOUNDS:
+        blo, bhi = _BOUNDS[e.dtype]
+        if lo < blo or hi > bhi:
+            if e.op in _WRAPPING:
+                # The exact result may leave the dtype: it wraps, to anything.
+                wraps, lo, hi = True, blo, bhi
+            else:
+                # Values never leave the dtype; an unbounded estimate just means unknown.
+                lo, hi = max(lo, blo), min(hi, bhi)
+        if lo > hi:
+            lo, hi = blo, bhi
+    object.__setattr__(e, "_range", (lo, hi))
+    object.__setattr__(e, "_wraps", wraps)
 
 
 def _range_inner(e: AluExp) -> Range:
     op = e.op
-    s = [value_range(x) for x in e.src]
+    s = [x.__dict__["_range"] for x in e.src]  # `pending` ranged the operands first
     try:
         if op == AluOp.Const:
             return (e.arg, e.arg)
@@ -123,6 +158,8 @@ def _cast_range(dst: DType, src: DType, r: Range) -> Range:
         a, b = (max(bounds[0], min(bounds[1], math.trunc(v))) for v in (lo, hi))
         if not is_float(src) and (lo < bounds[0] or hi > bounds[1]):
             return (-_INF, _INF) if dst == DType.int32 else (0, _INF)  # wraps
+        if is_float(src):
+            a, b = min(a, 0), max(b, 0)  # NaN casts to 0, and float ranges do not exclude NaN
         return (a, b)
     return r
 
@@ -135,10 +172,24 @@ def _is_const_int(e: AluExp) -> bool:
 
 
 def _const_factor(e: AluExp) -> int:
+    """A constant that visibly divides `e` (through Adds and Muls that do not wrap)."""
+    memo: dict[int, int] = {}
+    for n in pending(e, lambda n: not _looked_through(n)):
+        memo[id(n)] = _const_factor_one(n, memo)
+    return memo[id(e)] if id(e) in memo else _const_factor_one(e, memo)
+
+
+def _looked_through(e: AluExp) -> bool:
+    return e.op in (AluOp.Add, AluOp.Mul) and _exact(e)
+
+
+def _const_factor_one(e: AluExp, memo: dict[int, int]) -> int:
     if e.op == AluOp.Const and not is_float(e.dtype):
         return abs(int(e.arg))
+    if not _exact(e):
+        return 1
     if e.op == AluOp.Add:
-        return math.gcd(_const_factor(e.src[0]), _const_factor(e.src[1]))
+        return math.gcd(*(memo[id(s)] if id(s) in memo else _const_factor_one(s, memo) for s in e.src))
     if e.op == AluOp.Mul:
         if _is_const_int(e.src[0]):
             return abs(int(e.src[0].arg))
@@ -148,30 +199,45 @@ def _const_factor(e: AluExp) -> int:
 
 
 def _divides(e: AluExp, v: int) -> AluExp | None:
-    """e / v as an exact expression, or None when v does not visibly divide e."""
+    """e / v as an exact expression, or None when v does not visibly divide e.
+
+    Only Adds and Muls that do not wrap are looked through: (x*y mod 2^32) / v is not (x/v)*y."""
     if v == 1:
         return e
     if v == 0:
         return None
+    memo: dict[int, AluExp | None] = {}
+    for n in pending(e, lambda n: not _looked_through(n)):
+        memo[id(n)] = _divides_one(n, v, memo)
+    return memo[id(e)] if id(e) in memo else _divides_one(e, v, memo)
+
+
+def _divides_one(e: AluExp, v: int, memo: dict[int, AluExp | None]) -> AluExp | None:
     if e.op == AluOp.Const and not is_float(e.dtype):
         return AluExp.const(e.dtype, int(e.arg) // v) if int(e.arg) % v == 0 else None
+    if e.op not in (AluOp.Add, AluOp.Mul) or not _exact(e):
+        return None
+    a, b = (memo[id(s)] if id(s) in memo else _divides_one(s, v, memo) for s in e.src)
     if e.op == AluOp.Add:
-        a, b = _divides(e.src[0], v), _divides(e.src[1], v)
         return AluExp.add(a, b) if a is not None and b is not None else None
-    if e.op == AluOp.Mul:
-        a = _divides(e.src[0], v)
-        if a is not None:
-            return AluExp.mul(a, e.src[1])
-        b = _divides(e.src[1], v)
-        if b is not None:
-            return AluExp.mul(e.src[0], b)
+    if a is not None:
+        return AluExp.mul(a, e.src[1])
+    if b is not None:
+        return AluExp.mul(e.src[0], b)
     return None
 
 
 def _split(e: AluExp, op: AluOp) -> list[AluExp]:
-    if e.op == op:
-        return _split(e.src[0], op) + _split(e.src[1], op)
-    return [e]
+    """The operands of a tree of `op` nodes, left to right; a node that may wrap is one operand."""
+    out: list[AluExp] = []
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if n.op == op and _exact(n):
+            stack.extend(reversed(n.src))
+        else:
+            out.append(n)
+    return out
 
 
 def _sum_right(terms: list[AluExp]) -> AluExp:
@@ -180,6 +246,11 @@ def _sum_right(terms: list[AluExp]) -> AluExp:
 
 def _sum_left(terms: list[AluExp]) -> AluExp:
     return reduce(AluExp.add, terms[1:], terms[0])
+
+
+def _fits(dtype: DType, v: int) -> bool:
+    lo, hi = _BOUNDS.get(dtype, (0, 1))
+    return lo <= v <= hi
 
 
 def _scaled(c: int, t: AluExp) -> AluExp:
@@ -196,6 +267,16 @@ def simplify(e: AluExp, cache: dict[str, AluExp] | None = None) -> AluExp:
         return memo
     if cache is None:
         cache = {}
+    # Operands first, bottom-up, so that rules never recurse down a deep expression.
+    for node in pending(e, lambda n: "_simplified" in n.__dict__ or n.key() in cache):
+        _simplify_node(node, cache)
+    return _simplify_node(e, cache)
+
+
+def _simplify_node(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
+    memo = e.__dict__.get("_simplified")
+    if memo is not None:
+        return memo
     h = e.key()
     hit = cache.get(h)
     if hit is not None:
@@ -220,8 +301,9 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
     # R1: constant folding
     if src and op not in AluGroup.Variable and all(s.op == AluOp.Const for s in src):
         return AluExp.const(dtype, AluExp(op, dtype, tuple(src), e.arg).evaluate({}))
-    # R2: a single-valued range is a constant
-    if op != AluOp.Const:
+    # R2: a single-valued range is a constant (not for floats: ranges do not exclude NaN, and
+    # Max(sin(x), 1) is NaN at x = inf)
+    if op != AluOp.Const and not is_float(dtype):
         lo, hi = value_range(e)
         if lo == hi and math.isfinite(lo):
             return AluExp.const(dtype, lo)
@@ -263,7 +345,7 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
         (a0, a1), (b0, b1) = value_range(src[0]), value_range(src[1])
         if a0 >= b1:
             return AluExp.bool_(False)
-        if a1 < b0:
+        if a1 < b0 and not is_float(src[0].dtype):  # NaN < y is false whatever the ranges say
             return AluExp.bool_(True)
     if op == AluOp.Cmpne:
         (a0, a1), (b0, b1) = value_range(src[0]), value_range(src[1])
@@ -290,7 +372,7 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
     if op == AluOp.Add and src[0].op == AluOp.Mul and src[1].op == AluOp.Mod:
         mul, md = src[0], src[1]
         a_mul, a_mod = mul.src[1], md.src[1]
-        if _is_const_int(a_mul) and _is_const_int(a_mod) and a_mul.arg == a_mod.arg:
+        if _is_const_int(a_mul) and _is_const_int(a_mod) and a_mul.arg == a_mod.arg != 0:
             u, x, a = mul.src[0], md.src[0], int(a_mul.arg)
             if u.op == AluOp.Idiv and _is_const_int(u.src[1]) and u.src[1].arg == a and u.src[0] == x:
                 return x
@@ -301,16 +383,18 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
                 and _is_const_int(u.src[0].src[1])
                 and u.src[0].src[1].arg == a
                 and u.src[0].src[0] == x
+                and _fits(dtype, a * int(u.src[1].arg))
             ):
                 return again(AluExp.mod(x, AluExp.const(dtype, a * int(u.src[1].arg))))
     # R12: (x*A + y) / B with B | A (sound for truncating division)
-    if op == AluOp.Idiv and _is_const_int(src[1]) and int(src[1].arg) != 0:
+    if op == AluOp.Idiv and _is_const_int(src[1]) and int(src[1].arg) != 0 and _exact(src[0]):
         r = _rule_idiv_factor(src[0], int(src[1].arg), dtype)
         if r is not None:
             return again(r)
     # R13: (x*A + y) % B with B | A, everything non-negative
     if op == AluOp.Mod and _is_const_int(src[1]) and int(src[1].arg) > 0 and value_range(src[0])[0] >= 0:
-        r = _rule_mod_factor(src[0], int(src[1].arg), dtype)
+        # (x*A + y) mod 2^32 is not congruent to y modulo B: the numerator must not wrap.
+        r = _rule_mod_factor(src[0], int(src[1].arg), dtype) if _exact(src[0]) else None
         if r is not None:
             return again(r)
     # R14: commutative canonicalisation (constants right; integers only are reassociated)
@@ -357,7 +441,7 @@ def _rule_idiv_factor(numer: AluExp, b: int, dtype: DType) -> AluExp | None:
         if numer.op == AluOp.Add:
             for j in (0, 1):
                 m = numer.src[j]
-                if m.op != AluOp.Mul:
+                if m.op != AluOp.Mul or not _exact(m):
                     continue
                 q = q_of(m, i)
                 if q is None:
@@ -380,7 +464,7 @@ def _rule_mod_factor(numer: AluExp, b: int, dtype: DType) -> AluExp | None:
                 continue
             if _is_const_int(t) and int(t.arg) % b == 0:
                 return AluExp.mod(x, AluExp.const(dtype, b))
-            if t.op == AluOp.Mul:
+            if t.op == AluOp.Mul and _exact(t):
                 for j in (0, 1):
                     c = t.src[j]
                     if _is_const_int(c) and int(c.arg) % b == 0:
@@ -389,7 +473,7 @@ def _rule_mod_factor(numer: AluExp, b: int, dtype: DType) -> AluExp | None:
             a = int(numer.src[i].arg)
             if a % b == 0:
                 return AluExp.const(dtype, 0)
-            if a % b == 1:
+            if a % b == 1 and value_range(numer.src[1 - i])[0] >= 0:  # (-x*-5) % 3 is not -x % 3
                 return AluExp.mod(numer.src[1 - i], AluExp.const(dtype, b))
     return None
 
@@ -415,7 +499,7 @@ def _simplify_remainder(op: AluOp, x: AluExp, y: int, dtype: DType) -> AluExp | 
         return None
     const_val = 0
     rest = x
-    if x.op == AluOp.Add and x.src[1].op == AluOp.Const:
+    if x.op == AluOp.Add and x.src[1].op == AluOp.Const and _exact(x):
         const_val, rest = int(x.src[1].arg), x.src[0]
     terms, factors = [], []
     for u in _split(rest, AluOp.Add):
@@ -432,16 +516,20 @@ def _simplify_remainder(op: AluOp, x: AluExp, y: int, dtype: DType) -> AluExp | 
         return None
     quo_terms = [AluExp.const(dtype, const_val // y)]
     rem_terms = [AluExp.const(dtype, (const_val % y) // g)]
+    rem_lo = rem_hi = (const_val % y) // g
     for t, f, q, r in zip(terms, factors, quots, rems):
-        if op == AluOp.Idiv and r != 0:
-            rem_terms.append(_scaled(f // g, t))
-        else:
-            rem_terms.append(_scaled(r // g, t))
+        c = f // g if op == AluOp.Idiv and r != 0 else r // g
+        rem_terms.append(_scaled(c, t))
+        t_lo, t_hi = value_range(t)
+        rem_lo, rem_hi = rem_lo + min(c * t_lo, c * t_hi), rem_hi + max(c * t_lo, c * t_hi)
+        if not (op == AluOp.Idiv and r != 0):
             quo_terms.append(_scaled(q, t))
+    # The remainder is divided (or reduced) below, so its exact value must fit, and be >= 0.
+    # The quotient is only added: a ring operation, right modulo 2^32 whatever it wraps through.
+    if rem_lo < 0 or not _fits(dtype, rem_hi):
+        return None
     rem = _sum_left(rem_terms)
     quo = _sum_left(quo_terms)
-    if value_range(rem)[0] < 0:
-        return None
     if op == AluOp.Mod:
         return AluExp.add(
             AluExp.mul(AluExp.const(dtype, g), AluExp.mod(rem, AluExp.const(dtype, y // g))),

@@ -12,6 +12,7 @@ import pytest
 
 from jaxcore.alu import AluExp, AluOp, AluVar
 from jaxcore.dtype import DType
+from jaxcore.interpret import Interpreter
 
 A = AluExp
 i32 = A.i32
@@ -46,7 +47,8 @@ SIMPLIFY_CASES = [
     (A.mod(A.mod(v, i32(4)), i32(8)), "($v:int32 % 4)"),
     (A.idiv(v, i32(4)) * i32(4) + A.mod(v, i32(4)), "$v:int32"),
     (A.mod(A.idiv(v, i32(4)), i32(3)) * i32(4) + A.mod(v, i32(4)), "($v:int32 % 12)"),
-    (A.idiv(v * i32(6), i32(3)), "($v:int32 * 2)"),
+    (A.idiv(x * i32(6), i32(3)), "(#x{10} * 2)"),
+    (A.idiv(v * i32(6), i32(3)), "(($v:int32 * 6) / 3)"),  # v * 6 may wrap: 2^29 * 6 / 3 < 0
     (A.idiv(y * i32(6) + x, i32(3)), "((#y{4} * 2) + (#x{10} / 3))"),
     (A.idiv(y * i32(6) + x * i32(3), i32(3)), "((#y{4} * 2) + #x{10})"),
     (A.mod(x + i32(8), i32(4)), "(#x{10} % 4)"),
@@ -130,6 +132,97 @@ def test_simplify_is_sound_on_random_integer_expressions() -> None:
         for xv, yv, vv in itertools.product(range(0, 10, 3), range(4), (-13, -1, 0, 5, 17)):
             ctx = {"x": xv, "y": yv, "v": vv}
             assert s.evaluate(ctx) == e.evaluate(ctx), (str(e), str(s), ctx)
+
+
+# Wrapping inputs: lane indices near 2^30, unknown values at the ends of int32, constants that
+# overflow when multiplied or added, and uint32 (through casts and uint32 constants).
+big = A.special(DType.int32, "big", 2**30 + 3)
+BIG_CONSTS = [2**29, 2**30, 2**31 - 1, -(2**31), 3 << 28, 6 << 27, 1 << 16, 65537, -(2**30) - 5, 7, -3, 5]
+DIVISORS = [2, 3, 4, 5, 6, 8, 12, -3, -4, 1 << 16, 3 << 28, 2**31 - 1, -(2**31)]
+
+
+def _random_wrap_exp(rng: np.random.Generator, depth: int, dtype: DType) -> AluExp:
+    def leaf() -> AluExp:
+        pick = int(rng.integers(6))
+        if pick == 0:
+            return A.const(dtype, int(rng.choice(BIG_CONSTS)))
+        if pick == 1:
+            return A.const(dtype, int(rng.integers(-6, 13)))
+        term = [x, big, v, y][pick - 2]
+        return term if dtype == DType.int32 else A.cast(DType.uint32, term)
+
+    if depth == 0 or rng.random() < 0.2:
+        return leaf()
+    op = rng.choice(["add", "sub", "mul", "idiv", "mod", "min", "max", "where", "cast", "mul"])
+    lhs = _random_wrap_exp(rng, depth - 1, dtype)
+    if op in ("idiv", "mod"):
+        return getattr(A, op)(lhs, A.const(dtype, int(rng.choice(DIVISORS))))
+    if op == "where":
+        other = _random_wrap_exp(rng, depth - 1, dtype)
+        cmp = A.cmplt if rng.random() < 0.7 else A.cmpne
+        return A.where(cmp(lhs, other), other, _random_wrap_exp(rng, depth - 1, dtype))
+    if op == "cast":
+        return A.cast(
+            dtype, _random_wrap_exp(rng, depth - 1, DType.uint32 if dtype == DType.int32 else DType.int32)
+        )
+    return getattr(A, op)(lhs, _random_wrap_exp(rng, depth - 1, dtype))
+
+
+# Every combination of these lane values, evaluated at once through the reference interpreter.
+_WRAP_VALUES = list(
+    itertools.product((0, 9), (1, 3), (-(2**31), -1, 0, 2**31 - 1, 2**29 + 3), (0, 5, 2**29 + 11, 2**30 + 2))
+)
+WRAP_ENV = {k: np.array(col, dtype=np.int32) for k, col in zip(("x", "y", "v", "big"), zip(*_WRAP_VALUES))}
+
+
+@pytest.mark.parametrize("dtype", [DType.int32, DType.uint32])
+def test_simplify_is_sound_under_wrap_around(dtype: DType) -> None:
+    """The rewrites hold for every value, wrapped ones included (issue 8 item 1)."""
+    rng = np.random.default_rng(8 if dtype == DType.int32 else 9)
+    rules_fired = 0
+    for _ in range(1500):
+        e = _random_wrap_exp(rng, 4, dtype)
+        s = e.simplify()
+        rules_fired += s.key() != e.key()
+        want = np.broadcast_to(Interpreter(WRAP_ENV).run(e), len(_WRAP_VALUES))
+        got = np.broadcast_to(Interpreter(WRAP_ENV).run(s), len(_WRAP_VALUES))
+        bad = np.flatnonzero(got != want)
+        assert not bad.size, (str(e), str(s), dict(zip(WRAP_ENV, _WRAP_VALUES[bad[0]])))
+        assert s.vmin <= want.min() and want.max() <= s.vmax, ("range", str(e), (s.vmin, s.vmax))
+    assert rules_fired > 600  # the fuzz exercises the rules, not only expressions they leave alone
+
+
+def test_ranges_of_wrapping_nodes_are_the_full_dtype() -> None:
+    g = A.special(DType.int32, "g", 64)
+    assert ((g * i32(2**30)).vmin, (g * i32(2**30)).vmax) == (-(2**31), 2**31 - 1)
+    assert (g * i32(2**24)).vmax == 63 * 2**24  # 63 * 2^24 fits: no wrap, exact range
+    assert (g + i32(2**31 - 64)).vmax == 2**31 - 1 and (g + i32(2**31 - 63)).vmin == -(2**31)
+    u = A.cast(DType.uint32, g)
+    assert ((u - A.u32(5)).vmin, (u - A.u32(5)).vmax) == (0, 2**32 - 1)
+    assert ((u + A.u32(5)).vmin, (u + A.u32(5)).vmax) == (5, 68)
+    assert A.idiv(v, i32(-1)).vmin == -(2**31)  # INT32_MIN / -1 wraps to INT32_MIN
+    assert (v.vmin, v.vmax) == (-(2**31), 2**31 - 1)
+    assert A.cast(DType.int32, A.min(A.max(f, A.f32(10)), A.f32(20))).vmin == 0  # NaN casts to 0
+
+
+def test_rewrites_that_assumed_no_wrap() -> None:
+    g = A.special(DType.int32, "g", 64)
+    cases = [
+        A.cmplt(g * i32(2**30), i32(0)),
+        A.cmplt(A.cast(DType.uint32, g) - A.u32(5), A.u32(10)),
+        A.mod(A.mod(A.idiv(g * i32(2**29) + i32(5), i32(3)), i32(5)) + i32(5), i32(5)),
+        A.idiv(g * i32(6 << 27), i32(3)),
+        A.mod(A.idiv(g * i32(2**26), i32(1 << 16)), i32(1 << 16)) * i32(1 << 16) + A.mod(g, i32(1 << 16)),
+        A.mod(A.cast(DType.uint32, g) * A.u32(3 << 30) + A.u32(1), A.u32(3)),
+        A.mod(g * i32(-5), i32(3)) + A.mod(A.idiv(g * i32(2**27) + g, i32(2**27)), i32(7)),
+        A.cmplt(A.sin(A.f32(math.inf) * A.cast(DType.float32, g)), A.f32(2)),  # sin(inf) is NaN
+        A.max(A.sin(A.f32(math.inf) * A.cast(DType.float32, g)), A.f32(1)),  # Max propagates NaN
+    ]
+    for e in cases:
+        s = e.simplify()
+        for gv in range(64):
+            a, b_ = s.evaluate({"g": gv}), e.evaluate({"g": gv})
+            assert a == b_ or (math.isnan(a) and math.isnan(b_)), (str(e), str(s), gv)
 
 
 def test_constant_folding_uses_dtype_arithmetic() -> None:
@@ -270,13 +363,14 @@ def test_structural_equality_and_hash() -> None:
 def test_hash_is_stable_across_processes() -> None:
     code = (
         "from jaxcore.alu import AluExp as A; from jaxcore.dtype import DType;"
-        "x=A.special(DType.int32,'x',10); print((A.mul(x, A.i32(3)) + A.f32(0.5)).key())"
+        "x=A.special(DType.int32,'x',10);"
+        "print((A.cast(DType.float32, A.mul(x, A.i32(3))) + A.f32(0.5)).key())"
     )
     keys = {
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         for _ in range(2)
     }
-    here = (A.mul(x, i32(3)) + A.f32(0.5)).key()
+    here = (A.cast(DType.float32, A.mul(x, i32(3))) + A.f32(0.5)).key()
     assert keys == {here + "\n"}
 
 

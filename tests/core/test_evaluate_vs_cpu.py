@@ -44,7 +44,8 @@ def expressions(draw: st.DrawFn, dtype: DType, depth: int, reduce: bool) -> AluE
     choice = draw(st.integers(0, 9 if depth > 0 else 2))
     gid = DTYPES.index(dtype)
     if choice == 0:
-        return AluExp.const(dtype, draw(st.sampled_from([0, 1, -1, 2.5, 7, -3])))
+        # Constants that make int32/uint32 arithmetic wrap, beside small ones.
+        return AluExp.const(dtype, draw(st.sampled_from([0, 1, -1, 2.5, 7, -3, 2**30, 2**31 - 1, -(2**31)])))
     if choice == 1:
         return AluExp.global_index(dtype, gid, N_IN, AluExp.mod(index, AluExp.i32(N_IN)))
     if choice == 2:
@@ -81,8 +82,9 @@ def kernels(draw: st.DrawFn) -> Kernel:
     red = Reduction(dtype, op, red_size)
     epilogue = red.epilogue
     if draw(st.booleans()):
-        read = AluExp.global_index(red.dtype, DTYPES.index(red.dtype), N_IN, AluVar.gidx)
-        epilogue = AluExp.where(AluExp.cmplt(read, AluVar.acc(red.dtype)), read, epilogue)
+        # (float16 sums accumulate in float32: the epilogue is float16, so the read is too.)
+        read = AluExp.global_index(epilogue.dtype, DTYPES.index(epilogue.dtype), N_IN, AluVar.gidx)
+        epilogue = AluExp.where(AluExp.cmplt(read, epilogue), read, epilogue)
         red = Reduction(red.dtype, op, red_size, epilogue)
     return Kernel(len(DTYPES), size, draw(expressions(dtype, 3, True)), red)
 

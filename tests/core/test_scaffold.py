@@ -83,7 +83,10 @@ def test_the_conformance_suite_runs_and_names_the_missing_hook(
     passed, failed, _ = (int(v) for v in re.search(r"^protocol\s+(\d+)/(\d+)/(\d+)", out, re.M).groups())
     assert passed > 0 and failed > 0  # storage works from the start; compiling does not yet
     failures = [ln for ln in out.splitlines() if ln.startswith("FAILED ")]
-    assert failures and all("NotImplementedError" in ln for ln in failures), failures
+    # Each failure's report section (between pytest's "____ name ____" rules) names the hook's error.
+    sections = re.split(r"^_{3,} .+ _{3,}$", out.split("short test summary")[0], flags=re.M)[1:]
+    assert failures and len(sections) == len(failures), (failures, len(sections))
+    assert all("NotImplementedError" in sec for sec in sections), failures
     assert "DemoBackend._compile_kernel is not implemented yet" in out
 
 

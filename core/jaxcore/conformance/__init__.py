@@ -10,10 +10,16 @@ From a checkout that is not pip-installed (no ``jaxcore*.egg-info``/``dist-info`
 ``-p jaxcore.conformance.plugin``; when the entry point is visible, ``-p`` would load it twice.
 Useful options: ``--jaxcore-reference=NAME`` (differential reference), ``--jaxcore-max-examples=N``
 (Hypothesis examples, default 60), ``--jaxcore-require=NAME,...`` (fail unless these are ready),
-and the usual ``-k``/``-x``; ``-k "wasm and not differential"`` selects by device and area.
+``--jaxcore-report=FILE`` (a JSON report per area, device and case, with messages),
+``--jaxcore-known-failures=FILE`` (case ids such as ``ops::test_binary[mydev-Idiv-*]`` a plugin is
+still working on: listed as known-failing, never counted as passed), and the usual ``-k``/``-x``;
+``-k "wasm and not differential"`` selects by device and area. A failing case reports the case, the
+kernel or routine it ran, the elements that differ (inputs, expected, got) and a command that
+reruns just that case.
 
 Cases are grouped by area (``test_ops``, ``test_casts``, ``test_reductions``, ``test_views``,
-``test_protocol``, ``test_routines``, ``test_async``, ``test_unsupported``, ``test_differential``).
+``test_protocol``, ``test_routines``, ``test_async``, ``test_aliasing``, ``test_unsupported``,
+``test_differential``).
 Expectations come from numpy/scipy/Python (`oracle`), never from a device; tolerances come from one
 table (`tolerances`). What a device cannot do is read from its `Capabilities`: for everything it does
 not declare, the suite checks that preparing it raises `UnsupportedOpError`/`UnsupportedRoutineError`
@@ -48,6 +54,7 @@ AREAS = (
     "protocol",
     "routines",
     "async",
+    "aliasing",
     "unsupported",
     "differential",
 )

@@ -48,6 +48,27 @@ def garbage(nbytes: int) -> bytes:
     return bytes([GARBAGE_BYTE]) * nbytes
 
 
+# The kernel or routine the running case last handed to a helper, and its inputs: a failure report
+# leads with the first, and `assert_close` lists the second beside mismatches when not given any.
+_last_source: list[Kernel | Routine] = []
+_last_inputs: list[np.ndarray] = []
+
+
+def note_source(source: Kernel | Routine, inputs: Sequence[np.ndarray] = ()) -> None:
+    """Remember `source` (and its inputs) as what the running case computes."""
+    _last_source[:] = [source]
+    _last_inputs[:] = [np.asarray(a) for a in inputs]
+
+
+def last_source() -> Kernel | Routine | None:
+    return _last_source[0] if _last_source else None
+
+
+def forget_source() -> None:
+    _last_source.clear()
+    _last_inputs.clear()
+
+
 def _upload(backend: Backend, arrays: Sequence[np.ndarray], slots: list[int]) -> list[int]:
     out = []
     for a in arrays:
@@ -66,6 +87,7 @@ def run_kernel(
     Buffers are malloc'd with their initial data (the output with garbage unless `prefill=False`)
     and released with dec_ref whatever happens, so a failing case leaks nothing.
     """
+    note_source(kernel, inputs)
     exe = backend.prepare_kernel(kernel)
     slots: list[int] = []
     try:
@@ -87,6 +109,7 @@ def run_routine(
 
     Outputs start as garbage (unless `prefill=False`): routines must write every element.
     """
+    note_source(routine, inputs)
     exe = backend.prepare_routine(routine)
     t = routine.type
     slots: list[int] = []
@@ -136,8 +159,11 @@ def assert_close(
     NaN must meet NaN and ±Inf the same Inf. Where the tolerance is exact, the sign of a zero must
     match too (`signed_zero=None` decides by op; Min/Max/Sort leave it open). `tol` overrides the
     table for one comparison (differential tests compare two approximations). Mismatches are listed
-    with their inputs so the failure report is a reproducible bug report.
+    with their inputs (by default those of the last `run_kernel`/`run_routine`, where they have the
+    output's size) so the failure report is a reproducible bug report.
     """
+    if not inputs:
+        inputs = list(_last_inputs)
     dtype = str(DType(dtype))
     op = str(op)
     actual, expected = np.asarray(actual), np.asarray(expected)
@@ -189,30 +215,14 @@ def _dt_name(x: np.ndarray) -> str:
 
 
 def undeclared(backend: Backend, source: Kernel | Routine) -> str | None:
-    """Why `backend` declares it cannot run `source` (an undeclared dtype, an `unsupported_ops`
-    pair, or a routine it does not list), or None if its capabilities cover it.
+    """Why `backend` declares it cannot run `source`, or None if its capabilities cover it.
 
-    `unsupported_ops` may also hold (routine name, dtype) pairs for a routine that is declared but
-    cannot run in one of the declared dtypes.
+    The rule is `Capabilities.undeclared`, the same one `BaseBackend` applies at prepare time:
+    comparisons by their operands' dtype, index arithmetic (int32 on every device) exempt, a
+    routine by its name and its input and output dtypes.
     """
-    caps = backend.capabilities
-    if isinstance(source, Kernel):
-        for node in source.nodes():
-            if node.dtype not in caps.dtypes:
-                return f"dtype {node.dtype} is not declared"
-            if (node.op, node.dtype) in caps.unsupported_ops:
-                return f"{node.op}<{node.dtype}> is in unsupported_ops"
-            if node.op in (AluOp.Cmplt, AluOp.Cmpne) and (node.op, node.src[0].dtype) in caps.unsupported_ops:
-                return f"{node.op}<{node.src[0].dtype}> is in unsupported_ops"
-        return None
-    if source.name not in caps.routines:
-        return f"routine {source.name} is not declared"
-    for dt in (*source.type.input_dtypes, *source.type.output_dtypes):
-        if dt not in caps.dtypes:
-            return f"dtype {dt} is not declared"
-        if (source.name, dt) in caps.unsupported_ops or (str(source.name), dt) in caps.unsupported_ops:
-            return f"{source.name}<{dt}> is in unsupported_ops"
-    return None
+    gap = backend.capabilities.undeclared(source)
+    return None if gap is None else gap.reason
 
 
 def expect_unsupported(backend: Backend, source: Kernel | Routine) -> Exception:
@@ -221,12 +231,15 @@ def expect_unsupported(backend: Backend, source: Kernel | Routine) -> Exception:
     The contract: a backend that cannot do something says so at prepare time, never with a wrong
     answer later.
     """
+    note_source(source)
     is_kernel = isinstance(source, Kernel)
     errors: tuple[type[Exception], ...] = (
         (UnsupportedOpError,) if is_kernel else (UnsupportedOpError, UnsupportedRoutineError)
     )
     try:
-        exe = backend.prepare_kernel(source) if is_kernel else backend.prepare_routine(source)
+        exe = (
+            backend.prepare_kernel(source) if isinstance(source, Kernel) else backend.prepare_routine(source)
+        )
     except errors as exc:
         device = getattr(exc, "device", None)
         assert device == backend.name, f"{type(exc).__name__} names device {device!r}, not {backend.name!r}"
@@ -241,6 +254,7 @@ def expect_unsupported(backend: Backend, source: Kernel | Routine) -> Exception:
 
 def skip_if_undeclared(backend: Backend, source: Kernel | Routine) -> None:
     """For a case the backend declares it cannot run: check it raises at prepare, then skip the case."""
+    note_source(source)
     why = undeclared(backend, source)
     if why is None:
         return
@@ -325,8 +339,8 @@ def minimal_kernel(op: AluOp, dtype: DType) -> Kernel | None:
     if op == AluOp.Where:
         return map_kernel([DType.bool, dtype, dtype], n, AluExp.where)
     if op == AluOp.Cast:
-        src = DType.int32 if dtype != DType.int32 else DType.float32
-        return map_kernel([src], n, lambda x: AluExp.cast(dtype, x))
+        cast_src = DType.int32 if dtype != DType.int32 else DType.float32
+        return map_kernel([cast_src], n, lambda x: AluExp.cast(dtype, x))
     if op == AluOp.Bitcast:
         partner = {DType.float32: DType.int32, DType.int32: DType.float32, DType.uint32: DType.float32}
         src = partner.get(dtype)

@@ -327,3 +327,41 @@ def test_routine_dispatch_argument_checks(backend: Backend) -> None:
     finally:
         for s in (x, big, out):
             backend.dec_ref(s)
+
+
+# ---- integer arguments ---------------------------------------------------------------------------
+
+
+def test_numpy_integers_are_sizes_and_slots(backend: Backend) -> None:
+    """Sizes, slots, starts and counts are taken through `operator.index`: numpy integers work."""
+    slot = backend.malloc(np.int64(8), f32(3, 4))
+    out = backend.malloc(np.uint32(8))
+    try:
+        assert backend.read(np.int64(slot)) == f32(3, 4)
+        assert backend.read(np.int32(slot), np.int64(4), np.uint8(4)) == f32(4)
+        exe = backend.prepare_kernel(map_kernel([F32], 2, lambda x: AluExp.add(x, x)))
+        backend.dispatch(exe, [np.int64(slot)], [np.int32(out)])
+        assert backend.read(out) == f32(6, 8)
+        backend.inc_ref(np.int64(slot))
+        backend.dec_ref(np.int64(slot))
+    finally:
+        backend.dec_ref(slot)
+        backend.dec_ref(out)
+
+
+def test_bool_is_not_a_slot(backend: Backend) -> None:
+    """True == 1, but a bool never names a slot: read(True) raises, it does not read slot 1."""
+    slots = [backend.malloc(4, f32(i)) for i in range(2)]
+    try:
+        for use in (backend.read, backend.inc_ref, backend.dec_ref):
+            with pytest.raises((SlotError, TypeError)):
+                use(True)  # type: ignore[arg-type]
+        exe = backend.prepare_kernel(map_kernel([F32], 1, lambda x: x))
+        with pytest.raises((SlotError, TypeError)):
+            backend.dispatch(exe, [True], [slots[1]])  # type: ignore[list-item]
+        with pytest.raises((TypeError, ValueError)):
+            backend.malloc(True)  # type: ignore[arg-type]
+        assert [backend.read(s) for s in slots] == [f32(0), f32(1)]
+    finally:
+        for s in slots:
+            backend.dec_ref(s)

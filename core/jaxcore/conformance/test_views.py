@@ -297,9 +297,16 @@ def test_random_movement_chains(backend: Backend, seed: int) -> None:
     """Seeded random chains of pad/shrink/flip/permute/reshape/expand read what numpy's chain gives
     (stacked views, masks through reshapes, negative and zero strides together)."""
     base, steps, on_tracker, on_numpy = random_movements(seed)
-    kernel = view_kernel("int32", base, on_tracker)
-    x = source(base, "int32")
+    declared = [
+        d
+        for d in ("int32", "float32", "uint32", "float64", "float16")
+        if DType(d) in backend.capabilities.dtypes
+    ]
+    dtype = declared[0] if declared else "int32"  # no such dtype declared: the case checks it raises
+    kernel = view_kernel(dtype, base, on_tracker)
+    skip_if_undeclared(backend, kernel)
+    x = source(base, dtype)
     want = np.ascontiguousarray(on_numpy(x)).ravel()
     assert_close(
-        run_kernel(backend, kernel, [x.ravel()]), want, "GlobalView", "int32", backend, what=f"{base} {steps}"
+        run_kernel(backend, kernel, [x.ravel()]), want, "GlobalView", dtype, backend, what=f"{base} {steps}"
     )

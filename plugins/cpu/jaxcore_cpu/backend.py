@@ -57,6 +57,9 @@ class CpuBackend(BaseBackend):
     def _copyout(self, handle: np.ndarray, start: int, count: int) -> bytes:
         return handle[start : start + count].tobytes()
 
+    def _copy_buffer(self, src_handle: np.ndarray, dst_handle: np.ndarray, nbytes: int) -> None:
+        dst_handle[:nbytes] = src_handle[:nbytes]
+
     def _compile_kernel(self, kernel: Kernel) -> KernelPlan:
         return plan_kernel(kernel)
 

@@ -22,7 +22,7 @@ import numpy as np
 from jaxcore import dtype as dt
 from jaxcore.alu import AluExp, AluOp
 from jaxcore.dtype import INT32_MAX, INT32_MIN, DType, to_numpy
-from jaxcore.interpret import Interpreter, shared_nodes
+from jaxcore.interpret import Interpreter, Steps, shared_nodes
 from jaxcore.kernel import Kernel
 from jaxcore.simplify import value_range
 from jaxcore.tuner import TuneResult, tune_nullopt
@@ -78,19 +78,13 @@ def plan_kernel(kernel: Kernel) -> KernelPlan:
 
 
 def _is_fast_division(e: AluExp) -> bool:
-    """int32 x / k or x % k with k > 0 and x provably in [0, INT32_MAX]: floor equals truncation."""
+    """int32 x / k or x % k with k > 0 and x provably in [0, INT32_MAX]: floor equals truncation.
+
+    Ranges are of the values nodes actually hold (a node that may wrap has the full range), so
+    a non-negative range is a non-negative value."""
     if e.op not in (AluOp.Idiv, AluOp.Mod) or e.dtype != DType.int32 or positive_const(e.src[1]) is None:
         return False
-    return value_range(e.src[0])[0] >= 0 and _no_overflow(e.src[0])
-
-
-def _no_overflow(e: AluExp) -> bool:
-    """Every int32 node's range fits int32, so wrapping arithmetic equals exact arithmetic."""
-    for node in e.nodes():
-        lo, hi = value_range(node)
-        if node.dtype != DType.int32 or lo < INT32_MIN or hi > INT32_MAX:
-            return False
-    return True
+    return value_range(e.src[0])[0] >= 0
 
 
 def _computes_nothing(plan: KernelPlan, e: AluExp) -> bool:
@@ -154,7 +148,7 @@ class _BlockInterpreter(Interpreter):
         super().__init__(env, self._gather, plan.shared)
         self.plan, self.block, self.buffers = plan, block, buffers
 
-    def _eval(self, e: AluExp, mask: np.ndarray | None) -> np.ndarray:
+    def _eval(self, e: AluExp, mask: np.ndarray | None) -> Steps:
         if e.op == AluOp.GlobalIndex:
             view = strided_view(self.plan, self.block, e, self.buffers)
             if view is not None:
@@ -165,10 +159,10 @@ class _BlockInterpreter(Interpreter):
             if value is not None:
                 return value
             if e.key() in self.plan.fast_div:
-                a = self.run(e.src[0], mask)
+                a = yield (e.src[0], mask)
                 k = np.int32(e.src[1].arg)
                 return np.floor_divide(a, k) if e.op == AluOp.Idiv else np.remainder(a, k)
-        return super()._eval(e, mask)
+        return (yield from super()._eval(e, mask))
 
     def _index_value(self, form: QuasiAffine) -> np.ndarray | None:
         """An index subexpression as a sum of broadcast aranges: in int32 when its range fits,

@@ -157,9 +157,6 @@ class WasmBackend(BaseBackend):
         if data is None:
             self._run_routine(exe.source, inputs, outputs)
             return
-        if outputs[0] in inputs and data.plan.size:
-            self._run_aliased(exe, inputs, outputs)
-            return
         if data.single:  # the hot path: one call on this thread, no allocation
             args = data.args
             with self._lane_lock:
@@ -182,15 +179,10 @@ class WasmBackend(BaseBackend):
         else:
             self._run_chunks(data, ptrs)
 
-    def _run_aliased(self, exe: Executable, inputs: list[int], outputs: list[int]) -> None:
-        """The output is also an input: compute into a temporary (kernels assume no overlap), copy back."""
-        nbytes = exe.source.bytes
-        tmp = self.allocator.alloc(nbytes)
-        try:
-            self._run(exe, inputs, [tmp])
-            self.memory.view(outputs[0], nbytes)[:] = self.memory.view(tmp, nbytes)
-        finally:
-            self.allocator.free(tmp)
+    def _copy_buffer(self, src_handle: int, dst_handle: int, nbytes: int) -> None:
+        """An aliased dispatch's temporary to its output, within linear memory (the base class runs
+        it: kernels are compiled `noalias` and never see an output that is also an input)."""
+        self.memory.view(dst_handle, nbytes)[:] = self.memory.view(src_handle, nbytes)
 
     def pool(self) -> runtime.Pool:
         if self._pool is None:

@@ -53,6 +53,7 @@ def versions() -> str:
 
     import jaxcore
     import jaxcore_wasm
+    from jaxcore.digest import lowering_digest
     from jaxcore_wasm.runtime import ENGINE_FLAGS
 
     def ver(dist: str) -> str:
@@ -64,7 +65,7 @@ def versions() -> str:
     wt, ll = ver("wasmtime"), ver("llvmlite")
     return (
         f"jaxcore={jaxcore.__version__};jaxcore_wasm={jaxcore_wasm.__version__};llvmlite={ll};"
-        f"wasmtime={wt};engine={ENGINE_FLAGS};codegen={source_digest()}"
+        f"wasmtime={wt};engine={ENGINE_FLAGS};codegen={source_digest()};lowering={lowering_digest()}"
     )
 
 

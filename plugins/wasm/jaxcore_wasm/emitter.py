@@ -22,6 +22,7 @@ from jaxcore.plugin import (
     UnsupportedOpError,
     byte_width,
     is_float,
+    pending,
 )
 from jaxcore_wasm import builtins
 from jaxcore_wasm.irtext import F32, F64, I1, I32, Fn, Module, fconst, iconst, suffix
@@ -54,7 +55,9 @@ class Ranges:
     def get(self, e: AluExp) -> tuple[int, int] | None:
         k = e.key()
         if k not in self.memo:
-            self.memo[k] = self._compute(e)
+            # Operands first (post-order), so `_compute` never recurses down a deep expression.
+            for n in pending(e, lambda n: n.key() in self.memo):
+                self.memo[n.key()] = self._compute(n)
         return self.memo[k]
 
     def _compute(self, e: AluExp) -> tuple[int, int] | None:
@@ -139,8 +142,10 @@ class Emitter:
         k = e.key()
         v = self.memo.get(k)
         if v is None:
-            v = self._lower(e)
-            self.memo[k] = v
+            # Operands first, in the order `_lower` asks for them, so it never recurses deeply.
+            for n in pending(e, lambda n: n.key() in self.memo):
+                self.memo[n.key()] = self._lower(n)
+            v = self.memo[k]
         return v
 
     def _lower(self, e: AluExp) -> str:

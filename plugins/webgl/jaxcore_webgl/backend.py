@@ -11,19 +11,25 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from jaxcore import settings
-from jaxcore.backend import BaseBackend, Capabilities, Executable, UnsupportedOpError
-from jaxcore.dtype import DType
-from jaxcore.kernel import Kernel
-from jaxcore.routine import Routine, Routines
-from jaxcore_webgl import glsl, routines
+from jaxcore import tracing
+from jaxcore.plugin import (
+    BaseBackend,
+    Capabilities,
+    DType,
+    Executable,
+    Kernel,
+    Routine,
+    Routines,
+    UnsupportedOpError,
+    current_settings,
+)
+from jaxcore_webgl import glsl, linalg, routines, scatter
 from jaxcore_webgl.context import REQUIRED_EXTENSIONS, ContextError, GLThread
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
 
 DTYPES = frozenset({DType.float32, DType.float16, DType.int32, DType.uint32, DType.bool})
-# Render-pass routines; the others (Scatter, TriangularSolve, Cholesky, LU, Fft, JacobiEigh) are
-# not declared, so preparing them raises UnsupportedRoutineError.
-ROUTINES = frozenset({Routines.Sort, Routines.Argsort})
+# Every routine, as render passes (Scatter as a gather kernel).
+ROUTINES = frozenset({Routines.Sort, Routines.Argsort, Routines.Scatter, *linalg.PLANS})
 
 
 @dataclass
@@ -38,7 +44,7 @@ class WebGLBackend(BaseBackend):
 
     def __init__(self, platform: str | None = None) -> None:
         super().__init__()
-        env = settings.current().plugin("webgl")
+        env = current_settings().plugin("webgl")
         if platform is None:
             platform = env.get("platform", "").strip() or None
         self.thread = GLThread(platform)
@@ -52,12 +58,16 @@ class WebGLBackend(BaseBackend):
             )
         self.info = info
         dump = env.get("dump", "").strip() or None
-        self.device: Device = self.thread.call(lambda: Device(info.max_texture_size, dump))
+        cfg = current_settings()
+        binaries = cfg.cache_dir / "webgl" if cfg.plugin_flag("webgl", "disk_cache", True) else None
+        driver = f"{info.vendor}|{info.renderer}|{info.version}"
+        self.device: Device = self.thread.call(lambda: Device(info.max_texture_size, dump, binaries, driver))
         max_texels = info.max_texture_size * info.max_texture_size
         self.capabilities = Capabilities(
             dtypes=DTYPES,
             routines=ROUTINES,
             max_args=info.max_texture_units,
+            device_timestamps=info.has("GL_EXT_disjoint_timer_query"),
             max_buffer_bytes=min(max_texels * TEXEL_BYTES, 2**31 - TEXEL_BYTES),
             description=(
                 f"GLSL ES 3.00 fragment shaders into RGBA32UI textures on {info.renderer} "
@@ -117,25 +127,37 @@ class WebGLBackend(BaseBackend):
         if routine.name in (Routines.Sort, Routines.Argsort):
             size = self.info.max_texture_size
             return self.thread.call(lambda: routines.sort_plan(self.device, routine, size))
+        if routine.name == Routines.Scatter:
+            kernel = scatter.scatter_kernel(routine)
+            self._check_ops(kernel)
+            return self._compile_kernel(kernel)
+        plan = linalg.PLANS.get(routine.name)
+        if plan is not None:
+            size = self.info.max_texture_size
+            return self.thread.call(lambda: plan(self.device, routine, size))
         raise NotImplementedError(routine.name)  # not declared: BaseBackend refuses it first
 
-    def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> None:
+    def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> float | None:
+        if tracing.is_tracing() and self.capabilities.device_timestamps:
+            dev = self.device
+            return self.thread.call(lambda: dev.timed(lambda: self._encode(exe, inputs, outputs)))
+        # Not waited for: the GL thread runs jobs in order, and reads wait for theirs.
+        self.thread.post(lambda: self._encode(exe, inputs, outputs))
+        return None
+
+    def _encode(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> None:
+        """Issue the draws of one dispatch (on the GL thread)."""
         data = exe.data
         if isinstance(data, KernelExe):
             if data.texels == 0:
                 return
             out = outputs[0]
             dev = self.device
-            if out in inputs:
-
-                def aliased() -> None:
-                    tmp = dev.alloc(out.nbytes)
-                    dev.draw(data.program, inputs, tmp, data.texels)
-                    dev.swap(out, tmp)
-
-                self.thread.call(aliased)
+            if out in inputs:  # render elsewhere (no feedback loop), then take its storage
+                tmp = dev.alloc(out.nbytes)
+                dev.draw(data.program, inputs, tmp, data.texels)
+                dev.swap(out, tmp)
             else:
-                self.thread.call(lambda: dev.draw(data.program, inputs, out, data.texels))
+                dev.draw(data.program, inputs, out, data.texels)
             return
-        dev = self.device
-        self.thread.call(lambda: data.run(dev, inputs, outputs))
+        data.run(self.device, inputs, outputs)

@@ -80,6 +80,14 @@ def _bind_pyopengl_to_egl() -> None:
         )
 
 
+def _brief(e: BaseException) -> str:
+    """One line for an exception (PyOpenGL's EGLError prints a multi-line argument dump)."""
+    err = getattr(e, "err", None)
+    if err is not None:
+        return f"{type(e).__name__} {getattr(err, 'name', err)}"
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+
+
 def _cstr(x: Any) -> str:
     if x is None:
         return ""
@@ -107,7 +115,7 @@ class _EGLContext:
                     break
                 errors.append(f"{how}: eglInitialize failed")
             except Exception as e:  # a missing extension entry point raises from PyOpenGL
-                errors.append(f"{how}: {type(e).__name__}: {str(e)[:120]}")
+                errors.append(f"{how}: {_brief(e)}")
         if self.dpy is None:
             raise ContextError(
                 "no EGL display: " + "; ".join(errors),
@@ -175,12 +183,12 @@ class _EGLContext:
         return EGL.EGL_NO_SURFACE
 
     def close(self) -> None:
+        # No eglTerminate: the display is shared by every context of the process on this device.
         EGL = self.EGL
         EGL.eglMakeCurrent(self.dpy, EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, EGL.EGL_NO_CONTEXT)
         EGL.eglDestroyContext(self.dpy, self.ctx)
         if self.surface:
             EGL.eglDestroySurface(self.dpy, self.surface)
-        EGL.eglTerminate(self.dpy)
 
 
 class _GlfwContext:
@@ -242,9 +250,8 @@ class GLThread:
     """The thread that owns the context; `call(fn)` runs fn there and returns its result."""
 
     def __init__(self, platform: str | None) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Event] | None] = (
-            queue.SimpleQueue()
-        )
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._posted_error: BaseException | None = None
         ready = threading.Event()
         self._start: list[Any] = []
         self._thread = threading.Thread(
@@ -271,12 +278,21 @@ class GLThread:
                 break
             fn, box, done = job
             try:
-                box.append(fn())
+                result = fn()
+                if box is not None:
+                    box.append(result)
             except BaseException as e:
-                box.append(e)
-                box.append(True)
-            done.set()
-        self._ctx.close()
+                if box is None:  # a posted job: the next call() raises it
+                    self._posted_error = self._posted_error or e
+                else:
+                    box.append(e)
+                    box.append(True)
+            if done is not None:
+                done.set()
+        try:
+            self._ctx.close()
+        except Exception:  # the process may be tearing the driver down already
+            pass
 
     def _open(self, platform: str | None) -> Any:
         _bind_pyopengl_to_egl()
@@ -307,7 +323,11 @@ class GLThread:
             vendor=_cstr(gl.glGetString(gl.GL_VENDOR)),
             glsl=_cstr(gl.glGetString(gl.GL_SHADING_LANGUAGE_VERSION)),
             extensions=exts,
-            max_texture_size=int(gl.glGetIntegerv(gl.GL_MAX_TEXTURE_SIZE)),
+            # a texture is only as usable as the viewport that renders into it
+            max_texture_size=min(
+                int(gl.glGetIntegerv(gl.GL_MAX_TEXTURE_SIZE)),
+                *(int(v) for v in gl.glGetIntegerv(gl.GL_MAX_VIEWPORT_DIMS)),
+            ),
             max_texture_units=int(gl.glGetIntegerv(gl.GL_MAX_TEXTURE_IMAGE_UNITS)),
             max_draw_buffers=int(gl.glGetIntegerv(gl.GL_MAX_DRAW_BUFFERS)),
             max_fragment_uniform_vectors=int(gl.glGetIntegerv(gl.GL_MAX_FRAGMENT_UNIFORM_VECTORS)),
@@ -318,16 +338,32 @@ class GLThread:
         return threading.current_thread() is self._thread
 
     def call(self, fn: Callable[[], T]) -> T:
-        """Run `fn()` on the GL thread (directly when already there); exceptions propagate."""
+        """Run `fn()` on the GL thread (directly when already there); exceptions propagate, and so
+        does the first failure of a job `post`ed before it."""
         if threading.current_thread() is self._thread:
             return fn()
         box: list[Any] = []
         done = threading.Event()
         self._jobs.put((fn, box, done))
         done.wait()
+        self._raise_posted()
         if len(box) == 2:
             raise box[0]
         return box[0]
+
+    def post(self, fn: Callable[[], Any]) -> None:
+        """Queue `fn()` without waiting (jobs run in order, so later calls see its effects)."""
+        if threading.current_thread() is self._thread:
+            fn()
+            return
+        self._raise_posted()
+        self._jobs.put((fn, None, None))
+
+    def _raise_posted(self) -> None:
+        err = self._posted_error
+        if err is not None:
+            self._posted_error = None
+            raise RuntimeError(f"webgl: an earlier dispatch failed on the GL thread: {err}") from err
 
     def close(self) -> None:
         if self._thread.is_alive():

@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 
 TEXEL_BYTES = 16
+_TIME_ELAPSED = 0x88BF  # GL_TIME_ELAPSED_EXT
+_GPU_DISJOINT = 0x8FBB  # GL_GPU_DISJOINT_EXT
 
 VERTEX_SHADER = """#version 300 es
 void main() {
@@ -70,12 +72,24 @@ class Program:
 class Device:
     """Textures (pooled by dimensions), programs (cached by source text) and draws."""
 
-    def __init__(self, max_texture_size: int, dump_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        max_texture_size: int,
+        dump_dir: str | None = None,
+        binary_dir: Path | None = None,
+        driver: str = "",
+    ) -> None:
         from OpenGL import GLES3 as gl
 
         self.gl = gl
         self.max_size = max_texture_size
         self.dump_dir = Path(dump_dir) if dump_dir else None
+        # program binaries on disk (GL_OES_get_program_binary), keyed by driver and shader text
+        if binary_dir is not None and int(gl.glGetIntegerv(gl.GL_NUM_PROGRAM_BINARY_FORMATS)) < 1:
+            binary_dir = None
+        self.binary_dir = binary_dir
+        self.driver = driver
+        self.binary_hits = 0
         self._pool: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._programs: dict[str, Program] = {}
         self._vs = self._shader(gl.GL_VERTEX_SHADER, VERTEX_SHADER)
@@ -225,15 +239,20 @@ class Device:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
             name = hashlib.blake2b(fs.encode(), digest_size=8).hexdigest()
             (self.dump_dir / f"{name}.frag").write_text(fs)
-        s = self._shader(gl.GL_FRAGMENT_SHADER, fs)
-        p = gl.glCreateProgram()
-        gl.glAttachShader(p, self._vs)
-        gl.glAttachShader(p, s)
-        gl.glLinkProgram(p)
-        gl.glDeleteShader(s)
-        if not gl.glGetProgramiv(p, gl.GL_LINK_STATUS):
-            log = gl.glGetProgramInfoLog(p)
-            raise ShaderError(f"webgl: program failed to link: {log!r}\n{fs}")
+        p = self._load_binary(fs)
+        if p is None:
+            s = self._shader(gl.GL_FRAGMENT_SHADER, fs)
+            p = gl.glCreateProgram()
+            gl.glAttachShader(p, self._vs)
+            gl.glAttachShader(p, s)
+            if self.binary_dir is not None:
+                gl.glProgramParameteri(p, gl.GL_PROGRAM_BINARY_RETRIEVABLE_HINT, gl.GL_TRUE)
+            gl.glLinkProgram(p)
+            gl.glDeleteShader(s)
+            if not gl.glGetProgramiv(p, gl.GL_LINK_STATUS):
+                log = gl.glGetProgramInfoLog(p)
+                raise ShaderError(f"webgl: program failed to link: {log!r}\n{fs}")
+            self._save_binary(fs, p)
         gl.glUseProgram(p)
         samplers, shifts = [], []
         for i in range(nargs):
@@ -245,6 +264,53 @@ class Device:
         prog = Program(int(p), samplers, shifts, {u: gl.glGetUniformLocation(p, u) for u in uniforms})
         self._programs[fs] = prog
         return prog
+
+    def _binary_path(self, fs: str) -> Path | None:
+        if self.binary_dir is None:
+            return None
+        key = hashlib.blake2b(f"{self.driver}\0{VERTEX_SHADER}\0{fs}".encode(), digest_size=16).hexdigest()
+        return self.binary_dir / f"{key}.bin"
+
+    def _load_binary(self, fs: str) -> int | None:
+        """A program from its cached binary, or None (no cache, no file, or the driver refused it)."""
+        path = self._binary_path(fs)
+        if path is None or not path.exists():
+            return None
+        gl = self.gl
+        blob = path.read_bytes()
+        if len(blob) < 5:
+            return None
+        fmt = int.from_bytes(blob[:4], "little")
+        data = (ctypes.c_ubyte * (len(blob) - 4)).from_buffer_copy(blob[4:])
+        p = gl.glCreateProgram()
+        gl.glProgramBinary(p, fmt, data, len(blob) - 4)
+        if gl.glGetError() != gl.GL_NO_ERROR or not gl.glGetProgramiv(p, gl.GL_LINK_STATUS):
+            gl.glDeleteProgram(p)
+            path.unlink(missing_ok=True)
+            return None
+        self.binary_hits += 1
+        return int(p)
+
+    def _save_binary(self, fs: str, p: int) -> None:
+        path = self._binary_path(fs)
+        if path is None:
+            return
+        gl = self.gl
+        size = int(gl.glGetProgramiv(p, gl.GL_PROGRAM_BINARY_LENGTH))
+        if size <= 0:
+            return
+        buf = (ctypes.c_ubyte * size)()
+        length, fmt = ctypes.c_int(0), ctypes.c_uint(0)
+        gl.glGetProgramBinary(p, size, ctypes.byref(length), ctypes.byref(fmt), buf)
+        if gl.glGetError() != gl.GL_NO_ERROR or length.value <= 0:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(fmt.value.to_bytes(4, "little") + bytes(buf)[: length.value])
+            os.replace(tmp, path)
+        except OSError:  # a read-only or full cache dir only costs the next process a compile
+            pass
 
     @property
     def programs(self) -> int:
@@ -281,6 +347,38 @@ class Device:
         old = (dst.tex, dst.fbo)
         dst.tex, dst.fbo = src.tex, src.fbo
         self._give(dst.w, dst.h, *old)
+
+    # ---- GPU time (EXT_disjoint_timer_query) -------------------------------------------------
+    def timed(self, fn: Any) -> float | None:
+        """Run `fn()` inside a GL_TIME_ELAPSED query and wait for its result, in seconds (tracing
+        only: it stalls until the GPU has run the work). None if the timer was disjoint."""
+        gl = self.gl
+        q = int(gl.glGenQueries(1))
+        gl.glGetIntegerv(_GPU_DISJOINT)  # reading clears the disjoint flag
+        gl.glBeginQuery(_TIME_ELAPSED, q)
+        try:
+            fn()
+        finally:
+            gl.glEndQuery(_TIME_ELAPSED)
+        ns = ctypes.c_uint64(0)
+        self._query_ui64()(q, gl.GL_QUERY_RESULT, ctypes.byref(ns))
+        gl.glDeleteQueries(1, [q])
+        if int(gl.glGetIntegerv(_GPU_DISJOINT)):
+            return None
+        return ns.value * 1e-9
+
+    def _query_ui64(self) -> Any:
+        """glGetQueryObjectui64vEXT through eglGetProcAddress (PyOpenGL does not load it on EGL)."""
+        fn = getattr(self, "_ui64", None)
+        if fn is None:
+            from OpenGL import EGL
+
+            addr = EGL.eglGetProcAddress(b"glGetQueryObjectui64vEXT")
+            if not addr:
+                raise RuntimeError("webgl: glGetQueryObjectui64vEXT is not available")
+            proto = ctypes.CFUNCTYPE(None, ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_uint64))
+            fn = self._ui64 = proto(ctypes.cast(addr, ctypes.c_void_p).value)
+        return fn
 
     def finish(self) -> None:
         self.gl.glFinish()

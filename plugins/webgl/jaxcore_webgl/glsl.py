@@ -20,12 +20,9 @@ import struct
 
 import numpy as np
 
-from jaxcore.alu import AluExp, AluOp
-from jaxcore.backend import UnsupportedOpError
 from jaxcore.cstyle import CStyleLanguage, ExpRenderer, OpRender, strip_parens
-from jaxcore.dtype import INT32_MIN, DType
-from jaxcore.kernel import Kernel
 from jaxcore.legalize import TargetTraits, legalize
+from jaxcore.plugin import INT32_MIN, AluExp, AluOp, DType, Kernel, UnsupportedOpError
 from jaxcore_webgl import glsl_lib
 
 HEADER = "#version 300 es\nprecision highp float;\nprecision highp int;\nprecision highp usampler2D;\n"
@@ -258,6 +255,23 @@ def _combine(r: ExpRenderer, red_op: AluOp, dtype: DType, acc: str, x: str) -> s
     return LANG.code_for_op[op](r, AluExp(op, dtype, (AluExp.variable(dtype, "acc"),) * 2), [acc, x])
 
 
+def _hoist(top: ExpRenderer, exp: AluExp) -> None:
+    """Bind the loop-invariant subexpressions of a reduction body (those not reading ridx) in `top`,
+    before the loop, so the body looks them up instead of recomputing them every iteration."""
+    varies: dict[str, bool] = {}
+    for node in exp.nodes():
+        v = node.op == AluOp.Variable and node.arg == "ridx"
+        varies[node.key()] = v or any(varies[s.key()] for s in node.src)
+    leaves = (AluOp.Const, AluOp.Variable, AluOp.Special)
+    roots = []
+    for node in exp.nodes():
+        if varies[node.key()]:
+            roots += [s for s in node.src if not varies[s.key()] and s.op not in leaves]
+    for node in dict.fromkeys(roots):
+        top.count(node)
+        top.bind(node)
+
+
 def kernel_shader(kernel: Kernel, out_shift: int) -> str:
     """The fragment shader computing `kernel` into an output texture of width 2^out_shift."""
     out_dt = kernel.dtype
@@ -275,6 +289,9 @@ def kernel_shader(kernel: Kernel, out_shift: int) -> str:
         if red.dtype not in LANG.type_map:
             raise UnsupportedOpError(None, red.dtype, LANG.name)
         body.append(f"  {LANG.type_name(red.dtype)} acc = {LANG.render_const(top, red.identity, red.dtype)};")
+        _hoist(top, exp)
+        body += [f"  {line}" for line in top.lines]
+        top.lines.clear()
         inner = top.child()
         inner.count(exp)
         v = inner.render(exp)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import jaxcore
-from jaxcore.hookspecs import RegisterDevice
+from jaxcore.plugin import DeviceUnavailable, RegisterDevice, hookimpl
 
 if TYPE_CHECKING:
-    from jaxcore.backend import Backend
+    from jaxcore.plugin import Backend
 
 HINT = (
     "pip install 'PyOpenGL>=3.1.10' 'glfw>=2.11'; headless machines need Mesa's EGL and GLES "
@@ -22,15 +21,15 @@ def _create() -> Backend:
     try:
         import OpenGL  # noqa: F401
     except ImportError as e:
-        raise jaxcore.DeviceUnavailable(f"webgl needs PyOpenGL: {e}", HINT) from None
+        raise DeviceUnavailable(f"webgl needs PyOpenGL: {e}", HINT) from None
     from jaxcore_webgl.backend import WebGLBackend
 
     try:
         return WebGLBackend()
     except ContextError as e:
-        raise jaxcore.DeviceUnavailable(e.reason, e.hint or HINT) from None
+        raise DeviceUnavailable(e.reason, e.hint or HINT) from None
 
 
-@jaxcore.hookimpl
+@hookimpl
 def jaxcore_register_devices(register: RegisterDevice) -> None:
     register("webgl", _create, api_version=1, priority=5, hint=HINT)

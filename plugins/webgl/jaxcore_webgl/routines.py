@@ -14,8 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from jaxcore.dtype import DType
-from jaxcore.routine import Routine, Routines
+from jaxcore.plugin import DType, Routine, Routines
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture
 
 HEADER = "#version 300 es\nprecision highp float;\nprecision highp int;\nprecision highp usampler2D;\n"
