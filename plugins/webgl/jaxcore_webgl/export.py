@@ -63,6 +63,7 @@ class _Replay:
     passes: list[dict[str, Any]] = field(default_factory=list)
     shaders: list[str] = field(default_factory=list)
     _index: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def texture(self, nbytes: int, role: str, index: int | None = None) -> _Tex:
         w, h, shift = texture_dims(nbytes, self.max_size)
@@ -79,6 +80,15 @@ class _Replay:
 
     def free(self, t: _Tex) -> None:
         pass  # the runner frees every texture at the end
+
+    def download(self, t: _Tex, start: int, count: int) -> bytes:
+        """A host-side test in a routine's schedule (JacobiEigh: "any matrix still rotating?").
+        Answered "yes", so the export holds every iteration up to the routine's bound; the plan's
+        passes are no-ops for a matrix whose flag is clear, so the result is the same."""
+        self.notes.append(
+            f"a read of texture {t.id} in the schedule was answered nonzero (every iteration kept)"
+        )
+        return b"\x01" * count
 
     def swap(self, dst: _Tex, src: _Tex) -> None:
         raise ExportError("an aliased output in the replay (export never aliases)")
@@ -150,6 +160,7 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
         "vertex": VERTEX_SHADER,
         "shaders": replay.shaders,
         "passes": replay.passes,
+        "notes": sorted(set(replay.notes)),
     }
 
 
