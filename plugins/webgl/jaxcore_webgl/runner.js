@@ -62,44 +62,58 @@
     if (program.version !== 1) throw new Error(`${FORMAT} version ${program.version} is not supported`);
   }
 
-  function shader(gl, kind, src, messages, label) {
-    const s = gl.createShader(kind);
-    gl.shaderSource(s, src);
-    gl.compileShader(s);
-    const ok = gl.getShaderParameter(s, gl.COMPILE_STATUS);
-    const log = (gl.getShaderInfoLog(s) || "").trim();
-    if (!ok || log) messages.push({ shader: label, type: ok ? "warning" : "error", message: log || "compile failed" });
-    return ok ? s : null;
-  }
-
-  // One linked program per distinct fragment source, kept on the context.
-  function link(gl, vertexSrc, fragmentSrc, label, messages) {
+  // One linked program per distinct fragment source, kept on the context. `start` issues the
+  // compile and link without asking for their status, so many can be in flight (ANGLE compiles in
+  // parallel with KHR_parallel_shader_compile); `finish` asks, once.
+  function start(gl, vertexSrc, fragmentSrc) {
     const cache = gl.jaxcorePrograms || (gl.jaxcorePrograms = new Map());
     const key = vertexSrc + "\u0000" + fragmentSrc;
-    const hit = cache.get(key);
-    if (hit) {
-      for (const m of hit.messages) messages.push({ ...m, shader: label });
-      return hit.prog;
-    }
-    const own = [];
-    const vs = shader(gl, gl.VERTEX_SHADER, vertexSrc, own, "vertex");
-    const fs = shader(gl, gl.FRAGMENT_SHADER, fragmentSrc, own, label);
-    let prog = null;
-    if (vs && fs) {
-      prog = gl.createProgram();
+    let entry = cache.get(key);
+    if (!entry) {
+      const vs = gl.createShader(gl.VERTEX_SHADER);
+      gl.shaderSource(vs, vertexSrc);
+      gl.compileShader(vs);
+      const fs = gl.createShader(gl.FRAGMENT_SHADER);
+      gl.shaderSource(fs, fragmentSrc);
+      gl.compileShader(fs);
+      const prog = gl.createProgram();
       gl.attachShader(prog, vs);
       gl.attachShader(prog, fs);
       gl.linkProgram(prog);
-      const ok = gl.getProgramParameter(prog, gl.LINK_STATUS);
-      const log = (gl.getProgramInfoLog(prog) || "").trim();
-      if (!ok || log) own.push({ shader: label, type: ok ? "warning" : "error", message: "link: " + (log || "failed") });
-      if (!ok) prog = null;
+      entry = { prog, vs, fs, messages: null };
+      cache.set(key, entry);
     }
-    if (vs) gl.deleteShader(vs);
-    if (fs) gl.deleteShader(fs);
-    cache.set(key, { prog, messages: own });
-    for (const m of own) messages.push(m);
-    return prog;
+    return entry;
+  }
+
+  function finish(gl, entry) {
+    if (entry.messages) return entry;
+    const own = [];
+    for (const [s, label] of [
+      [entry.vs, "vertex"],
+      [entry.fs, "fragment"],
+    ]) {
+      const ok = gl.getShaderParameter(s, gl.COMPILE_STATUS);
+      const log = (gl.getShaderInfoLog(s) || "").trim();
+      if (!ok || log) own.push({ stage: label, type: ok ? "warning" : "error", message: log || "compile failed" });
+    }
+    const ok = gl.getProgramParameter(entry.prog, gl.LINK_STATUS);
+    const log = (gl.getProgramInfoLog(entry.prog) || "").trim();
+    if (!ok || log) own.push({ stage: "link", type: ok ? "warning" : "error", message: log || "link failed" });
+    gl.deleteShader(entry.vs);
+    gl.deleteShader(entry.fs);
+    if (!ok) {
+      gl.deleteProgram(entry.prog);
+      entry.prog = null;
+    }
+    entry.messages = own;
+    return entry;
+  }
+
+  function link(gl, vertexSrc, fragmentSrc, label, messages) {
+    const entry = finish(gl, start(gl, vertexSrc, fragmentSrc));
+    for (const m of entry.messages) messages.push({ ...m, shader: label });
+    return entry.prog;
   }
 
   function compile(gl, program) {
@@ -205,6 +219,14 @@
 
   // Many programs on one context: [{program, inputs}] -> [{outputs, messages, ok, error}].
   function runMany(gl, jobs) {
+    gl.getExtension("KHR_parallel_shader_compile");
+    for (const j of jobs) {
+      try {
+        for (const src of j.program.shaders) start(gl, j.program.vertex, src);
+      } catch (e) {
+        // reported by compile() below
+      }
+    }
     return jobs.map((j) => {
       let c = null;
       try {
