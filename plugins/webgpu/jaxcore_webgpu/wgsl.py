@@ -181,6 +181,22 @@ class WGSLLanguage(CStyleLanguage):
     def render_bitcast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
         return f"bitcast<{self.type_name(dst)}>({strip_parens(x)})"
 
+    def render_op(self, r: ExpRenderer, e: AluExp, args: list[str]) -> str:
+        if e.op == AluOp.Where and e.dtype == DType.float32 and any(s.op == AluOp.Const for s in e.src[1:]):
+            # A select with a float constant operand picks between bit patterns, the constants
+            # written as u32 literals: Chromium's WebGPU (Tint, SwiftShader) lost the sign of zero
+            # constants in such selects (+0.0 for bitcast<f32>(0x80000000u), -0.0 for 0.0f),
+            # even through bitcast<u32>(); an integer literal in an integer select keeps every bit.
+            def bits(src: AluExp, text: str) -> str:
+                if src.op == AluOp.Const:
+                    v = float(src.arg)
+                    return "2143289344u" if math.isnan(v) else f"{int(np.float32(v).view(np.uint32))}u"
+                return f"bitcast<u32>({strip_parens(text)})"
+
+            c = strip_parens(args[0])
+            return f"bitcast<f32>(select({bits(e.src[2], args[2])}, {bits(e.src[1], args[1])}, {c}))"
+        return super().render_op(r, e, args)
+
     def render_where(self, r: ExpRenderer, c: str, t: str, f: str) -> str:
         return f"select({strip_parens(f)}, {strip_parens(t)}, {strip_parens(c)})"
 
