@@ -126,17 +126,20 @@ def test_f1_webgpu_float32_subnormal_add(browser: Any) -> None:
 
 
 # ---- F2 (webgpu): the sign of a zero chosen by select() among float constants ----------------
-@pytest.mark.xfail(strict=True, reason="F2 open: SwiftShader loses a zero's sign in select (FINDINGS.md)")
+F2_VALUES = [0.0, -0.0, 1.0, -1.0, 0.5, -0.0, 0.0, 16777216.0]
+
+
 def test_f2_webgpu_select_of_signed_zero_constants(browser: Any) -> None:
+    """A Where chain over float constants (what the folder emits): every zero keeps its sign."""
     g = AluVar.gidx
-    cond = AluExp(AluOp.Cmplt, DType.bool, (g, AluExp.const(I32, 1)))
-    cond2 = AluExp(AluOp.Cmplt, DType.bool, (g, AluExp.const(I32, 2)))
-    inner = AluExp(AluOp.Where, F32, (cond2, AluExp.const(F32, -0.0), AluExp.const(F32, 1.0)))
-    exp = AluExp(AluOp.Where, F32, (cond, AluExp.const(F32, 0.0), inner))
-    got, native = in_browser(browser, "webgpu", Kernel(0, 4, exp), [])
-    want = np.array([0.0, -0.0, 1.0, 1.0], np.float32).tobytes()
-    assert native == want
-    assert got == want, f"browser {np.frombuffer(got, np.float32).tolist()}"
+    exp = AluExp.const(F32, F2_VALUES[-1])
+    for i in range(len(F2_VALUES) - 2, -1, -1):
+        cond = AluExp(AluOp.Cmplt, DType.bool, (g, AluExp.const(I32, i + 1)))
+        exp = AluExp(AluOp.Where, F32, (cond, AluExp.const(F32, F2_VALUES[i]), exp))
+    got, native = in_browser(browser, "webgpu", Kernel(0, len(F2_VALUES), exp), [])
+    want = np.array(F2_VALUES, np.float32).tobytes()
+    assert native == want, f"native {np.frombuffer(native, np.uint32).tolist()}"
+    assert got == want, f"browser {[hex(v) for v in np.frombuffer(got, np.uint32)]}"
 
 
 # ---- the runner declares what an adapter cannot run ------------------------------------------
