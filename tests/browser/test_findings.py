@@ -142,6 +142,20 @@ def test_f2_webgpu_select_of_signed_zero_constants(browser: Any) -> None:
     assert got == want, f"browser {[hex(v) for v in np.frombuffer(got, np.uint32)]}"
 
 
+@pytest.mark.parametrize("depth", [27, 64])
+def test_f2_deep_constant_chains_stay_within_tints_nesting_limit(browser: Any, depth: int) -> None:
+    """The suite's folded Where chains are 27 deep; the F2 spelling must not multiply the nesting
+    (a first version did: Tint said "maximum parser recursive depth reached")."""
+    g = AluVar.gidx
+    values = [(-1.0) ** i * (i % 5) * 0.5 for i in range(depth)]
+    exp = AluExp.const(F32, values[-1])
+    for i in range(depth - 2, -1, -1):
+        cond = AluExp(AluOp.Cmplt, DType.bool, (g, AluExp.const(I32, i + 1)))
+        exp = AluExp(AluOp.Where, F32, (cond, AluExp.const(F32, values[i]), exp))
+    got, native = in_browser(browser, "webgpu", Kernel(0, depth, exp), [])
+    assert np.frombuffer(got, np.float32).tolist() == np.array(values, np.float32).tolist()
+
+
 # ---- the runner declares what an adapter cannot run ------------------------------------------
 def test_webgpu_runner_declares_adapter_limits(browser: Any) -> None:
     """A kernel with more storage buffers than the browser's adapter allows is refused up front
