@@ -31,6 +31,9 @@ class TargetTraits:
     native_int_mod_by_zero_is_zero: bool = False  # x % 0 == 0
     native_int_min_div_neg1: bool = False  # INT_MIN / -1 == INT_MIN and INT_MIN % -1 == 0
     native_int_mod_truncates: bool = True  # integer % takes the dividend's sign
+    # float32 a / b is correctly rounded (Vulkan and GLSL ES only promise 2.5 ULP), so float Idiv
+    # (the truncated, correctly rounded quotient) can use it as is
+    native_correct_division: bool = False
     native_nan_minmax: bool = False  # min/max return NaN when either operand is NaN
     native_saturating_casts: bool = False  # float->int clamps to [MIN, MAX] and NaN -> 0
     native_nan_compare: bool = False  # `a != b` is true for NaN and never folded away
@@ -104,6 +107,12 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     if op == AluOp.Cmplt and e.src[0].dtype == DType.bool:
         a, b = e.src  # false < true is the only true case
         return _and(_ne(a, AluExp.bool_(True)), b)
+    if op == AluOp.Idiv and dt in (DType.float32, DType.float16) and not t.native_correct_division:
+        a, b = e.src
+        if dt == DType.float16:  # f32 has 2*11+2 bits: rounding the f32 quotient to f16 is exact
+            a, b = AluExp.cast(DType.float32, a), AluExp.cast(DType.float32, b)
+            return _trunc(AluExp.cast(DType.float16, divide_rn(a, b)))  # round to f16, then trunc
+        return _trunc(divide_rn(a, b))
     if op in (AluOp.Idiv, AluOp.Mod) and dt in (DType.int32, DType.uint32):
         return _int_divmod(e, t)
     if op in (AluOp.Min, AluOp.Max) and is_float(dt) and not t.native_nan_minmax:
@@ -124,6 +133,91 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
             return None
         return AluExp(AluOp.BitShift, dt, (a, AluExp.bit_and(b, _c(b.dtype, 31))), e.arg)
     return None
+
+
+def _trunc(q: AluExp) -> AluExp:
+    return AluExp.where(AluExp.cmplt(q, _c(q.dtype, 0.0)), AluExp.ceil(q), AluExp.floor(q))
+
+
+def _u32(v: int) -> AluExp:
+    return _c(DType.uint32, v)
+
+
+def _split(x: AluExp) -> tuple[AluExp, AluExp]:
+    """Veltkamp: x = hi + lo with 12-bit halves, so their products are exact."""
+    c = x * 4097.0
+    hi = c - (c - x)
+    return hi, x - hi
+
+
+def _residual(x: AluExp, y: AluExp, q: AluExp) -> AluExp:
+    """x - q*y, exactly, for x, y, q in [0.25, 4] (Dekker's product, no fused multiply-add)."""
+    p = q * y
+    qh, ql = _split(q)
+    yh, yl = _split(y)
+    err = ((qh * yh - p) + qh * yl + ql * yh) + ql * yl
+    return (x - p) - err
+
+
+def _mantissa_exponent(x: AluExp) -> tuple[AluExp, AluExp]:
+    """|x| = m 2^e with m in [1, 2) (subnormals normalised first), for finite nonzero x."""
+    f32, u32 = DType.float32, DType.uint32
+    mag = AluExp.bit_and(AluExp.bitcast(u32, x), 0x7FFFFFFF)
+    sub = AluExp.cmplt(mag, _u32(0x00800000))
+    xs = AluExp.where(sub, AluExp.bitcast(f32, mag) * 16777216.0, AluExp.bitcast(f32, mag))
+    bits = AluExp.bitcast(u32, xs)
+    e = AluExp.bitcast(DType.int32, AluExp.shr(bits, _u32(23))) - AluExp.where(
+        sub, _c(DType.int32, 151), _c(DType.int32, 127)
+    )
+    m = AluExp.bitcast(f32, AluExp.bit_or(AluExp.bit_and(bits, 0x007FFFFF), 0x3F800000))
+    return m, e
+
+
+def _pow2(k: AluExp) -> AluExp:
+    return AluExp.bitcast(DType.float32, AluExp.shl(AluExp.bitcast(DType.uint32, k + 127), _u32(23)))
+
+
+def divide_rn(a: AluExp, b: AluExp) -> AluExp:
+    """a / b correctly rounded, from an approximate reciprocal: both operands scaled to [1, 2),
+    one Newton step on the exact residual, then the neighbour with the smaller exact residual
+    (ties to even), scaled back. Zeros, infinities and NaN take the native a * (1/b). A quotient
+    in the subnormal range rounds twice (it may be one subnormal ulp off): Idiv truncates it to
+    zero anyway."""
+    f32, u32, i32 = DType.float32, DType.uint32, DType.int32
+    ma, ea = _mantissa_exponent(a)
+    mb, eb = _mantissa_exponent(b)
+    y = AluExp.reciprocal(mb)
+    q0 = ma * y
+    q1 = q0 + _residual(ma, mb, q0) * y
+    r1 = _residual(ma, mb, q1)
+    up = AluExp.cmplt(_c(f32, 0.0), r1)
+    q1b = AluExp.bitcast(u32, q1)
+    q2 = AluExp.bitcast(f32, AluExp.where(up, q1b + 1, q1b - 1))
+    r2 = _residual(ma, mb, q2)
+    ar1 = AluExp.bitcast(f32, AluExp.bit_and(AluExp.bitcast(u32, r1), 0x7FFFFFFF))
+    ar2 = AluExp.bitcast(f32, AluExp.bit_and(AluExp.bitcast(u32, r2), 0x7FFFFFFF))
+    q2_even = _eq(AluExp.bit_and(AluExp.bitcast(u32, q2), 1), 0)
+    take2 = _or(
+        AluExp.cmplt(ar2, ar1), _and(_eq(AluExp.bitcast(u32, ar2), AluExp.bitcast(u32, ar1)), q2_even)
+    )
+    q = AluExp.where(_and(take2, _ne(r1, _c(f32, 0.0))), q2, q1)
+    # Past +-(the range) the result is inf or 0 anyway; the clamp keeps 2^k1 and 2^(k-k1) normal.
+    k = AluExp.min(AluExp.max(ea - eb, _c(i32, -160)), _c(i32, 130))
+    k1 = AluExp.idiv(k, _c(i32, 2))
+    q = (q * _pow2(k1)) * _pow2(k - k1)
+    sign = AluExp.bit_and(AluExp.bit_xor(AluExp.bitcast(u32, a), AluExp.bitcast(u32, b)), 0x80000000)
+    q = AluExp.bitcast(f32, AluExp.bit_or(AluExp.bitcast(u32, q), sign))
+    # Zeros, infinities and NaN, spelled out (a * (1/b) would make 0 / 1e-40 a NaN).
+    mags = [AluExp.bit_and(AluExp.bitcast(u32, x), 0x7FFFFFFF) for x in (a, b)]
+    zero = [_eq(m, _u32(0)) for m in mags]
+    inf = [_eq(m, _u32(0x7F800000)) for m in mags]
+    nan = [AluExp.cmplt(_u32(0x7F800000), m) for m in mags]
+    signed = AluExp.bitcast(f32, sign)
+    signed_inf = AluExp.bitcast(f32, AluExp.bit_or(sign, 0x7F800000))
+    q = AluExp.where(_or(zero[0], inf[1]), signed, q)
+    q = AluExp.where(_or(zero[1], inf[0]), signed_inf, q)
+    invalid = _or(_or(nan[0], nan[1]), _or(_and(zero[0], zero[1]), _and(inf[0], inf[1])))
+    return AluExp.where(invalid, _c(f32, math.nan), q)
 
 
 def _int_divmod(e: AluExp, t: TargetTraits) -> AluExp | None:

@@ -14,7 +14,8 @@ passes share. The runtime owns devices, buffers and pipelines; all it needs is h
   scratch buffer `b.index` of `plan.scratch` (`"scratch"`, read_write; the runtime allocates it,
   its contents need no initialisation and need not survive the plan);
 - `b.elements` is how many elements of `b.dtype` the shader may touch (the binding must cover
-  at least `b.nbytes`); bool is stored as i32 0/1; every binding is declared and statically used
+  at least `b.nbytes`, and at least 16 bytes: a binding may be declared `array<vec4<T>>`, still
+  counted here in scalars); bool is stored as i32 0/1; every binding is declared and statically used
   by the shader, so `layout="auto"` and an explicit layout from `bindings` both work;
 - no uniforms: sizes are baked into the WGSL (`program.uniforms` is empty); `program.enables`
   lists the features the device must have been created with (`"shader-f16"`, `"shader-f64"`).
