@@ -31,6 +31,12 @@ _IN_SESSION = pytest.StashKey[set[str]]()
 SUMMARY = harness.SUMMARY
 
 
+def _is_conformance(item: Any) -> bool:
+    """A conformance case on webgpu or webgl (the dispatches worth recording)."""
+    cs = getattr(item, "callspec", None)
+    return cs is not None and cs.params.get("backend") in DEVICES and "conformance" in str(item.fspath)
+
+
 def _is_parity(item: pytest.Item) -> bool:
     return Path(str(item.fspath)).resolve().parent == HERE and item.get_closest_marker("parity") is not None
 
@@ -43,6 +49,12 @@ class _CurrentTest:
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         self.rec.current_test = item.nodeid
+        self.rec.active = _is_conformance(item)
+
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        if self.rec.active:
+            self.rec.finish()  # outputs the case left unread, while the slots still exist
+        self.rec.active = False
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -50,18 +62,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SUMMARY] = []
 
 
+def _here(item: Any) -> bool:
+    return Path(str(item.fspath)).resolve().parent == HERE
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
-    parity = [i for i in items if _is_parity(i)]
+    # Every browser test runs last: the parity tests compare what the rest recorded, and one
+    # browser then serves them all (started by the first that needs it).
+    mine = [i for i in items if _here(i)]
+    items[:] = [i for i in items if not _here(i)] + [i for i in mine if not _is_parity(i)]
+    items += [i for i in mine if _is_parity(i)]
+    parity = [i for i in mine if _is_parity(i)]
     if not parity:
         return
-    items[:] = [i for i in items if not _is_parity(i)] + parity  # after everything they compare
-    devices = set()
-    for item in items:
-        cs = getattr(item, "callspec", None)
-        if cs is not None and cs.params.get("backend") in DEVICES and "conformance" in str(item.fspath):
-            devices.add(cs.params["backend"])
+    devices = {i.callspec.params["backend"] for i in items if _is_conformance(i)}
     config.stash[_IN_SESSION] = devices
-    rec = config.stash[_RECORDER] = recording.Recorder()
+    rec = config.stash[_RECORDER] = recording.Recorder(active=False)
     if not devices:
         return
     import jaxcore

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import base64
 import os
+import queue
 import shutil
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -23,6 +26,7 @@ from jaxcore.conformance.tolerances import SIGN_AGNOSTIC, lookup
 from jaxcore.dtype import DType
 
 HERE = Path(__file__).resolve().parent
+T = TypeVar("T")
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -57,10 +61,49 @@ def chromium_path() -> str:
     )
 
 
+class _Thread:
+    """One thread that owns Playwright: its sync API runs an event loop on the thread that starts it,
+    and the rest of the test session (asyncio.run in async tests, other Playwright users) must not
+    find that loop on the main thread."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._main, name="jaxcore-browser", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, box, done = job
+            try:
+                box.append((True, fn()))
+            except BaseException as e:  # handed back to the caller
+                box.append((False, e))
+            done.set()
+
+    def call(self, fn: Callable[[], T]) -> T:
+        box: list[tuple[bool, Any]] = []
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        done.wait()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout=30)
+
+
 @dataclass
 class Browser:
-    """One Chromium with one parity page; `info` is what its WebGPU adapter and WebGL2 context report."""
+    """One Chromium with one parity page; `info` is what its WebGPU adapter and WebGL2 context report.
+    Every Playwright call runs on the browser's own thread (`evaluate`)."""
 
+    thread: _Thread
     playwright: Any
     browser: Any
     page: Any
@@ -68,15 +111,33 @@ class Browser:
     launch_s: float
     console: list[str] = field(default_factory=list)
 
+    def evaluate(self, js: str, arg: Any = None) -> Any:
+        return self.thread.call(lambda: self.page.evaluate(js, arg))
+
     def close(self) -> None:
+        def stop() -> None:
+            try:
+                self.browser.close()
+            finally:
+                self.playwright.stop()
+
         try:
-            self.browser.close()
+            self.thread.call(stop)
         finally:
-            self.playwright.stop()
+            self.thread.stop()
 
 
 def launch(workdir: Path) -> Browser:
-    """Start Chromium and open the parity page with both runners loaded."""
+    """Start Chromium (on a thread of its own) and open the parity page with both runners loaded."""
+    thread = _Thread()
+    try:
+        return thread.call(lambda: _launch(thread, workdir))
+    except BaseException:
+        thread.stop()
+        raise
+
+
+def _launch(thread: _Thread, workdir: Path) -> Browser:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as e:
@@ -102,7 +163,7 @@ def launch(workdir: Path) -> Browser:
     for script in (webgpu_runner(), webgl_runner(), (HERE / "page.js").read_text()):
         page.add_script_tag(content=script)
     info = page.evaluate("() => jaxcoreParity.info()")
-    return Browser(pw, browser, page, info, time.perf_counter() - t0, console)
+    return Browser(thread, pw, browser, page, info, time.perf_counter() - t0, console)
 
 
 def _b64(b: bytes) -> str:
@@ -130,7 +191,7 @@ def run_cases(b: Browser, device: str, cases: list[Any]) -> list[dict[str, Any]]
     results: list[dict[str, Any]] = []
     for batch in batches(cases):
         jobs = [{"program": c.program, "inputs": [_b64(x) for x in c.inputs]} for c in batch]
-        got = b.page.evaluate(f"(jobs) => jaxcoreParity.{device}(jobs)", jobs)
+        got = b.evaluate(f"(jobs) => jaxcoreParity.{device}(jobs)", jobs)
         if got.get("lost"):
             raise RuntimeError(f"{device}: the browser lost its device: {got['lost']}")
         for r in got["results"]:

@@ -51,6 +51,7 @@ class Recorder:
     extra_reads: int = 0
     dispatches: int = 0
     current_test: str = ""
+    active: bool = True  # off: every wrapped method is the backend's own (other tests are left alone)
     _seen: set[tuple[str, str]] = field(default_factory=set)
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _attached: list[Any] = field(default_factory=list)
@@ -81,13 +82,15 @@ class Recorder:
 
         def malloc(size: int, initial_data: Any = None) -> int:
             slot = malloc0(size, initial_data)
-            if initial_data is not None:
+            if initial_data is not None and rec.active:
                 with rec._lock:
                     known[slot] = bytes(memoryview(initial_data).cast("B"))
             return slot
 
         def read(slot: int, start: int = 0, count: int | None = None) -> bytes:
             data = read0(slot, start, count)
+            if not rec.active:
+                return data
             with rec._lock:
                 if slot in pending:
                     whole = start == 0 and len(data) == backend.size_of(slot)
@@ -96,6 +99,8 @@ class Recorder:
 
         async def read_async(slot: int, start: int = 0, count: int | None = None) -> bytes:
             data = await read_async0(slot, start, count)
+            if not rec.active:
+                return data
             with rec._lock:
                 if slot in pending:
                     whole = start == 0 and len(data) == backend.size_of(slot)
@@ -103,6 +108,10 @@ class Recorder:
             return data
 
         def dec_ref(slot: int) -> None:
+            if not rec.active:
+                known.pop(slot, None)
+                dec_ref0(slot)
+                return
             with rec._lock:
                 try:
                     last = backend._buffer(slot).refs <= 1
@@ -128,6 +137,12 @@ class Recorder:
         exe_ref: list[Any] = []
 
         def dispatch(exe: Any, inputs: list[int], outputs: list[int]) -> None:
+            if not rec.active:
+                for s in outputs:
+                    known.pop(s, None)
+                    pending.pop(s, None)
+                dispatch0(exe, inputs, outputs)
+                return
             with rec._lock:
                 rec.dispatches += 1
                 prog, err, digest = program_of(exe)
@@ -175,6 +190,7 @@ class Recorder:
                         settle(s)
                     except Exception:
                         pending.pop(s, None)
+                known.clear()  # a slot's contents may change while the recorder is off
 
         backend.malloc, backend.read, backend.read_async = malloc, read, read_async
         backend.dec_ref, backend.dispatch = dec_ref, dispatch

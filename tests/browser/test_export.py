@@ -51,6 +51,6 @@ def test_docs_example_runs_in_the_page(device: str, browser: Any, tmp_path: Path
         )
         + "return {out: Array.from(new Float32Array(out.buffer, out.byteOffset, out.byteLength / 4))}; }"
     )
-    got = browser.page.evaluate(js, [program, inputs])
+    got = browser.evaluate(js, [program, inputs])
     assert "messages" not in got, got
     np.testing.assert_allclose(np.array(got["out"], np.float32), np.sin(x) + y, rtol=2e-6, atol=2e-6)
