@@ -111,6 +111,22 @@ def test_f3_float16_arithmetic_rounds_inf(device: str, browser: Any) -> None:
     assert np.array_equal(g, want, equal_nan=True), f"browser {g.tolist()} numpy {want.tolist()}"
 
 
+# ---- F4 (webgl): c ? float(c) : -0.0 folded to float(c) by llvmpipe (+0.0), not by the browser -----
+@pytest.mark.parametrize("device", ["webgl"])
+def test_f4_where_with_one_float_constant_keeps_zero_sign(device: str, browser: Any) -> None:
+    """Floor(Where(c, Cast<float32>(c), -0.0)) (a differential-suite case): false lanes are -0.0 in
+    the browser and natively; llvmpipe folded the select into float(c), +0.0, before the fix."""
+    n = 16
+    c = AluExp.global_index(DType.bool, 0, n, AluVar.gidx)
+    where = AluExp(AluOp.Where, F32, (c, AluExp(AluOp.Cast, F32, (c,)), AluExp.const(F32, -0.0)))
+    exp = AluExp(AluOp.Floor, F32, (where,))
+    flags = (np.arange(n) % 3 == 0).astype(np.int32)
+    got, native = in_browser(browser, device, Kernel(1, n, exp), [flags])
+    want = np.floor(np.where(flags != 0, flags.astype(np.float32), np.float32(-0.0))).tobytes()
+    assert native == want, f"native {[hex(v) for v in np.frombuffer(native, np.uint32)]}"
+    assert got == want, f"browser {[hex(v) for v in np.frombuffer(got, np.uint32)]}"
+
+
 # ---- F1 (webgpu): SwiftShader's WebGPU flushes float32 subnormals ------------------------------
 SUBNORMALS = np.array([1e-40, -1e-40, 1.4e-45, 1e-38, 2.0**-149, -3e-39], np.float32)
 
