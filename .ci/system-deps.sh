@@ -14,6 +14,7 @@ libegl-mesa0
 libgles2
 libgl1-mesa-dri
 xvfb
+chromium
 "
 
 [ "$(uname -s)" = Linux ] || exit 0

@@ -75,6 +75,12 @@ class WebGLBackend(BaseBackend):
             ),
         )
 
+    def export(self, exe: Executable) -> dict[str, Any]:
+        """`exe` as a self-contained browser program for runner.js (docs/browser-export.md)."""
+        from jaxcore_webgl.export import export
+
+        return export(self, exe)
+
     def close(self) -> None:
         self.thread.call(self.device.close)
         self.thread.close()

@@ -221,9 +221,14 @@ class GLSLLanguage(CStyleLanguage):
     def render_op(self, r: ExpRenderer, e: AluExp, args: list[str]) -> str:
         if e.dtype not in self.type_map:
             raise UnsupportedOpError(e.op, e.dtype, self.name)
-        if e.op == AluOp.Where and e.dtype in FLOATS and all(s.op == AluOp.Const for s in e.src[1:]):
-            # compilers rewrite c ? -1.0 : 0.0 as -float(c), which is -0.0 when c is false
-            return f"({args[0]} ? {_opaque(r, args[1])} : {args[2]})"
+        if e.op == AluOp.Where and e.dtype in FLOATS and any(s.op == AluOp.Const for s in e.src[1:]):
+            # compilers rewrite c ? -1.0 : 0.0 as -float(c), which is -0.0 when c is false; ANGLE on
+            # SwiftShader (Chromium) did the same to c ? float(c) : 0.0 (one constant operand, browser
+            # finding F4): every constant operand is opaque
+            t, f = (_opaque(r, a) if s.op == AluOp.Const else a for s, a in zip(e.src[1:], args[1:]))
+            if all(s.op == AluOp.Const for s in e.src[1:]):
+                f = args[2]  # one opaque operand is enough when both are constants (as before)
+            return f"({args[0]} ? {t} : {f})"
         return super().render_op(r, e, args)
 
     def render_bit(self, r: ExpRenderer, e: AluExp, a: list[str]) -> str:
@@ -333,7 +338,8 @@ def kernel_shader(kernel: Kernel, out_shift: int) -> str:
         if out_dt == F16:
             lo = f"(8 * t + {2 * c} < {size} ? compute(8 * t + {2 * c}) : 0.0)"
             hi = f"(8 * t + {2 * c + 1} < {size} ? compute(8 * t + {2 * c + 1}) : 0.0)"
-            main.append(f"  r[{c}] = packHalf2x16(vec2({lo}, {hi}));")
+            ph = top.need("jx_ph")  # not packHalf2x16 on the pair: its Inf/NaN spill (glsl_lib)
+            main.append(f"  r[{c}] = {ph}({lo}) | ({ph}({hi}) << 16);")
         else:
             word = LANG.store_word(out_dt, f"compute(4 * t + {c})")
             main.append(f"  if (4 * t + {c} < {size}) r[{c}] = {word};")

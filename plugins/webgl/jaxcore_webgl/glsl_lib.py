@@ -46,11 +46,29 @@ _def(
 bool jx_isden(float x) { uint b = floatBitsToUint(x) & 0x7fffffffu; return b != 0u && b < 0x00800000u; }
 """,
 )
+# float32 -> float16 bits, rounding to nearest even. packHalf2x16 does that for finite values in
+# range, but GLSL ES leaves Inf, NaN and overflow to the implementation: ANGLE on SwiftShader
+# (Chromium's software WebGL2) returns 0x27fff for +Inf, 0x2ffff for -Inf and NaN (bit 17 set, which
+# spills into the other half of the word) and 0x7c46 for 70000. Those are spelled out here.
+_def(
+    "jx_ph",
+    """
+uint jx_ph(float x) {
+  uint b = floatBitsToUint(x);
+  uint s = (b >> 16) & 0x8000u;
+  uint a = b & 0x7fffffffu;
+  if (a > 0x7f800000u) return s | 0x7e00u | ((a >> 13) & 0x3ffu);
+  if (a >= 0x477ff000u) return s | 0x7c00u;
+  return packHalf2x16(vec2(x, 0.0)) & 0xffffu;
+}
+""",
+)
 _def(
     "jx_f16",
     """
-float jx_f16(float x) { return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x; }
+float jx_f16(float x) { return unpackHalf2x16(jx_ph(x)).x; }
 """,
+    ("jx_ph",),
 )
 _def(
     "jx_h",

@@ -385,6 +385,12 @@ class WebGpuBackend(QueuedBackend):
             for i in range(0, len(ticks), 2)
         ]
 
+    def export(self, exe: Executable) -> dict[str, Any]:
+        """`exe` as a self-contained browser program for runner.js (docs/browser-export.md)."""
+        from jaxcore_webgpu.export import export
+
+        return export(self, exe)
+
     def close(self) -> None:
         """Finish queued work and give every pooled buffer back to the device."""
         self.finish()

@@ -112,6 +112,19 @@ def f32_literal(v: float) -> str:
     return f"{np.float32(v)}f"
 
 
+_BITS_SELECT = "bitcast<f32>(select("
+
+
+def _one_call(text: str) -> bool:
+    """Whether `text` is one call whose closing parenthesis is its last character."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and ch == ")":
+            return i == len(text) - 1
+    return False
+
+
 class WGSLLanguage(CStyleLanguage):
     name = "webgpu"
     type_map = {
@@ -180,6 +193,26 @@ class WGSLLanguage(CStyleLanguage):
 
     def render_bitcast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
         return f"bitcast<{self.type_name(dst)}>({strip_parens(x)})"
+
+    def render_op(self, r: ExpRenderer, e: AluExp, args: list[str]) -> str:
+        if e.op == AluOp.Where and e.dtype == DType.float32 and any(s.op == AluOp.Const for s in e.src[1:]):
+            # A select with a float constant operand picks between bit patterns, the constants
+            # written as u32 literals: Chromium's WebGPU (Tint, SwiftShader) lost the sign of zero
+            # constants in such selects (+0.0 for bitcast<f32>(0x80000000u), -0.0 for 0.0f),
+            # even through bitcast<u32>(); an integer literal in an integer select keeps every bit.
+            # Nested ones stay in u32 (one bitcast per chain: Tint limits the parser's nesting depth).
+            def bits(src: AluExp, text: str) -> str:
+                if src.op == AluOp.Const:
+                    v = float(src.arg)
+                    return "2143289344u" if math.isnan(v) else f"{int(np.float32(v).view(np.uint32))}u"
+                text = strip_parens(text)
+                if src.op == AluOp.Where and text.startswith(_BITS_SELECT) and _one_call(text):
+                    return text[len("bitcast<f32>(") : -1]  # a nested bit select stays in u32
+                return f"bitcast<u32>({text})"
+
+            c = strip_parens(args[0])
+            return f"bitcast<f32>(select({bits(e.src[2], args[2])}, {bits(e.src[1], args[1])}, {c}))"
+        return super().render_op(r, e, args)
 
     def render_where(self, r: ExpRenderer, c: str, t: str, f: str) -> str:
         return f"select({strip_parens(f)}, {strip_parens(t)}, {strip_parens(c)})"

@@ -1,0 +1,169 @@
+"""A prepared webgl executable (kernel or routine) as a self-contained browser program (JSON-able).
+
+    program = jaxcore_webgl.export.export(backend, exe)    # or backend.export(exe)
+
+and in a page, with `runner.js` (shipped in this package, `runner_js()` returns its text):
+
+    const out = await JaxcoreWebGL.run(program, [inputBytes0, ...]);   // [Uint8Array, ...]
+
+What the backend runs is a sequence of full-screen draws, each a fragment shader over RGBA32UI
+textures that hold the buffers' raw bytes (16 per texel, see jaxcore_webgl.device). The export
+replays the executable's own run against a recording stand-in for the device, so the program is
+exactly the draws the native device makes, in order, read from `exe.data` and the sources of the
+programs it links (no GL call is made):
+
+- `vertex` and `shaders`: the GLSL ES 3.00 sources (one vertex shader, a fragment shader per
+  program); each pass names its shader, the textures it samples (unit i is uniform `in{i}`, and
+  `sh{i}` is log2 of that texture's width), the texture it renders into, how many texels it covers
+  (the first `ceil(texels / width)` rows) and its integer uniforms;
+- `textures`: every texture by id: the inputs and outputs of the executable (`role`, `index`) and
+  the temporaries of a routine (`width` x `height`). Input textures take the size of the bytes given
+  (a width of 2^ceil(log2 ceil(sqrt(texels))), as the plugin lays them out); outputs and
+  temporaries have the dimensions the shaders were written for, which `runner.js` keeps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from jaxcore.backend import Executable
+from jaxcore.dtype import byte_width
+from jaxcore.kernel import Kernel
+from jaxcore_webgl.device import TEXEL_BYTES, VERTEX_SHADER, texture_dims
+
+FORMAT = "jaxcore-webgl-program"
+VERSION = 1
+
+
+class ExportError(ValueError):
+    """An executable this module cannot turn into a browser program (the message says why)."""
+
+
+@dataclass(eq=False)
+class _Tex:
+    """A texture of the replay: what `Device.alloc` would return (the fields programs read)."""
+
+    id: int
+    w: int
+    h: int
+    shift: int
+    nbytes: int
+
+
+@dataclass
+class _Replay:
+    """Stands in for `jaxcore_webgl.device.Device` during an executable's run and records the draws."""
+
+    max_size: int
+    sources: dict[int, str]
+    textures: list[dict[str, Any]] = field(default_factory=list)
+    passes: list[dict[str, Any]] = field(default_factory=list)
+    shaders: list[str] = field(default_factory=list)
+    _index: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def texture(self, nbytes: int, role: str, index: int | None = None) -> _Tex:
+        w, h, shift = texture_dims(nbytes, self.max_size)
+        t = _Tex(len(self.textures), w, h, shift, nbytes)
+        entry: dict[str, Any] = {"id": t.id, "role": role, "bytes": nbytes, "width": w, "height": h}
+        if index is not None:
+            entry["index"] = index
+        self.textures.append(entry)
+        return t
+
+    # ---- the Device methods an executable's run calls --------------------------------------
+    def alloc(self, nbytes: int) -> _Tex:
+        return self.texture(nbytes, "temp")
+
+    def free(self, t: _Tex) -> None:
+        pass  # the runner frees every texture at the end
+
+    def download(self, t: _Tex, start: int, count: int) -> bytes:
+        """A host-side test in a routine's schedule (JacobiEigh: "any matrix still rotating?").
+        Answered "yes", so the export holds every iteration up to the routine's bound; the plan's
+        passes are no-ops for a matrix whose flag is clear, so the result is the same."""
+        self.notes.append(
+            f"a read of texture {t.id} in the schedule was answered nonzero (every iteration kept)"
+        )
+        return b"\x01" * count
+
+    def swap(self, dst: _Tex, src: _Tex) -> None:
+        raise ExportError("an aliased output in the replay (export never aliases)")
+
+    def draw(self, prog: Any, inputs: list[_Tex], out: _Tex, texels: int, ints: dict[str, int] | None = None):
+        src = self.sources.get(id(prog))
+        if src is None:
+            raise ExportError("a draw uses a program whose source the backend does not hold")
+        if src not in self._index:
+            self._index[src] = len(self.shaders)
+            self.shaders.append(src)
+        self.passes.append(
+            {
+                "shader": self._index[src],
+                "inputs": [t.id for t in inputs],
+                "output": out.id,
+                "texels": int(texels),
+                "ints": {k: int(v) for k, v in (ints or {}).items()},
+            }
+        )
+
+
+def _io(src: Any) -> tuple[list[tuple[int, str | None]], list[tuple[int, str]], dict[str, Any]]:
+    if isinstance(src, Kernel):
+        return (
+            [(n, None) for n in src.input_bytes()],
+            [(src.bytes, str(src.dtype))],
+            {
+                "kind": "kernel",
+                "key": src.key(),
+            },
+        )
+    t = src.type
+    ins = [(math.prod(s) * byte_width(d), str(d)) for s, d in zip(t.input_shapes, t.input_dtypes)]
+    outs = [(math.prod(s) * byte_width(d), str(d)) for s, d in zip(t.output_shapes, t.output_dtypes)]
+    return ins, outs, {"kind": "routine", "name": str(src.name), "key": str(src.key())}
+
+
+def export(backend: Any, exe: Executable) -> dict[str, Any]:
+    """The browser program for `exe`, prepared by the webgl `backend` (see the module docstring)."""
+    from jaxcore_webgl.backend import KernelExe
+
+    device = getattr(backend, "device", None)
+    programs = getattr(device, "_programs", None)
+    if programs is None:
+        name = getattr(backend, "name", backend)
+        raise ExportError(f"{name!r} is not a webgl backend (it holds no linked programs)")
+    max_size = backend.info.max_texture_size
+    replay = _Replay(max_size, {id(p): s for s, p in programs.items()})
+    ins, outs, desc = _io(exe.source)
+    in_tex = [replay.texture(max(n, 1), "in", i) for i, (n, _) in enumerate(ins)]
+    out_tex = [replay.texture(max(n, 1), "out", i) for i, (n, _) in enumerate(outs)]
+    data = exe.data
+    if isinstance(data, KernelExe):
+        if data.texels:
+            replay.draw(data.program, in_tex, out_tex[0], data.texels)
+    elif hasattr(data, "run"):
+        data.run(replay, in_tex, out_tex)
+    else:
+        raise ExportError(f"cannot export a webgl executable holding {type(data).__name__}")
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "source": desc,
+        "texel_bytes": TEXEL_BYTES,
+        "inputs": [{"bytes": n, **({"dtype": d} if d else {})} for n, d in ins],
+        "outputs": [{"bytes": n, "dtype": d, "texture": t.id} for (n, d), t in zip(outs, out_tex)],
+        "textures": replay.textures,
+        "vertex": VERTEX_SHADER,
+        "shaders": replay.shaders,
+        "passes": replay.passes,
+        "notes": sorted(set(replay.notes)),
+    }
+
+
+def runner_js() -> str:
+    """The text of runner.js (defines `JaxcoreWebGL` in a page or worker)."""
+    return resources.files("jaxcore_webgl").joinpath("runner.js").read_text()

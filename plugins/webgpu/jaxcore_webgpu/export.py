@@ -1,0 +1,189 @@
+"""A prepared webgpu executable as a self-contained browser program (a JSON-able dict).
+
+    program = jaxcore_webgpu.export.export(backend, exe)   # or backend.export(exe)
+    json.dump(program, f)
+
+and in a page, with `runner.js` (shipped in this package, `runner_js()` returns its text):
+
+    const out = await JaxcoreWebGPU.run(program, [inputBytes0, ...]);   // [Uint8Array, ...]
+
+The program carries everything `runner.js` needs and nothing of the live device: the WGSL of every
+pass, the bind-group layout of group 0 (binding number, buffer, access), the buffer sizes, the uniform
+block of a pass (bytes), the scratch buffers and the dispatch sequence. It is read from what the
+backend compiled (`exe.data`, a `jaxcore_webgpu.program.CompiledPlan`), so the browser runs the very
+shaders the native device runs, in the same order, with the same bindings:
+
+- every buffer is `STORAGE | COPY_SRC | COPY_DST`, `max(16, ceil4(bytes))` bytes, bound whole;
+- passes run in order in one compute pass, `dispatchWorkgroups(*grid)`; a grid with a 0 is skipped;
+- scratch buffers need no initialisation; the output is read back, `bytes` long.
+
+`features` lists the WebGPU features the shaders need (`shader-f16` for `enable f16;`); `requires`
+lists what no browser's WebGPU has (`f64`: WGSL has no float64 outside naga's extension), so a
+page can refuse such a program up front instead of failing to compile it.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+from importlib import resources
+from typing import Any
+
+from jaxcore.backend import Executable
+from jaxcore.dtype import byte_width
+from jaxcore.kernel import Kernel
+
+FORMAT = "jaxcore-webgpu-program"
+VERSION = 1
+MIN_BINDING = 16  # as the runtime binds: one element of f64 or vec4<f32> at least
+
+_VAR = re.compile(
+    r"@group\((\d+)\)\s*@binding\((\d+)\)\s*var<\s*(storage|uniform)\s*(?:,\s*(read|read_write)\s*)?>"
+)
+_F64 = re.compile(r"\bf64\b|\d(?:\.\d*)?lf\b")
+_ENTRY = re.compile(r"@compute\b[^{;]*?\bfn\s+(\w+)", re.S)
+_WG_SIZE = re.compile(r"@workgroup_size\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?(?:,\s*(\d+)\s*)?\)")
+_F16 = re.compile(r"^\s*enable\s+f16\s*;", re.M)
+
+
+class ExportError(ValueError):
+    """An executable this module cannot turn into a browser program (the message says why)."""
+
+
+def buffer_bytes(nbytes: int) -> int:
+    """The size of the GPU buffer (and binding) for `nbytes` of data, as the runtime makes it."""
+    return max(MIN_BINDING, -(-nbytes // 4) * 4)
+
+
+def _layout(code: str) -> dict[int, str]:
+    """binding number -> "read-only-storage" | "storage" | "uniform", for group 0, from the WGSL."""
+    out = {}
+    for group, binding, space, access in _VAR.findall(code):
+        if group != "0":
+            continue
+        if space == "uniform":
+            out[int(binding)] = "uniform"
+        else:
+            out[int(binding)] = "read-only-storage" if access in ("", "read") else "storage"
+    return out
+
+
+def _io(src: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Inputs and outputs (bytes, dtype) and a description of what the executable computes."""
+    if isinstance(src, Kernel):
+        ins: list[dict[str, Any]] = [{"bytes": n} for n in src.input_bytes()]
+        outs = [{"bytes": src.bytes, "dtype": str(src.dtype)}]
+        return ins, outs, {"kind": "kernel", "key": src.key()}
+    t = src.type
+    ins = [
+        {"bytes": math.prod(s) * byte_width(d), "dtype": str(d), "shape": list(s)}
+        for s, d in zip(t.input_shapes, t.input_dtypes)
+    ]
+    outs = [
+        {"bytes": math.prod(s) * byte_width(d), "dtype": str(d), "shape": list(s)}
+        for s, d in zip(t.output_shapes, t.output_dtypes)
+    ]
+    return ins, outs, {"kind": "routine", "name": str(src.name), "key": str(src.key())}
+
+
+def export(backend: Any, exe: Executable) -> dict[str, Any]:
+    """The browser program for `exe`, prepared by the webgpu `backend` (see the module docstring)."""
+    plan = exe.data
+    passes_in = getattr(plan, "passes", None)
+    codes = getattr(plan, "codes", None)
+    if passes_in is None or codes is None or len(codes) != len(passes_in):
+        raise ExportError(
+            f"{getattr(backend, 'name', 'webgpu')}: the executable holds {type(plan).__name__}, "
+            "not a compiled plan with the WGSL of each pass; only webgpu executables can be exported"
+        )
+    ins, outs, desc = _io(exe.source)
+    # input sizes as the dispatch check requires them (a kernel input may be larger; the runner
+    # binds what it is given)
+    shaders: list[str] = []
+    index: dict[str, int] = {}
+    passes = []
+    features: set[str] = set()
+    requires: set[str] = set()
+    for p, code in zip(passes_in, codes):
+        if code not in index:
+            index[code] = len(shaders)
+            shaders.append(code)
+        if _F16.search(code):
+            features.add("shader-f16")
+        if _F64.search(code):
+            requires.add("f64")
+        layout = _layout(code)
+        bindings = []
+        for b, (kind, i) in enumerate(p.bindings):
+            if kind not in ("in", "out", "scratch"):
+                raise ExportError(f"pass binding {b} refers to {kind!r}, not in/out/scratch")
+            bindings.append({"binding": b, "buffer": [kind, int(i)], "type": layout.get(b, "storage")})
+        uniform = None
+        if p.uniform_group is not None:
+            data = getattr(p, "uniform", None)
+            if data is None:
+                raise ExportError(
+                    "a pass binds a uniform block whose bytes the compiled plan does not keep "
+                    "(jaxcore_webgpu.program.CompiledPass needs a `uniform` field)"
+                )
+            data = bytes(data) + b"\0" * (-len(data) % 16)
+            uniform = base64.b64encode(data).decode()
+        passes.append(
+            {
+                "shader": index[code],
+                "entry": _entry(p, code),
+                "grid": [int(g) for g in p.grid],
+                "bindings": bindings,
+                "uniform": uniform,
+            }
+        )
+    sizes = [buffer_bytes(x["bytes"]) for x in ins + outs] + [buffer_bytes(n) for n in plan.scratch]
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "source": desc,
+        "features": sorted(features),
+        "requires": sorted(requires),
+        "limits": _limits(passes, shaders, sizes),
+        "inputs": ins,
+        "outputs": outs,
+        "scratch": [int(n) for n in plan.scratch],
+        "shaders": shaders,
+        "passes": passes,
+    }
+
+
+def _limits(passes: list[dict[str, Any]], shaders: list[str], sizes: list[int]) -> dict[str, int]:
+    """The adapter limits (WebGPU names) the program needs at least, so a page can tell in advance."""
+    wg = [(1, 1, 1)]
+    for code in shaders:
+        for m in _WG_SIZE.findall(code):
+            wg.append(tuple(int(v) if v else 1 for v in m))  # type: ignore[arg-type]
+    storage = [sum(b["type"] != "uniform" for b in p["bindings"]) for p in passes] or [0]
+    grid = [g for p in passes for g in p["grid"]] or [1]
+    return {
+        "maxStorageBuffersPerShaderStage": max(storage),
+        "maxComputeInvocationsPerWorkgroup": max(x * y * z for x, y, z in wg),
+        "maxComputeWorkgroupSizeX": max(w[0] for w in wg),
+        "maxComputeWorkgroupSizeY": max(w[1] for w in wg),
+        "maxComputeWorkgroupSizeZ": max(w[2] for w in wg),
+        "maxComputeWorkgroupsPerDimension": max(grid),
+        "maxStorageBufferBindingSize": max(sizes or [MIN_BINDING]),
+    }
+
+
+def _entry(p: Any, code: str) -> str:
+    """The entry point: the pass's own (a runtime `Pass` has one), else the shader's one @compute fn."""
+    entry = getattr(p, "entry", None)
+    if entry:
+        return str(entry)
+    names = _ENTRY.findall(code)
+    if len(names) != 1:
+        raise ExportError(f"cannot tell the entry point of a shader with @compute functions {names}")
+    return names[0]
+
+
+def runner_js() -> str:
+    """The text of runner.js (defines `JaxcoreWebGPU` in a page or worker)."""
+    return resources.files("jaxcore_webgpu").joinpath("runner.js").read_text()

@@ -1,0 +1,323 @@
+// jaxcore-webgpu runner: executes a program exported by jaxcore_webgpu.export in a web page.
+//
+//   <script src="runner.js"></script>
+//   const device = await JaxcoreWebGPU.requestDevice();
+//   const prog = await JaxcoreWebGPU.compile(device, program);   // program: the exported JSON
+//   if (prog.unsupported) throw new Error(prog.unsupported);
+//   const [out] = await prog.run([new Uint8Array(inputBytes)]);  // Uint8Array per output
+//
+// or in one call: `await JaxcoreWebGPU.run(program, inputs)`. Plain JavaScript, no build step and
+// no dependencies; it needs WebGPU (a secure context: https:// or file://, not about:blank).
+// `prog.messages` holds what the browser's shader compiler said (getCompilationInfo) and any
+// validation error from building the pipelines; `prog.ok` is false when one of them is an error.
+(function (root) {
+  "use strict";
+
+  const FORMAT = "jaxcore-webgpu-program";
+  const MIN_BINDING = 16;
+  // The limits the exported shaders were sized by live on the adapter; ask for all it has.
+  const LIMITS = [
+    "maxStorageBufferBindingSize",
+    "maxBufferSize",
+    "maxStorageBuffersPerShaderStage",
+    "maxComputeWorkgroupStorageSize",
+    "maxComputeInvocationsPerWorkgroup",
+    "maxComputeWorkgroupSizeX",
+    "maxComputeWorkgroupSizeY",
+    "maxComputeWorkgroupSizeZ",
+    "maxComputeWorkgroupsPerDimension",
+  ];
+  const FEATURES = ["shader-f16"];
+
+  function bufferBytes(n) {
+    return Math.max(MIN_BINDING, Math.ceil(n / 4) * 4);
+  }
+
+  function base64Bytes(s) {
+    const bin = atob(s);
+    const out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  }
+
+  function asBytes(x) {
+    if (x instanceof Uint8Array) return x;
+    if (ArrayBuffer.isView(x)) return new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
+    if (x instanceof ArrayBuffer) return new Uint8Array(x);
+    throw new TypeError("an input must be an ArrayBuffer or a typed array");
+  }
+
+  async function requestDevice(options) {
+    if (typeof navigator === "undefined" || !navigator.gpu) {
+      throw new Error(
+        "WebGPU is not available: navigator.gpu is missing (it needs a secure context, " +
+          "https:// or file://, and a browser with WebGPU enabled)"
+      );
+    }
+    const adapter = await navigator.gpu.requestAdapter(options || {});
+    if (!adapter) throw new Error("WebGPU: no adapter (navigator.gpu.requestAdapter returned null)");
+    const requiredFeatures = FEATURES.filter((f) => adapter.features.has(f));
+    const requiredLimits = {};
+    for (const k of LIMITS) if (adapter.limits[k] !== undefined) requiredLimits[k] = adapter.limits[k];
+    const device = await adapter.requestDevice({ requiredFeatures, requiredLimits });
+    device.jaxcoreAdapterInfo = adapter.info || null;
+    return device;
+  }
+
+  // Why this device cannot run `program` (a sentence), or null.
+  function unsupported(device, program) {
+    for (const r of program.requires || []) {
+      return `the program needs ${r}, which WebGPU does not have`;
+    }
+    for (const f of program.features || []) {
+      if (!device.features.has(f)) return `the program needs the WebGPU feature '${f}', which this adapter lacks`;
+    }
+    for (const [k, v] of Object.entries(program.limits || {})) {
+      const have = device.limits[k];
+      if (have !== undefined && v > have) return `the program needs ${k} = ${v}, which exceeds this adapter's ${have}`;
+    }
+    return null;
+  }
+
+  function check(program) {
+    if (!program || program.format !== FORMAT) {
+      throw new Error(`not a ${FORMAT} (format: ${program && program.format})`);
+    }
+    if (program.version !== 1) throw new Error(`${FORMAT} version ${program.version} is not supported`);
+  }
+
+  async function compile(device, program) {
+    check(program);
+    const why = unsupported(device, program);
+    if (why) return { program, unsupported: why, ok: false, messages: [] };
+    const messages = [];
+    const modules = program.shaders.map((code) => device.createShaderModule({ code }));
+    await Promise.all(
+      modules.map(async (m, i) => {
+        const info = await m.getCompilationInfo();
+        for (const msg of info.messages) {
+          messages.push({
+            shader: i,
+            type: msg.type,
+            line: msg.lineNum,
+            column: msg.linePos,
+            message: msg.message,
+          });
+        }
+      })
+    );
+    device.pushErrorScope("validation");
+    const passes = await Promise.all(
+      program.passes.map(async (p, i) => {
+        const layout0 = device.createBindGroupLayout({
+          entries: p.bindings.map((b) => ({
+            binding: b.binding,
+            visibility: GPUShaderStage.COMPUTE,
+            buffer: { type: b.type },
+          })),
+        });
+        const layouts = [layout0];
+        let uniformGroup = null;
+        if (p.uniform) {
+          const data = base64Bytes(p.uniform);
+          const ubuf = device.createBuffer({
+            size: bufferBytes(data.byteLength),
+            usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST,
+          });
+          device.queue.writeBuffer(ubuf, 0, data);
+          const layout1 = device.createBindGroupLayout({
+            entries: [{ binding: 0, visibility: GPUShaderStage.COMPUTE, buffer: { type: "uniform" } }],
+          });
+          layouts.push(layout1);
+          uniformGroup = device.createBindGroup({
+            layout: layout1,
+            entries: [{ binding: 0, resource: { buffer: ubuf } }],
+          });
+        }
+        let pipeline = null;
+        try {
+          pipeline = await device.createComputePipelineAsync({
+            layout: device.createPipelineLayout({ bindGroupLayouts: layouts }),
+            compute: { module: modules[p.shader], entryPoint: p.entry },
+          });
+        } catch (e) {
+          messages.push({ pass: i, type: "error", message: `pipeline: ${e.message || e}` });
+        }
+        return { pipeline, layout0, uniformGroup, spec: p };
+      })
+    );
+    const err = await device.popErrorScope();
+    if (err) messages.push({ type: "error", message: `validation: ${err.message}` });
+    const ok = !messages.some((m) => m.type === "error");
+    const compiled = { program, device, passes, messages, ok, unsupported: null };
+    compiled.run = (inputs) => runCompiled(compiled, inputs);
+    return compiled;
+  }
+
+  const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+
+  // Record the program's dispatches and output copies into `encoder`; returns what to read back.
+  function encode(compiled, inputs, encoder, owned) {
+    const { program, device } = compiled;
+    if (inputs.length !== program.inputs.length) {
+      throw new Error(`the program takes ${program.inputs.length} inputs, got ${inputs.length}`);
+    }
+    const sets = { in: [], out: [], scratch: [] };
+    inputs.forEach((x, i) => {
+      const bytes = asBytes(x);
+      const need = program.inputs[i].bytes;
+      if (bytes.byteLength < need) throw new Error(`input ${i} has ${bytes.byteLength} bytes; ${need} are needed`);
+      const size = bufferBytes(bytes.byteLength);
+      const buf = device.createBuffer({ size, usage: STORAGE(), mappedAtCreation: true });
+      new Uint8Array(buf.getMappedRange()).set(bytes);
+      buf.unmap();
+      owned.push(buf);
+      sets.in.push(buf);
+    });
+    for (const o of program.outputs) {
+      const buf = device.createBuffer({ size: bufferBytes(o.bytes), usage: STORAGE() });
+      owned.push(buf);
+      sets.out.push(buf);
+    }
+    for (const n of program.scratch) {
+      const buf = device.createBuffer({ size: bufferBytes(n), usage: STORAGE() });
+      owned.push(buf);
+      sets.scratch.push(buf);
+    }
+    const cpass = encoder.beginComputePass();
+    for (const p of compiled.passes) {
+      const g = p.spec.grid;
+      if (!(g[0] && g[1] && g[2])) continue;
+      const group = device.createBindGroup({
+        layout: p.layout0,
+        entries: p.spec.bindings.map((b) => ({
+          binding: b.binding,
+          resource: { buffer: sets[b.buffer[0]][b.buffer[1]] },
+        })),
+      });
+      cpass.setPipeline(p.pipeline);
+      cpass.setBindGroup(0, group);
+      if (p.uniformGroup) cpass.setBindGroup(1, p.uniformGroup);
+      cpass.dispatchWorkgroups(g[0], g[1], g[2]);
+    }
+    cpass.end();
+    return program.outputs.map((o, i) => {
+      const size = bufferBytes(o.bytes);
+      const staging = device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+      owned.push(staging);
+      encoder.copyBufferToBuffer(sets.out[i], 0, staging, 0, size);
+      return { staging, bytes: o.bytes };
+    });
+  }
+
+  async function readBack(reads) {
+    return Promise.all(
+      reads.map(async ({ staging, bytes }) => {
+        await staging.mapAsync(GPUMapMode.READ);
+        const out = new Uint8Array(staging.getMappedRange().slice(0, bytes));
+        staging.unmap();
+        return out;
+      })
+    );
+  }
+
+  async function runCompiled(compiled, inputs) {
+    if (compiled.unsupported) throw new Error(compiled.unsupported);
+    if (!compiled.ok) throw new Error("the program did not compile: " + JSON.stringify(compiled.messages));
+    const device = compiled.device;
+    const owned = [];
+    device.pushErrorScope("validation");
+    try {
+      const encoder = device.createCommandEncoder();
+      const reads = encode(compiled, inputs, encoder, owned);
+      device.queue.submit([encoder.finish()]);
+      const err = await device.popErrorScope();
+      if (err) throw new Error(`WebGPU validation: ${err.message}`);
+      return await readBack(reads);
+    } finally {
+      for (const b of owned) b.destroy();
+    }
+  }
+
+  // Many programs on one device: compile them all, run them all in one submit, read them all.
+  // jobs: [{program, inputs}]; returns [{outputs, messages, ok, unsupported, error}] in order.
+  async function runMany(device, jobs) {
+    const compiled = await Promise.all(
+      jobs.map(async (j) => {
+        try {
+          return await compile(device, j.program);
+        } catch (e) {
+          return { ok: false, messages: [], error: String((e && e.message) || e) };
+        }
+      })
+    );
+    const owned = [];
+    const encoder = device.createCommandEncoder();
+    const reads = [];
+    const errors = [];
+    for (let i = 0; i < jobs.length; i++) {
+      const c = compiled[i];
+      reads.push(null);
+      errors.push(c.error || null);
+      if (c.unsupported || !c.ok || c.error) continue;
+      device.pushErrorScope("validation");
+      try {
+        reads[i] = encode(c, jobs[i].inputs, encoder, owned);
+      } catch (e) {
+        errors[i] = String((e && e.message) || e);
+      }
+      const err = await device.popErrorScope();
+      if (err) {
+        errors[i] = `WebGPU validation: ${err.message}`;
+        reads[i] = null;
+      }
+    }
+    device.pushErrorScope("validation");
+    device.queue.submit([encoder.finish()]);
+    const submitErr = await device.popErrorScope();
+    if (submitErr) {
+      // One bad program spoils the shared encoder: run each on its own to tell which.
+      for (const b of owned) b.destroy();
+      return Promise.all(
+        jobs.map(async (j, i) => {
+          const c = compiled[i];
+          const base = { messages: c.messages || [], unsupported: c.unsupported || null };
+          if (c.unsupported || !c.ok || c.error || errors[i]) {
+            return { ...base, outputs: null, ok: false, error: c.error || errors[i] || null };
+          }
+          try {
+            return { ...base, outputs: await runCompiled(c, j.inputs), ok: true, error: null };
+          } catch (e) {
+            return { ...base, outputs: null, ok: false, error: String((e && e.message) || e) };
+          }
+        })
+      );
+    }
+    const results = [];
+    try {
+      for (let i = 0; i < jobs.length; i++) {
+        const c = compiled[i];
+        let outputs = null;
+        if (reads[i]) outputs = await readBack(reads[i]);
+        results.push({
+          outputs,
+          messages: c.messages || [],
+          ok: !!c.ok && !errors[i],
+          unsupported: c.unsupported || null,
+          error: errors[i] || null,
+        });
+      }
+    } finally {
+      for (const b of owned) b.destroy();
+    }
+    return results;
+  }
+
+  async function run(program, inputs, device) {
+    device = device || (await requestDevice());
+    const compiled = await compile(device, program);
+    return runCompiled(compiled, inputs);
+  }
+
+  root.JaxcoreWebGPU = { FORMAT, requestDevice, compile, run, runMany, unsupported, bufferBytes };
+})(typeof globalThis !== "undefined" ? globalThis : this);

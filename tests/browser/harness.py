@@ -1,0 +1,308 @@
+"""Headless Chromium for the parity tests: one browser, one file:// page, batches of programs.
+
+Chromium from Debian's `chromium` package gives WebGPU through Dawn on SwiftShader and WebGL2
+through ANGLE on SwiftShader; Playwright (PyPI) drives it with `executable_path`, so no browser
+download is needed. The page is a file:// page because WebGPU needs a secure context.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import queue
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+
+from jaxcore.conformance.harness import assert_close, from_buffer
+from jaxcore.conformance.tolerances import SIGN_AGNOSTIC, lookup
+from jaxcore.dtype import DType
+
+HERE = Path(__file__).resolve().parent
+T = TypeVar("T")
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--enable-unsafe-webgpu",
+    "--use-angle=swiftshader",
+    "--enable-unsafe-swiftshader",
+    "--disable-gpu-sandbox",
+]
+INSTALL_HINT = "apt-get install -y chromium && pip install 'playwright>=1.40'  (never `playwright install`)"
+BATCH_PROGRAMS = 64  # programs per page.evaluate
+BATCH_BYTES = 6 << 20  # input+output bytes per page.evaluate
+
+
+SUMMARY = pytest.StashKey[list[str]]()  # the summary lines the parity tests print at the end
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+class BrowserUnavailable(RuntimeError):
+    """No browser to run in (the message says what is missing and how to get it)."""
+
+
+def chromium_path() -> str:
+    env = os.environ.get("JAXCORE_CHROMIUM", "").strip()
+    for p in ([env] if env else []) + list(CHROMIUM_CANDIDATES):
+        if p and (shutil.which(p) or Path(p).exists()):
+            return p
+    raise BrowserUnavailable(
+        f"no Chromium binary (looked for {', '.join(CHROMIUM_CANDIDATES)}); {INSTALL_HINT}"
+    )
+
+
+class _Thread:
+    """One thread that owns Playwright: its sync API runs an event loop on the thread that starts it,
+    and the rest of the test session (asyncio.run in async tests, other Playwright users) must not
+    find that loop on the main thread."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._main, name="jaxcore-browser", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, box, done = job
+            try:
+                box.append((True, fn()))
+            except BaseException as e:  # handed back to the caller
+                box.append((False, e))
+            done.set()
+
+    def call(self, fn: Callable[[], T]) -> T:
+        box: list[tuple[bool, Any]] = []
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        done.wait()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout=30)
+
+
+@dataclass
+class Browser:
+    """One Chromium with one parity page; `info` is what its WebGPU adapter and WebGL2 context report.
+    Every Playwright call runs on the browser's own thread (`evaluate`)."""
+
+    thread: _Thread
+    playwright: Any
+    browser: Any
+    page: Any
+    info: dict[str, Any]
+    launch_s: float
+    console: list[str] = field(default_factory=list)
+
+    def evaluate(self, js: str, arg: Any = None) -> Any:
+        return self.thread.call(lambda: self.page.evaluate(js, arg))
+
+    def close(self) -> None:
+        def stop() -> None:
+            try:
+                self.browser.close()
+            finally:
+                self.playwright.stop()
+
+        try:
+            self.thread.call(stop)
+        finally:
+            self.thread.stop()
+
+
+def launch(workdir: Path) -> Browser:
+    """Start Chromium (on a thread of its own) and open the parity page with both runners loaded."""
+    thread = _Thread()
+    try:
+        return thread.call(lambda: _launch(thread, workdir))
+    except BaseException:
+        thread.stop()
+        raise
+
+
+def _launch(thread: _Thread, workdir: Path) -> Browser:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as e:
+        raise BrowserUnavailable(f"playwright is not installed ({e}); {INSTALL_HINT}") from None
+    from jaxcore_webgl.export import runner_js as webgl_runner
+    from jaxcore_webgpu.export import runner_js as webgpu_runner
+
+    exe = chromium_path()
+    t0 = time.perf_counter()
+    pw = sync_playwright().start()
+    try:
+        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+    except Exception as e:
+        pw.stop()
+        raise BrowserUnavailable(f"Chromium ({exe}) did not start: {str(e).splitlines()[0]}") from None
+    workdir.mkdir(parents=True, exist_ok=True)
+    html = workdir / "parity.html"
+    html.write_text("<!doctype html><meta charset=utf-8><title>jaxcore browser parity</title>\n")
+    page = browser.new_page()
+    console: list[str] = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    page.goto(html.as_uri())
+    for script in (webgpu_runner(), webgl_runner(), (HERE / "page.js").read_text()):
+        page.add_script_tag(content=script)
+    info = page.evaluate("() => jaxcoreParity.info()")
+    return Browser(thread, pw, browser, page, info, time.perf_counter() - t0, console)
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode()
+
+
+def batches(cases: list[Any]) -> list[list[Any]]:
+    out: list[list[Any]] = []
+    cur: list[Any] = []
+    size = 0
+    for c in cases:
+        n = sum(map(len, c.inputs)) + sum(len(o or b"") for o in c.outputs)
+        if cur and (len(cur) >= BATCH_PROGRAMS or size + n > BATCH_BYTES):
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(c)
+        size += n
+    if cur:
+        out.append(cur)
+    return out
+
+
+def run_cases(b: Browser, device: str, cases: list[Any]) -> list[dict[str, Any]]:
+    """Run every case's program on its inputs in the page; results in order."""
+    results: list[dict[str, Any]] = []
+    for batch in batches(cases):
+        jobs = [{"program": c.program, "inputs": [_b64(x) for x in c.inputs]} for c in batch]
+        got = b.evaluate(f"(jobs) => jaxcoreParity.{device}(jobs)", jobs)
+        if got.get("lost"):
+            raise RuntimeError(f"{device}: the browser lost its device: {got['lost']}")
+        for r in got["results"]:
+            if r.get("outputs") is not None:
+                r["outputs"] = [base64.b64decode(o) for o in r["outputs"]]
+            results.append(r)
+    return results
+
+
+def tolerance_of(source: dict[str, Any], dtype: str) -> tuple[tuple[float, float], bool]:
+    """The loosest (rtol, atol) of the ops in a case for an output dtype, doubled (the browser and
+    the native device each meet the suite's bound against the exact answer), and whether the
+    sign of a zero is free (Min/Max/Sort in the case)."""
+    rtol = atol = 0.0
+    for op in source.get("ops", ()):
+        r, a = lookup(op, DType(dtype))
+        rtol, atol = max(rtol, r), max(atol, a)
+    free_zero = any(op in SIGN_AGNOSTIC for op in source.get("ops", ()))
+    return (2 * rtol, 2 * atol), free_zero
+
+
+@dataclass
+class Verdict:
+    """How one case came out in the browser: `problem` is None when it agrees with the native device;
+    `finding` names the known browser difference (FINDINGS.md) that explains every differing element."""
+
+    problem: str | None = None
+    finding: str | None = None
+
+
+_FLOATS = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
+
+
+def _subnormal(x: np.ndarray) -> np.ndarray:
+    f = np.abs(x.astype(np.float64))
+    return (f > 0) & (f < np.finfo(x.dtype).tiny)
+
+
+def _explain(case: Any, i: int, got: np.ndarray, want: np.ndarray, bad: np.ndarray) -> str | None:
+    """The known finding (FINDINGS.md) behind every bad element of output `i`, or None."""
+    if case.device != "webgpu":
+        return None
+    # F1: WebGPU on SwiftShader flushes float32 subnormals (WGSL allows it): every bad element has a
+    # subnormal native result or a subnormal float32 operand at the same index.
+    involved = np.zeros(bad.shape, bool)
+    if want.dtype == np.float32:
+        involved |= _subnormal(want)
+    for raw, dt in zip(case.inputs, case.source.get("input_dtypes") or ()):
+        if dt == "float32" and len(raw) >= 4 * bad.size:
+            involved |= _subnormal(np.frombuffer(raw, np.float32)[: bad.size])
+    if involved[bad].all():
+        return "F1"
+    # F2: a zero of the wrong sign from a select() over float constants (SwiftShader ignores the sign
+    # of a zero there): every bad element is a zero against a zero.
+    if want.dtype.kind == "f" and ((got[bad] == 0) & (want[bad] == 0)).all():
+        return "F2"
+    return None
+
+
+def compare(case: Any, result: dict[str, Any]) -> Verdict:
+    """Whether the browser agrees with the native device on `case` (see `Verdict`)."""
+    msgs = result.get("messages") or []
+    if msgs:
+        shown = "; ".join(f"[{m.get('type')}] {m.get('message')}" for m in msgs[:4])
+        return Verdict(f"the browser's shader compiler reported {len(msgs)} message(s): {shown}")
+    if result.get("error"):
+        return Verdict(f"the browser failed to run it: {result['error']}")
+    outs = result.get("outputs")
+    if outs is None:
+        return Verdict("no outputs came back")
+    if len(outs) != len(case.outputs):
+        return Verdict(f"{len(outs)} outputs came back, {len(case.outputs)} expected")
+    problems, findings = [], set()
+    for i, (got, want) in enumerate(zip(outs, case.outputs)):
+        dtype = case.source["dtypes"][i]
+        if len(got) != len(want):
+            return Verdict(f"output {i}: {len(got)} bytes, {len(want)} expected")
+        if got == want:
+            continue
+        g, w = from_buffer(got, dtype), from_buffer(want, dtype)
+        if dtype not in _FLOATS:
+            bad = g != w
+            text = (
+                f"output {i} ({dtype}): {int(bad.sum())} of {bad.size} elements differ from the native "
+                f"device's bits; first at [{int(np.argmax(bad))}]: native {w[bad][0]}, browser {g[bad][0]}"
+            )
+        else:
+            tol, free_zero = tolerance_of(case.source, dtype)
+            try:
+                assert_close(
+                    g,
+                    w,
+                    "+".join(case.source.get("ops", ())) or "?",
+                    dtype,
+                    tol=tol,
+                    signed_zero=False if free_zero else None,
+                    what=f"browser vs native, output {i}",
+                )
+                continue
+            except AssertionError as e:
+                text = str(e)
+            a, e = g.astype(np.float64), w.astype(np.float64)
+            with np.errstate(all="ignore"):
+                bad = ~(
+                    (a == e) | (np.isnan(a) & np.isnan(e)) | (np.abs(a - e) <= tol[1] + tol[0] * np.abs(e))
+                )
+            if not free_zero and tol == (0.0, 0.0):
+                bad |= (a == 0) & (e == 0) & (np.signbit(a) != np.signbit(e))
+        problems.append(text)
+        findings.add(_explain(case, i, g, w, bad) if bad.any() else None)
+    if not problems:
+        return Verdict()
+    finding = findings.pop() if len(findings) == 1 else None
+    return Verdict("\n".join(problems), finding)
