@@ -4,7 +4,7 @@ Every kernel shape the codegen tests run (each op and dtype a browser has: no f6
 SwiftShader) is compiled into a shader module and a compute pipeline in headless Chromium's
 WebGPU (SwiftShader), inside a validation error scope. Needs `/usr/bin/chromium` and Playwright
 (`apt-get install chromium`, `pip install playwright`); skipped without them unless
-JAXCORE_BROWSER_TESTS=1 says they must be there.
+CI=true or JAXCORE_BROWSER_TESTS=1 says they must be there.
 """
 
 from __future__ import annotations
@@ -105,6 +105,12 @@ def _kernels() -> dict[str, Kernel]:
     return out
 
 
+def _browser_required() -> bool:
+    """In CI (and with JAXCORE_BROWSER_TESTS=1) a missing browser fails these tests, never skips them."""
+    ci = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+    return ci or os.environ.get("JAXCORE_BROWSER_TESTS") == "1"
+
+
 def _browser_available() -> bool:
     try:
         import playwright  # noqa: F401
@@ -114,7 +120,7 @@ def _browser_available() -> bool:
 
 
 @pytest.mark.skipif(
-    not _browser_available() and os.environ.get("JAXCORE_BROWSER_TESTS") != "1",
+    not _browser_available() and not _browser_required(),
     reason="needs chromium and playwright (apt-get install chromium; pip install playwright)",
 )
 def test_generated_wgsl_compiles_in_chromium(tmp_path: Path) -> None:
@@ -190,7 +196,7 @@ _RUN_JS = """async (jobs) => {
 
 
 @pytest.mark.skipif(
-    not _browser_available() and os.environ.get("JAXCORE_BROWSER_TESTS") != "1",
+    not _browser_available() and not _browser_required(),
     reason="needs chromium and playwright (apt-get install chromium; pip install playwright)",
 )
 def test_generated_wgsl_runs_exactly_in_chromium(tmp_path: Path) -> None:
