@@ -172,9 +172,9 @@ CASES: dict[str, tuple[Misuse, tuple[type[BaseException], ...], Any]] = {
         (SlotError,),
         None,
     ),
-    "read_slot_none": (lambda c: c.backend.read(None), (SlotError, TypeError), None),  # type: ignore[arg-type]
-    "read_slot_str": (lambda c: c.backend.read(str(c.x)), (SlotError, TypeError), None),  # type: ignore[arg-type]
-    "read_slot_float": (lambda c: c.backend.read(float(c.x)), (SlotError, TypeError), None),  # type: ignore[arg-type]
+    "read_slot_none": (lambda c: c.backend.read(None), (SlotError, TypeError), None),  # type: ignore[arg-type]  # wrong on purpose
+    "read_slot_str": (lambda c: c.backend.read(str(c.x)), (SlotError, TypeError), None),  # type: ignore[arg-type]  # wrong on purpose
+    "read_slot_float": (lambda c: c.backend.read(float(c.x)), (SlotError, TypeError), None),  # type: ignore[arg-type]  # wrong on purpose
     # (True == 1: on a fresh instance, slot 1 is live, so only a bool check can refuse these)
     "read_slot_bool": (lambda c: on_slot_one(c, lambda b: b.read(True)), (SlotError, TypeError), _X_INDEX),
     "dec_ref_slot_bool": (
@@ -246,7 +246,7 @@ CASES: dict[str, tuple[Misuse, tuple[type[BaseException], ...], Any]] = {
     # -- Executables that are not this backend's
     "dispatch_not_an_executable": (lambda c: c.backend.dispatch("exe", [c.x], [c.out]), (TypeError,), None),  # type: ignore[arg-type]
     "dispatch_kernel_not_prepared": (
-        lambda c: c.backend.dispatch(_kernel(), [c.x], [c.out]),  # type: ignore[arg-type]
+        lambda c: c.backend.dispatch(_kernel(), [c.x], [c.out]),  # type: ignore[arg-type]  # wrong on purpose
         (TypeError,),
         None,
     ),
@@ -435,7 +435,7 @@ ACCEPT: dict[str, Callable[[Ctx], Any]] = {
     "read_numpy_slot": lambda c: c.backend.read(np.int64(c.x)),
     "read_numpy_offsets": lambda c: c.backend.read(c.x, np.int32(4), np.int64(8)),
     "dispatch_numpy_slots": lambda c: c.backend.dispatch(c.exe, [np.int64(c.x)], [np.int32(c.out)]),
-    "inc_dec_numpy_slot": lambda c: (c.backend.inc_ref(np.int64(c.x)), c.backend.dec_ref(np.int64(c.x))),  # type: ignore[func-returns-value]
+    "inc_dec_numpy_slot": lambda c: (c.backend.inc_ref(np.int64(c.x)), c.backend.dec_ref(np.int64(c.x))),  # type: ignore[func-returns-value]  # a tuple of two calls
 }
 
 
