@@ -182,7 +182,7 @@ class ExpRenderer:
         self.parent = parent
         self.lines: list[str] = []
         self.names: dict[str, str] = {}
-        self._counter = parent._counter if parent else [0]
+        self._counter: list[int] = parent._counter if parent else [0]
         self.used_helpers: set[str] = parent.used_helpers if parent else set()
         self.uses: dict[str, int] = {}
 

@@ -243,6 +243,7 @@ def _int_divmod(e: AluExp, t: TargetTraits) -> AluExp | None:
     if guard_neg1:
         neg1 = _eq(b, -1)
         bad = neg1 if bad is None else _or(bad, neg1)
+    assert bad is not None  # one of the two guards is on (checked above)
     safe_b = AluExp.where(bad, _c(dt, 1), b)
     native = AluExp(e.op, dt, (a, safe_b))
     if is_div:

@@ -124,9 +124,10 @@ def detect(kernel: Kernel) -> MatmulShape | None:
         found = _try(x, y, size // mn, mn // n, n, kk)
         if found is not None:
             a, b = found
+            assert tuned.epilogue is not None  # the kernel has a reduction, so the tuner made one
             return MatmulShape(
                 size // mn, mn // n, n, kk, a, b, product, red.dtype, tuned.epilogue, kernel.dtype
-            )  # type: ignore[arg-type]
+            )
     return None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
@@ -52,6 +53,22 @@ def test_read_async_byte_ranges(backend: Backend) -> None:
         backend.dec_ref(slot)
     with pytest.raises(SlotError):
         asyncio.run(backend.read_async(slot))
+
+
+def test_read_async_checks_arguments_like_read(backend: Backend) -> None:
+    """read_async takes numpy integers and refuses bools and floats as offsets, exactly as read does."""
+    data = np.arange(4, dtype=np.float32).tobytes()
+    slot = backend.malloc(len(data), data)
+    try:
+        assert asyncio.run(backend.read_async(slot, np.int64(4), np.int32(8))) == data[4:12]
+        wrong: list[tuple[Any, ...]] = [(True,), (0, True), (1.0,), (0, 4.0)]  # (start[, count])
+        for args in wrong:
+            with pytest.raises(TypeError):
+                backend.read(slot, *args)
+            with pytest.raises(TypeError):
+                asyncio.run(backend.read_async(slot, *args))
+    finally:
+        backend.dec_ref(slot)
 
 
 def test_async_prepare_matches_sync_cache(backend: Backend) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from jaxcore.alu import AluExp, AluOp, AluVar
-from jaxcore.backend import Backend
+from jaxcore.backend import Backend, Executable
 from jaxcore.conformance.harness import garbage
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel, Reduction
@@ -111,13 +111,14 @@ def test_four_threads_share_one_backend(backend: Backend) -> None:
         backend.dec_ref(shared_slot)
     assert results == [ROUNDS] * THREADS
     if live is not None:
-        assert backend.live_slots() == live, f"{backend.live_slots() - live} slots leaked"
+        now = getattr(backend, "live_slots", lambda: None)()
+        assert now == live, f"{now - live} slots leaked"
 
 
 def test_four_threads_prepare_the_same_kernels(backend: Backend) -> None:
     """Threads racing to prepare the same new kernels get one Executable per kernel, and it works."""
     kernels = [_affine(7, k) for k in range(1000, 1012)]
-    seen: list[dict[int, object]] = [{} for _ in range(THREADS)]
+    seen: list[dict[int, Executable]] = [{} for _ in range(THREADS)]
 
     def work(t: int) -> None:
         order = range(len(kernels)) if t % 2 == 0 else reversed(range(len(kernels)))

@@ -161,7 +161,7 @@ def _eval(e: AluExp, s: list[np.ndarray], env: Env) -> np.ndarray:
     if op == AluOp.Bitcast:
         return oracle.bitcast(s[0], str(e.src[0].dtype), dt)
     if op == AluOp.Threefry2x32:
-        return oracle.threefry2x32(*s, mode=e.arg)
+        return oracle.threefry2x32(s[0], s[1], s[2], s[3], mode=e.arg)
     return oracle.unary(str(op), s[0], dt)
 
 
@@ -175,6 +175,7 @@ def random_view(rng: np.random.Generator, max_size: int = 48) -> tuple[ShapeTrac
     st = ShapeTracker.from_shape(base)
     idx = np.arange(int(np.prod(base))).reshape(base)
     ops: list[str] = [f"from_shape({base})"]
+    arg: list  # the argument of each kind of movement op has its own element type
     for _ in range(int(rng.integers(1, 5))):
         kind = str(rng.choice(["pad", "shrink", "flip", "permute", "expand", "reshape"]))
         shape = list(idx.shape)
@@ -191,7 +192,10 @@ def random_view(rng: np.random.Generator, max_size: int = 48) -> tuple[ShapeTrac
             st, idx = st.shrink(arg), idx[tuple(slice(a, b) for a, b in arg)]
         elif kind == "flip":
             arg = [bool(rng.integers(0, 2)) for _ in shape]
-            st, idx = st.flip(arg), np.flip(idx, [i for i, f in enumerate(arg) if f]) if any(arg) else idx
+            st, idx = (
+                st.flip(arg),
+                np.flip(idx, tuple(i for i, f in enumerate(arg) if f)) if any(arg) else idx,
+            )
         elif kind == "permute":
             arg = [int(a) for a in rng.permutation(len(shape))]
             st, idx = st.permute(arg), idx.transpose(arg)
@@ -293,13 +297,13 @@ class Generator:
             return float(self.rng.integers(-10, 11)) * (0.5 if self.rng.random() < 0.3 else 1.0)
         if r < 0.9:
             return float(self.rng.standard_normal() * 10.0 ** self.rng.uniform(-6, 8))
-        width = {"float16": np.uint16, "float32": np.uint32, "float64": np.uint64}[d]
+        width: type = {"float16": np.uint16, "float32": np.uint32, "float64": np.uint64}[d]
         raw = self.rng.integers(0, np.iinfo(width).max, dtype=width, endpoint=True)
         return float(np.asarray(raw).view(oracle.storage(d)))  # any bit pattern, NaN payloads too
 
     def array(self, dt: DType, n: int) -> np.ndarray:
         d = str(dt)
-        width = {"float16": np.uint16, "float32": np.uint32, "float64": np.uint64}.get(d)
+        width: type | None = {"float16": np.uint16, "float32": np.uint32, "float64": np.uint64}.get(d)
         out = oracle.array([self.value(dt) for _ in range(n)], d)
         if width is not None:  # keep NaN payloads and signs bit for bit (floats lose them)
             for i in np.flatnonzero(self.rng.random(n) < 0.05):
@@ -361,13 +365,13 @@ class Generator:
             fn = AluExp.floor if rng.random() < 0.5 else AluExp.ceil
             return Leaf(fn(sub()), False)
         if kind == "bitcast_from_input":
-            src = [x for x in leaves[DType.float32] if x.exp.op in (AluOp.GlobalIndex, AluOp.GlobalView)]
-            return Leaf(AluExp.bitcast(dt, src[int(rng.integers(0, len(src)))].exp), True)
+            views = [x for x in leaves[DType.float32] if x.exp.op in (AluOp.GlobalIndex, AluOp.GlobalView)]
+            return Leaf(AluExp.bitcast(dt, views[int(rng.integers(0, len(views)))].exp), True)
         if kind == "bitcast_to_float":
             src = DType(rng.choice([t for t in (DType.int32, DType.uint32) if t in self.dtypes]))
             return Leaf(AluExp.bitcast(DType.float32, sub(src)), True)
         if kind == "threefry":
-            args = [sub(), sub(), self.leaf(leaves, dt).exp, self.leaf(leaves, dt).exp]
+            args = (sub(), sub(), self.leaf(leaves, dt).exp, self.leaf(leaves, dt).exp)
             return Leaf(AluExp.threefry2x32(*args, mode=("xor", 0, 1)[int(rng.integers(0, 3))]), True)
         if kind == "index":
             # A read at a computed index that is in bounds by construction, whatever int32 value
@@ -936,7 +940,9 @@ def fuzz_seed() -> tuple[int, int]:
     if running_in_ci():
         return CI_SEED, max(count, CI_COUNT)
     raw = os.environ.get("JAXCORE_FUZZ_SEED")
-    return (int(raw) if raw else int(np.random.SeedSequence().entropy % 2**31)), count
+    entropy = np.random.SeedSequence().entropy
+    assert isinstance(entropy, int)  # numpy draws an int when it is given none
+    return (int(raw) if raw else int(entropy % 2**31)), count
 
 
 def known_bugs(backend: Backend) -> list[str]:

@@ -75,7 +75,7 @@ def u(*v: int) -> tuple[int, ...]:
     return v
 
 
-CASES: dict[str, tuple[Regression, object]] = {
+CASES: dict[str, tuple[Regression, pytest.MarkDecorator | None]] = {
     # -- wrap-around, as the probe found them
     "gidx_times_2p30_is_negative": (
         Regression(lambda: AluExp.cmplt(AluVar.gidx * AluExp.i32(2**30), AluExp.i32(0)), (), 8),
@@ -305,7 +305,7 @@ CASES: dict[str, tuple[Regression, object]] = {
 
 
 def _params() -> list[object]:
-    out = []
+    out: list[object] = []
     for name, (_, mark) in CASES.items():
         out.append(pytest.param(name, marks=[mark] if mark is not None else [], id=name))
     return out
@@ -407,7 +407,7 @@ def test_bitcast_keeps_nan_bits(backend: Backend, direction: str) -> None:
     bits = np.array(NAN_PATTERNS["float32"] + [0x80000000, 0x00000001], np.uint32)
     if direction == "float_to_int":
         kernel = Kernel(1, len(bits), AluExp.bitcast(U32, read(F32, 0, len(bits))))
-        inp = bits.view(np.float32)
+        inp: np.ndarray = bits.view(np.float32)
     else:
         kernel = Kernel(1, len(bits), AluExp.bitcast(F32, read(U32, 0, len(bits))))
         inp = bits

@@ -171,6 +171,7 @@ class WasmBackend(BaseBackend):
     def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> None:
         data = exe.data
         if data is None:
+            assert isinstance(exe.source, Routine)  # only routines compile to no data
             self._run_routine(exe.source, inputs, outputs)
             return
         if data.single:  # the hot path: one call on this thread, no allocation
@@ -221,7 +222,7 @@ class WasmBackend(BaseBackend):
         if parts == 1:
             main()
         else:
-            self.pool().run([lambda lane, i=i: work(lane, i) for i in range(1, parts)], main)
+            self.pool().run([lambda lane, i=i: work(lane, i) for i in range(1, parts)], main)  # type: ignore[misc]  # mypy cannot type a lambda with a default
 
     def _run_chunks(self, data: KernelExe, ptrs: list[int]) -> None:
         size = data.plan.size
@@ -274,6 +275,7 @@ class WasmBackend(BaseBackend):
 
     def _run_matmul(self, data: KernelExe, ptrs: list[int]) -> None:
         mm = data.plan.matmul
+        assert mm is not None  # only called for a matmul plan
         sg = self._sgemm()
         nt = self.threads if mm.flops() >= PARALLEL_MIN_FLOPS else 1
         if mm.batch >= nt:  # whole matrices per thread, else bands of MR-aligned rows

@@ -445,8 +445,8 @@ def _trig_big(mod: Module, cos: bool) -> str:
     v = _sincos_poly(w, rh, rl, q, True)
     w.ret(w.add(v, w.sub("%x", "%x")))  # +-inf: NaN
     w.done()
-    for n in widths:
-        _vector_variant(mod, name, n)
+    for width in widths:
+        _vector_variant(mod, name, width)
     return name
 
 
@@ -521,6 +521,7 @@ def _erf_core(mod: Module, hi: bool, complement: bool) -> str:
         l_here = f.label("iv")
         l_next = f.label("nx") if not last else None
         if not last:
+            assert l_next is not None
             f.cbr(w.cmp("ole", ac, w.c(hi_)), l_here, l_next)
         else:
             f.br(l_here)

@@ -105,6 +105,7 @@ class _KernelWriter:
     def _reduce(self, fn: Fn, gidx: str, rstart: str, rstop: str) -> str:
         """Emit the reduction loop for one gidx; returns the final accumulator."""
         red, exp = self.red, self.tuned.exp
+        assert red is not None  # only a reduction has a ridx loop
         ty = reg_type(red.dtype)
         ident = Emitter.const(red.dtype, red.identity)
         if rstart == "0" and rstop == str(red.size) and red.size == 0:
@@ -170,7 +171,7 @@ class _KernelWriter:
             i = AluExp.special(DType.int32, "jc_i", c)
             g = o * AluExp.i32(c) + i
             e2 = exp.rewrite(
-                lambda z, g=g: g if z.op == AluOp.Special and z.arg[0] == "gidx" else None
+                lambda z, g=g: g if z.op == AluOp.Special and z.arg[0] == "gidx" else None  # type: ignore[misc]  # a lambda with a default
             ).simplify()
             n2 = divs(e2)
             if n2 < best_n:
@@ -205,6 +206,7 @@ class _KernelWriter:
         """for each tile of TILE outputs: acc[] = identity; for r: for g in tile: acc[g] op= exp(g, r);
         then out[g] = epilogue(acc[g]). The accumulators live in the caller's scratch (L1-sized)."""
         k, red = self.kernel, self.red
+        assert red is not None  # interchange() checked it
         ty = reg_type(red.dtype)
         ident = Emitter.const(red.dtype, red.identity)
 
@@ -243,6 +245,7 @@ class _KernelWriter:
             def fin(g: str, _: list[str]) -> list[str]:
                 acc = fn.emit(f"load {ty}, ptr {acc_ptr(g, c0)}")
                 em = self._emitter(fn, {"gidx": g, "acc": acc}, self.granges)
+                assert self.tuned.epilogue is not None  # a reduction's
                 em.store("%out", g, k.dtype, em.value(self.tuned.epilogue))
                 return []
 
@@ -274,6 +277,7 @@ class _KernelWriter:
                 return
             acc = self._reduce(fn, gidx, "0", str(red.size))
             em = self._emitter(fn, {"gidx": gidx, "acc": acc}, self.granges)
+            assert self.tuned.epilogue is not None  # a reduction's
             em.store("%out", gidx, k.dtype, em.value(self.tuned.epilogue))
 
         if self.interchange():
@@ -293,6 +297,7 @@ class _KernelWriter:
             p = fn.emit(f"getelementptr inbounds float, ptr %accs, i32 {gidx}")
             acc = fn.emit(f"load float, ptr {p}, align 4")
             em = self._emitter(fn, {"gidx": gidx, "acc": acc}, self.granges)
+            assert self.tuned.epilogue is not None  # a reduction's
             em.store("%out", gidx, k.dtype, em.value(self.tuned.epilogue))
 
         self._guarded(fn, "%begin", "%end", body)
@@ -302,6 +307,7 @@ class _KernelWriter:
         """partial(ins, scratch, rbegin, rend): raw accumulators of every output over [rbegin, rend);
         finish(ins, out, scratch, nparts, begin, end): fold the parts in order, then the epilogue."""
         k, red = self.kernel, self.red
+        assert red is not None  # a split plan is a reduction's
         ty = reg_type(red.dtype)
         acc_dt = {F32: DType.float32, F64: DType.float64, I32: DType.int32}[ty]
         fn = self._fn("partial", [("ptr", "%scratch"), (I32, "%rbegin"), (I32, "%rend")])
@@ -346,6 +352,7 @@ class _KernelWriter:
             fn.cbr(fn.icmp("slt", I32, nxt, "%nparts"), head, exit_)
             fn.start(exit_)
             em = self._emitter(fn, {"gidx": gidx, "acc": accn}, self.granges)
+            assert self.tuned.epilogue is not None  # a reduction's
             em.store("%out", gidx, k.dtype, em.value(self.tuned.epilogue))
 
         self._guarded(fn, "%begin", "%end", fbody)
@@ -389,6 +396,7 @@ def _matmul_plan(w: _KernelWriter) -> MatmulPlan | None:
 def _plan(w: _KernelWriter, mm: MatmulPlan | None) -> KernelPlan:
     kernel, red = w.kernel, w.red
     if mm is not None:
+        assert red is not None  # a matmul is a reduction
         return KernelPlan(kernel.nargs, kernel.size, red.size, False, 4, kernel.dtype, mm)
     split = bool(red and red.size >= SPLIT_MIN_REDUCE and 0 < kernel.size <= SPLIT_MAX_OUTPUTS)
     acc_bytes = 8 if red and red.dtype == DType.float64 else 4

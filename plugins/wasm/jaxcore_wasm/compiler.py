@@ -99,7 +99,8 @@ def _plan_from(d: dict[str, Any]) -> KernelPlan:
     d["out_dtype"] = DType(d["out_dtype"])
     mm = d.get("matmul")
     if mm is not None:
-        d["matmul"] = MatmulPlan(**{k: tuple(v) if isinstance(v, list) else v for k, v in mm.items()})
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in mm.items()}
+        d["matmul"] = MatmulPlan(**fields)
     return KernelPlan(**d)
 
 
@@ -175,6 +176,7 @@ class Compiler:
         try:
             plan = _plan_from(plan_d)
             if expect is None:
+                assert kernel is not None  # the SGEMM library (kernel None) passes its plan
                 expect = codegen.plan(kernel)
             if plan != expect:
                 raise BadEntry(f"plan {plan} is not the kernel's {expect}")
@@ -221,7 +223,9 @@ class Compiler:
             return CompiledKernel(mod, plan, "llvm")
 
         lib_plan = KernelPlan(0, 0, 0, False, 0, DType.float32)
-        return self._once(key, lambda: self._from_disk(key, None, lib_plan) or build())[0].module
+        mod = self._once(key, lambda: self._from_disk(key, None, lib_plan) or build())[0].module
+        assert mod is not None  # the SGEMM always has code (check_module refuses an entry without)
+        return mod
 
 
 _compiler: Compiler | None = None

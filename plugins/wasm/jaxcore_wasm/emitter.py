@@ -73,7 +73,7 @@ class Ranges:
             return self.env.get(e.arg)
         if op in (AluOp.Cmplt, AluOp.Cmpne) or e.dtype == DType.bool:
             return (0, 1)
-        s = [self.get(x) if x.dtype == e.dtype else None for x in e.src]
+        s: list = [self.get(x) if x.dtype == e.dtype else None for x in e.src]  # (lo, hi) ranges or None
         if op == AluOp.Where:
             a, b = self.get(e.src[1]), self.get(e.src[2])
             return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
@@ -219,7 +219,9 @@ class Emitter:
             return ""
         srcs = [self.ranges.get(s) for s in e.src]
         if e.dtype == DType.int32:
-            nonneg = all(s is not None and s[0] >= 0 for s in srcs) and self.ranges.get(e)[0] >= 0
+            own = self.ranges.get(e)
+            assert own is not None  # checked above
+            nonneg = all(s is not None and s[0] >= 0 for s in srcs) and own[0] >= 0
             return "nuw nsw" if nonneg else "nsw"
         return "nuw"
 

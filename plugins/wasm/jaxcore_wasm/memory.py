@@ -47,6 +47,7 @@ class Allocator:
         cls = size_class(size)
         with self._lock:
             stack = self._free.get(cls)
+            ptr: int | None
             if stack:
                 ptr = stack.pop()
             else:

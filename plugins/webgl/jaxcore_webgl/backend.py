@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, SupportsIndex
 
 from jaxcore import tracing
 from jaxcore.plugin import (
@@ -98,20 +98,16 @@ class WebGLBackend(BaseBackend):
     def _copyout(self, handle: Texture, start: int, count: int) -> bytes:
         return self.thread.call(lambda: self.device.download(handle, start, count))
 
-    async def read_async(self, slot: int, start: int = 0, count: int | None = None) -> bytes:
+    async def read_async(
+        self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
+    ) -> bytes:
         """readPixels into a pixel-pack buffer behind a fence; poll the fence without blocking."""
-        buf = self._buffer(slot)
-        if count is None:
-            count = buf.size - start
-        if start < 0 or count < 0 or start + count > buf.size:
-            raise ValueError(
-                f"read of bytes [{start}, {start + count}) is outside slot {slot} of {buf.size} bytes"
-            )
-        if count == 0:
+        buf, begin, n = self._read_range(slot, start, count)  # the same checks (and errors) as read
+        if n == 0:
             return b""
         tex = buf.handle
         dev = self.device
-        pending = self.thread.call(lambda: dev.download_begin(tex, start, count))
+        pending = self.thread.call(lambda: dev.download_begin(tex, begin, n))
         delay = 0.0002
         while not self.thread.call(lambda: dev.download_ready(pending)):
             await asyncio.sleep(delay)

@@ -93,7 +93,7 @@ def _cstr(x: Any) -> str:
         return ""
     if isinstance(x, bytes):
         return x.decode(errors="replace")
-    return ctypes.cast(x, ctypes.c_char_p).value.decode(errors="replace")
+    return (ctypes.cast(x, ctypes.c_char_p).value or b"").decode(errors="replace")  # a NULL pointer is ""
 
 
 class _EGLContext:
@@ -226,7 +226,7 @@ class _GlfwContext:
         self.platform = "glfw"
 
     def close(self) -> None:
-        self.glfw.make_context_current(None)
+        self.glfw.make_context_current(None)  # type: ignore[arg-type]  # glfw's hints omit None (detach)
         self.glfw.destroy_window(self.window)
         self.glfw.terminate()
 

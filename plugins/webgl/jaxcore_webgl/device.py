@@ -377,7 +377,9 @@ class Device:
             if not addr:
                 raise RuntimeError("webgl: glGetQueryObjectui64vEXT is not available")
             proto = ctypes.CFUNCTYPE(None, ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_uint64))
-            fn = self._ui64 = proto(ctypes.cast(addr, ctypes.c_void_p).value)
+            ptr = ctypes.cast(addr, ctypes.c_void_p).value
+            assert ptr  # addr was checked non-null above
+            fn = self._ui64 = proto(ptr)
         return fn
 
     def finish(self) -> None:

@@ -122,7 +122,7 @@ def plan_matmul(kernel: Kernel, target: object, tile: str | None = None) -> Plan
     except UnsupportedOpError:
         return None
     bindings = tuple(("in", g) for g in range(kernel.nargs)) + (("out", 0),)
-    return Plan((Pass(code, grid, bindings),))  # type: ignore[arg-type]
+    return Plan((Pass(code, grid, bindings),))
 
 
 def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
@@ -205,7 +205,8 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
         src = f"in{op.gid}"
         conv = (lambda x: x) if op.dtype == mm.product else (lambda x: f"{P}({x})")
         vconv = (lambda x: x) if op.dtype == mm.product else (lambda x: f"vec4<{P}>({x})")
-        setup, load, put = [], [], []
+        setup: list[str] = []
+        load, put = [], []
         base = f"({op.base} + bb * {op.s_batch})"
         full_outer, full_k = outer_dim % outer_tile == 0, K % t.bk == 0
 

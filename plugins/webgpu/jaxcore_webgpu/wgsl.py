@@ -147,12 +147,13 @@ class WGSLLanguage(CStyleLanguage):
         **{op: _transcendental(n) for op, n in _TRANSCENDENTAL.items()},
     }
     helpers = wgsl_helpers.HELPERS
+    features: set[str]  # {"f64"} when the program uses float64; the code generator sets it per program
 
     def render_const(self, r: ExpRenderer, value: float | int, dtype: DType) -> str:
         if dtype == DType.bool:
             return "true" if value else "false"
         if dtype == DType.int32:
-            v = int(value)
+            v: int | float = int(value)  # (the float path below reuses the name)
             if v == INT32_MIN:
                 return "(-2147483647i - 1i)"
             return f"{v}i" if v >= 0 else f"(-{-v}i)"

@@ -152,7 +152,7 @@ def plan_sort(routine: Routine, target: object = None) -> Plan:
             ne = 1 << levels
             lines = ["  let j = u.j; let k = u.k; let hb = countTrailingZeros(j);", "  var i = gid;"]
             for b in range(levels):
-                q = f"(hb - {levels - 1 - b}u)"
+                q: str | int = f"(hb - {levels - 1 - b}u)"  # (an int shift count below)
                 lines.append(f"  {{ let q = {q}; i = ((i >> q) << (q + 1u)) | (i & ((1u << q) - 1u)); }}")
             lines.append(f"  let asc = ((i & {p - 1}u) & k) == 0u;")
             offs = []
