@@ -122,7 +122,9 @@ def _io(src: Any) -> tuple[list[tuple[int, str | None]], list[tuple[int, str]], 
             },
         )
     t = src.type
-    ins = [(math.prod(s) * byte_width(d), str(d)) for s, d in zip(t.input_shapes, t.input_dtypes)]
+    ins: list[tuple[int, str | None]] = [
+        (math.prod(s) * byte_width(d), str(d)) for s, d in zip(t.input_shapes, t.input_dtypes)
+    ]
     outs = [(math.prod(s) * byte_width(d), str(d)) for s, d in zip(t.output_shapes, t.output_dtypes)]
     return ins, outs, {"kind": "routine", "name": str(src.name), "key": str(src.key())}
 
