@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ from jaxcore.plugin import (
     run_routine,
     to_numpy,
 )
-from jaxcore_wasm import codegen, matmul, runtime
+from jaxcore_wasm import codegen, matmul, peak, runtime
 from jaxcore_wasm.codegen import KernelPlan
 from jaxcore_wasm.compiler import LruDict, compiler, memory_cache_size
 from jaxcore_wasm.memory import Allocator
@@ -256,6 +257,32 @@ class WasmBackend(BaseBackend):
                 self.lane.call(self._bind(data)["finish"], args, len(ins) + 5)
         finally:
             self.allocator.free(scratch)
+
+    # ---- machine limits ----------------------------------------------------------------------------
+    def peak_flops(self, threads: int | None = None, iters: int = 1 << 22, rounds: int = 5) -> float:
+        """Measured SIMD128 float32 peak in flop/s on `threads` threads (default: all of this backend's):
+        the best of `rounds` runs of a register-only multiply-add loop (`peak.py`), fused or mul+add."""
+        mod = self.compiler.library("peak", peak.plan_key(), peak.peak_ir)
+        nt = max(1, min(self.threads if threads is None else threads, self.threads))
+        buf = self.allocator.alloc(nt * peak.SCRATCH_BYTES)
+        try:
+            view = self.array(buf, DType.float32, (nt, peak.SCRATCH_BYTES // 4))
+            view[:] = 1.0
+            view[:, :4] = 0.5
+            best = 0.0
+            for name in ("peak_fma", "peak_muladd"):
+
+                def work(lane: runtime.Lane, i: int, name: str = name) -> None:
+                    args = runtime.make_args([_i32(buf + i * peak.SCRATCH_BYTES), iters])
+                    lane.call(lane.funcs(mod)[name], args, 2)
+
+                for _ in range(rounds):
+                    t0 = time.perf_counter()
+                    self._parallel(nt, work)
+                    best = max(best, nt * iters * peak.FLOPS_PER_ITER / (time.perf_counter() - t0))
+            return best
+        finally:
+            self.allocator.free(buf)
 
     # ---- matmul ----------------------------------------------------------------------------------
     def _sgemm(self) -> wasmtime.Module:
