@@ -18,7 +18,7 @@ SCRATCH_BYTES = 16 * (CHAINS + 2)
 
 
 def _fn(name: str, fused: bool) -> list[str]:
-    out = [f'define void @{name}(ptr noalias %p, i32 %n) #{0 if fused else 1} {{', "entry:"]
+    out = [f"define void @{name}(ptr noalias %p, i32 %n) #{0 if fused else 1} {{", "entry:"]
     out.append(f"  %x = load {V4}, ptr %p, align 16")
     out.append(f"  %yp = getelementptr inbounds {V4}, ptr %p, i32 1")
     out.append(f"  %y = load {V4}, ptr %yp, align 16")
@@ -31,9 +31,7 @@ def _fn(name: str, fused: bool) -> list[str]:
         out.append(f"  %a{c} = phi {V4} [%a{c}i, %entry], [%a{c}n, %loop]")
     for c in range(CHAINS):
         if fused:
-            out.append(
-                f"  %a{c}n = call {V4} @llvm.wasm.relaxed.madd.v4f32({V4} %a{c}, {V4} %x, {V4} %y)"
-            )
+            out.append(f"  %a{c}n = call {V4} @llvm.wasm.relaxed.madd.v4f32({V4} %a{c}, {V4} %x, {V4} %y)")
         else:
             out.append(f"  %m{c} = fmul {V4} %a{c}, %x")
             out.append(f"  %a{c}n = fadd {V4} %m{c}, %y")
