@@ -187,6 +187,10 @@ class WasmBackend(BaseBackend):
                     if get(s) is not b:
                         break
                 else:
+                    # == takes True for 1: a bool slot must still meet the full path's refusal
+                    for s in (*inputs, *outputs):
+                        if type(s) is bool:
+                            return super().dispatch(exe, inputs, outputs)
                     lane = self.lane
                     with self._lane_lock:
                         if data.gen != lane.generation:

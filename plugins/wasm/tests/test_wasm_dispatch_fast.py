@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jaxcore import AluExp, AluVar, DType, Kernel, tracing
+from jaxcore.backend import SlotError
 from jaxcore_wasm.backend import WasmBackend
 
 F32 = DType.float32
@@ -71,3 +72,13 @@ def test_memoised_dispatches_are_still_traced() -> None:
     finally:
         events = tracing.stop_trace()
     assert sum(e["ph"] == "X" for e in events) == 1
+
+
+def test_a_bool_slot_equal_to_a_memoised_one_is_still_refused() -> None:
+    be = WasmBackend(threads=1)
+    exe = be.prepare_kernel(Kernel(1, 1, AluExp.global_index(F32, 0, 1, AluVar.gidx) + AluExp.f32(1)))
+    a, out = be.malloc(4), be.malloc(4)
+    assert a == 1  # the first slot: True == 1
+    be.dispatch(exe, [a], [out])
+    with pytest.raises(SlotError, match="a bool is not a slot"):
+        be.dispatch(exe, [True], [out])
