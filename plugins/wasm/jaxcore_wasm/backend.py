@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from jaxcore import settings
+from jaxcore import settings, tracing
 from jaxcore.plugin import (
     BaseBackend,
     Capabilities,
@@ -29,7 +30,7 @@ from jaxcore.plugin import (
     run_routine,
     to_numpy,
 )
-from jaxcore_wasm import codegen, matmul, runtime
+from jaxcore_wasm import codegen, matmul, peak, runtime
 from jaxcore_wasm.codegen import KernelPlan
 from jaxcore_wasm.compiler import LruDict, compiler, memory_cache_size
 from jaxcore_wasm.memory import Allocator
@@ -87,6 +88,10 @@ class KernelExe:
     funcs: dict[str, Any] = field(default_factory=dict)  # main lane's functions, of Store `gen`
     kernel_fn: Any = None
     gen: int = -1  # the main lane's Store generation `funcs` belong to (-1: not looked up yet)
+    # the last validated dispatch of a `single` kernel: (input slots, output slots, their _Buffer
+    # (slot, record) pairs, a raw argument array filled for them). The same slots, still holding those very
+    # buffers, need no validation again: see WasmBackend.dispatch.
+    memo: tuple[list[Any], list[Any], tuple[tuple[Any, Any], ...], Any] | None = None
 
 
 class WasmBackend(BaseBackend):
@@ -168,6 +173,42 @@ class WasmBackend(BaseBackend):
         return None
 
     # ---- run -------------------------------------------------------------------------------------
+    def dispatch(self, exe: Executable, inputs: Any, outputs: Any) -> None:
+        """BaseBackend.dispatch, with a fast path for a `single` kernel dispatched again on the slots
+        of its last dispatch: validation only depends on the executable and on the buffers those
+        slots hold (sizes never change; a freed or reused slot holds another record, or none), and
+        aliasing only on the slots, so a repeat that finds the same records runs straight away."""
+        data = exe.data if type(exe) is Executable else None
+        if type(data) is KernelExe and data.single and not tracing.is_tracing():
+            m = data.memo
+            if m is not None and m[0] == inputs and m[1] == outputs:
+                get = self._buffers.get
+                for s, b in m[2]:
+                    if get(s) is not b:
+                        break
+                else:
+                    # == takes True for 1: a bool slot must still meet the full path's refusal
+                    for s in (*inputs, *outputs):
+                        if type(s) is bool:
+                            return super().dispatch(exe, inputs, outputs)
+                    lane = self.lane
+                    with self._lane_lock:
+                        if data.gen != lane.generation:
+                            self._bind(data)
+                        err = runtime.raw_call(lane.ctx, data.kernel_fn, m[3], data.nparams, lane._trap_ref)
+                        if err or lane._trap:
+                            lane._raise(err)
+                    return
+            super().dispatch(exe, inputs, outputs)
+            ins, outs = list(inputs), list(outputs)
+            if not any(o in ins for o in outs):
+                bufs = tuple((s, self._buffers[s]) for s in ins + outs)
+                handles = [_i32(b.handle) for _, b in bufs]
+                args = runtime.make_args([*handles, 0, data.plan.size, _i32(self._scratch_for(0))])
+                data.memo = (ins, outs, bufs, args)
+            return
+        super().dispatch(exe, inputs, outputs)
+
     def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> None:
         data = exe.data
         if data is None:
@@ -257,6 +298,32 @@ class WasmBackend(BaseBackend):
                 self.lane.call(self._bind(data)["finish"], args, len(ins) + 5)
         finally:
             self.allocator.free(scratch)
+
+    # ---- machine limits ----------------------------------------------------------------------------
+    def peak_flops(self, threads: int | None = None, iters: int = 1 << 22, rounds: int = 5) -> float:
+        """Measured SIMD128 float32 peak in flop/s on `threads` threads (default: all of this backend's):
+        the best of `rounds` runs of a register-only multiply-add loop (`peak.py`), fused or mul+add."""
+        mod = self.compiler.library("peak", peak.plan_key(), peak.peak_ir)
+        nt = max(1, min(self.threads if threads is None else threads, self.threads))
+        buf = self.allocator.alloc(nt * peak.SCRATCH_BYTES)
+        try:
+            view = self.array(buf, DType.float32, (nt, peak.SCRATCH_BYTES // 4))
+            view[:] = 1.0
+            view[:, :4] = 0.5
+            best = 0.0
+            for name in ("peak_fma", "peak_muladd"):
+
+                def work(lane: runtime.Lane, i: int, name: str = name) -> None:
+                    args = runtime.make_args([_i32(buf + i * peak.SCRATCH_BYTES), iters])
+                    lane.call(lane.funcs(mod)[name], args, 2)
+
+                for _ in range(rounds):
+                    t0 = time.perf_counter()
+                    self._parallel(nt, work)
+                    best = max(best, nt * iters * peak.FLOPS_PER_ITER / (time.perf_counter() - t0))
+            return best
+        finally:
+            self.allocator.free(buf)
 
     # ---- matmul ----------------------------------------------------------------------------------
     def _sgemm(self) -> wasmtime.Module:

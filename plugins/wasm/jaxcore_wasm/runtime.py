@@ -72,6 +72,7 @@ class WasmTrap(RuntimeError):
 
 
 _call = ffi._wasmtime_func_call_unchecked
+raw_call = _call  # (ctx, func ref, raw args, nargs, trap out) -> error pointer: the dispatch fast path
 _Raw = ffi.wasmtime_val_raw_t
 
 
