@@ -36,10 +36,6 @@ I32, U32, F16, F32, F64, BOOL = (
     DType.bool,
 )
 
-WRAP = "simplifier assumes int32/uint32 never wrap (issue 8 item 1: ranges must be sound under wrap-around)"
-# When the wrongly folded index is out of range, what comes back is the device's out-of-range behaviour
-# (an error, element 0, or by luck the right element), so these cannot be strict on every device.
-WRAP_INDEX = WRAP + "; the folded index is out of range, so a device may or may not show it"
 NAN_RANGE = (
     "simplifier's float rules ignore NaN/Inf (fuzzer): x / Inf and x * 0 fold to 0, Min(x, c) and "
     "Exp(x % tiny) as if x were finite"
@@ -79,13 +75,13 @@ CASES: dict[str, tuple[Regression, object]] = {
     # -- wrap-around, as the issue's probe found them
     "gidx_times_2p30_is_negative": (
         Regression(lambda: AluExp.cmplt(AluVar.gidx * AluExp.i32(2**30), AluExp.i32(0)), (), 8),
-        pytest.mark.xfail(strict=True, reason=WRAP),
+        None,
     ),
     "uint_gidx_minus_5_below_10": (
         Regression(
             lambda: AluExp.cmplt(AluExp.cast(U32, AluVar.gidx) - AluExp.u32(5), AluExp.u32(10)), (), 8
         ),
-        pytest.mark.xfail(strict=True, reason=WRAP),
+        None,
     ),
     "in_bounds_index_folded_out_of_bounds": (
         Regression(
@@ -102,12 +98,12 @@ CASES: dict[str, tuple[Regression, object]] = {
             ((I32, u(10, 11, 12, 13, 14)),),
             5,
         ),
-        pytest.mark.xfail(strict=False, reason=WRAP_INDEX),
+        None,
     ),
     # -- wrap-around, as the fuzzer found them (minimised)
     "uint_zero_minus_x": (
         Regression(lambda: AluExp.u32(0) - AluExp.cast(U32, read(I32, 0, 3)), ((I32, u(1, 5, -(2**31))),), 3),
-        pytest.mark.xfail(strict=True, reason=WRAP),
+        None,
     ),
     "uint_zero_minus_where": (
         Regression(
@@ -115,7 +111,7 @@ CASES: dict[str, tuple[Regression, object]] = {
             ((BOOL, u(0, 1)),),
             2,
         ),
-        pytest.mark.xfail(strict=True, reason=WRAP),
+        None,
     ),
     "uint_add_near_2p32_mod_3": (
         Regression(
@@ -123,7 +119,7 @@ CASES: dict[str, tuple[Regression, object]] = {
             ((F16, (1.0, 6.0)),),
             2,
         ),
-        pytest.mark.xfail(strict=True, reason=WRAP),
+        None,
     ),
     "uint_max_of_wrapped_difference": (
         Regression(
@@ -131,7 +127,7 @@ CASES: dict[str, tuple[Regression, object]] = {
             ((F16, (1.0, 6.0, 100.0)),),
             3,
         ),
-        pytest.mark.xfail(strict=True, reason=WRAP),
+        None,
     ),
     "uint_times_max_mod_5_bitcast": (
         Regression(
@@ -142,7 +138,7 @@ CASES: dict[str, tuple[Regression, object]] = {
             3,
             bits=True,
         ),
-        pytest.mark.xfail(strict=True, reason=WRAP),
+        None,
     ),
     "wrapped_int_index": (
         # ((2 * x[0]) % 12 + 12) % 12 is in bounds for any x[0]; 2 * 1218790790 wraps to negative.
@@ -160,7 +156,7 @@ CASES: dict[str, tuple[Regression, object]] = {
             ((I32, u(1218790790, *range(1, 12))),),
             12,
         ),
-        pytest.mark.xfail(strict=False, reason=WRAP_INDEX),
+        None,
     ),
     "gidx_plus_int_max_into_erfc": (
         Regression(
@@ -168,7 +164,7 @@ CASES: dict[str, tuple[Regression, object]] = {
             (),
             4,
         ),
-        pytest.mark.xfail(strict=True, reason=WRAP),
+        None,
     ),
     "compare_of_wrapped_uint_difference": (
         Regression(
@@ -180,7 +176,7 @@ CASES: dict[str, tuple[Regression, object]] = {
             ((I32, u(3, -3)),),
             2,
         ),
-        pytest.mark.xfail(strict=True, reason=WRAP),
+        None,
     ),
     # -- NaN and Inf in the float range analysis
     "f16_inf_idiv_inf_is_nan": (
@@ -254,7 +250,7 @@ CASES: dict[str, tuple[Regression, object]] = {
             ((I32, u(638100545, 2079855905, -7)),),
             3,
         ),
-        pytest.mark.xfail(strict=True, reason=WRAP),
+        None,
     ),
     # -- constants that are not finite
     # (found packed in a batch: the kernel must be wide enough to take the vectorised path)
@@ -333,7 +329,6 @@ def test_fuzz_regression(backend: Backend, name: str) -> None:
     assert ok, f"{name} on {backend.name}: got {got.tolist()}, expected {want.tolist()}\n{tree}"
 
 
-@pytest.mark.xfail(strict=True, reason=WRAP)
 def test_fuzz_regression_reduction_with_wrapping_item(backend: Backend) -> None:
     """A Max reduction over (65536 + x) / 65536 in uint32: the sum wraps for x near 2^32."""
     x = oracle.array([4294967289, 2417530953, 0, 4278255360, 0, 1073741824, 4294967295, 4294967295], "uint32")
