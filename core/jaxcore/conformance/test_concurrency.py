@@ -120,9 +120,7 @@ def test_four_threads_share_one_backend(backend: Backend) -> None:
     try:
         _run_threads(work)
     finally:
-        assert np.array_equal(np.frombuffer(backend.read(shared_slot), st), shared), (
-            "shared input changed"
-        )
+        assert np.array_equal(np.frombuffer(backend.read(shared_slot), st), shared), "shared input changed"
         backend.dec_ref(shared_slot)
     assert results == [ROUNDS] * THREADS
     if live is not None:

@@ -35,6 +35,7 @@ from jaxcore.conformance.harness import (
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel
 
+
 def _kernel() -> Kernel:
     return map_kernel([DType.float32], 4, lambda x: x * AluExp.f32(2) + AluExp.f32(1))
 

@@ -6,8 +6,9 @@ blocks aligned to the forms' place values (`blocks`). Over a block each read the
 strided view of its buffer whose axes broadcast against the block, and every index subexpression a
 sum of small broadcast `arange`s: no index arrays are gathered or divided. Reads that are not
 quasi-affine, or whose view would leave the buffer (padding), are gathered; a live lane whose
-index is outside its buffer (an unmasked out-of-range read) reads 0, never raises. int32 divisions by positive constants of provably non-negative, non-overflowing
-dividends skip the contract's int64 detour (floor and truncation agree there).
+index is outside its buffer (an unmasked out-of-range read) reads 0, never raises. int32
+divisions by positive constants of provably non-negative, non-overflowing dividends skip the
+contract's int64 detour (floor and truncation agree there).
 
 Float32/float64 sums of a product of two such reads shaped like a matrix product go to BLAS
 (`matmul`). Everything else computes op by op exactly as `jaxcore.interpret` defines it.
