@@ -12,7 +12,7 @@ import math
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,7 +31,7 @@ from jaxcore.plugin import (
 )
 from jaxcore_wasm import codegen, matmul, runtime
 from jaxcore_wasm.codegen import KernelPlan
-from jaxcore_wasm.compiler import compiler
+from jaxcore_wasm.compiler import LruDict, compiler, memory_cache_size
 from jaxcore_wasm.memory import Allocator
 from jaxcore_wasm.module import MAX_PAGES, PAGE
 
@@ -80,12 +80,13 @@ class KernelExe:
 
     module: Any
     plan: KernelPlan
-    funcs: dict[str, Any]  # main lane's functions
     args: Any  # preallocated raw argument array for the main lane (begin/end already set)
     nparams: int
     source: str
     single: bool  # runs as one call of `kernel` on the dispatching thread
+    funcs: dict[str, Any] = field(default_factory=dict)  # main lane's functions, of Store `gen`
     kernel_fn: Any = None
+    gen: int = -1  # the main lane's Store generation `funcs` belong to (-1: not looked up yet)
 
 
 class WasmBackend(BaseBackend):
@@ -94,6 +95,10 @@ class WasmBackend(BaseBackend):
 
     def __init__(self, threads: int | None = None) -> None:
         super().__init__()
+        # BaseBackend keeps every Executable it ever prepared (each holds a compiled module): keep
+        # the JAXCORE_WASM_MEMORY_CACHE most recently prepared instead. An evicted Executable still
+        # runs; preparing its kernel again only makes a new one (from the compiler's caches).
+        self._kernel_cache = LruDict(memory_cache_size())
         self.engine = runtime.engine()
         self.memory = runtime.Memory(self.engine)
         self.allocator = Allocator(self.memory.ensure)
@@ -104,6 +109,7 @@ class WasmBackend(BaseBackend):
             threads = int(env) if env else (os.cpu_count() or 1)
         self.threads = max(1, threads)
         self._pool: runtime.Pool | None = None
+        self._setup_lock = threading.Lock()  # the pool and scratch blocks are made once, on first use
         self.compiler = compiler()
         self._sgemm_module: wasmtime.Module | None = None
         self._scratch: list[int] = []
@@ -132,10 +138,8 @@ class WasmBackend(BaseBackend):
     # ---- compile -------------------------------------------------------------------------------
     def _compile_kernel(self, kernel: Kernel) -> KernelExe:
         ck = self.compiler.compile(kernel)
-        with self._lane_lock:
-            funcs = self.lane.funcs(ck.module) if ck.module is not None else {}
-            if ck.plan.matmul is not None:
-                self.lane.funcs(self._sgemm())
+        if ck.plan.matmul is not None:
+            self._sgemm()
         plan = ck.plan
         nparams = kernel.nargs + 4  # ins, out, begin, end, scratch
         work = plan.size * max(plan.reduce, 1) * _weight(kernel)
@@ -146,7 +150,19 @@ class WasmBackend(BaseBackend):
         )
         single = plan.matmul is None and plan.size > 0 and not parallel
         args = runtime.make_args([0] * (nparams - 3) + [0, plan.size, _i32(self._scratch_for(0))])
-        return KernelExe(ck.module, plan, funcs, args, nparams, ck.source, single, funcs.get("kernel"))
+        exe = KernelExe(ck.module, plan, args, nparams, ck.source, single)
+        with self._lane_lock:
+            self._bind(exe)
+        return exe
+
+    def _bind(self, data: KernelExe) -> dict[str, Any]:
+        """The main lane's functions of `data`, looked up again after the lane changed Store.
+        Call with the lane lock held."""
+        if data.gen != self.lane.generation:
+            data.funcs = self.lane.funcs(data.module) if data.module is not None else {}
+            data.kernel_fn = data.funcs.get("kernel")
+            data.gen = self.lane.generation  # after the lookup, which may itself change Store
+        return data.funcs
 
     def _compile_routine(self, routine: Routine) -> None:
         return None
@@ -160,6 +176,8 @@ class WasmBackend(BaseBackend):
         if data.single:  # the hot path: one call on this thread, no allocation
             args = data.args
             with self._lane_lock:
+                if data.gen != self.lane.generation:
+                    self._bind(data)
                 i = 0
                 for p in inputs:
                     args[i].i32 = p if p < 0x80000000 else p - 0x100000000
@@ -185,9 +203,13 @@ class WasmBackend(BaseBackend):
         self.memory.view(dst_handle, nbytes)[:] = self.memory.view(src_handle, nbytes)
 
     def pool(self) -> runtime.Pool:
-        if self._pool is None:
-            self._pool = runtime.Pool(self.engine, self.memory, self.threads - 1)
-        return self._pool
+        pool = self._pool
+        if pool is None:
+            with self._setup_lock:  # threads racing on first use must not each start a pool
+                if self._pool is None:
+                    self._pool = runtime.Pool(self.engine, self.memory, self.threads - 1)
+                pool = self._pool
+        return pool
 
     def _parallel(self, parts: int, work: Callable[[runtime.Lane, int], None]) -> None:
         """`work(lane, i)` for every part i: part 0 on this thread's lane, the others on the pool's."""
@@ -231,21 +253,24 @@ class WasmBackend(BaseBackend):
             self._parallel(nparts, work)
             with self._lane_lock:
                 args = runtime.make_args([*ins, _i32(ptrs[-1]), _i32(scratch), nparts, 0, plan.size])
-                self.lane.call(data.funcs["finish"], args, len(ins) + 5)
+                self.lane.call(self._bind(data)["finish"], args, len(ins) + 5)
         finally:
             self.allocator.free(scratch)
 
     # ---- matmul ----------------------------------------------------------------------------------
     def _sgemm(self) -> wasmtime.Module:
-        if self._sgemm_module is None:
+        if self._sgemm_module is None:  # the compiler builds it once; racing threads get the same module
             self._sgemm_module = self.compiler.library("sgemm", matmul.plan_key(), matmul.sgemm_ir)
         return self._sgemm_module
 
     def _scratch_for(self, t: int) -> int:
         """Thread t's scratch (SGEMM packing, column-reduction accumulators), allocated once."""
-        while len(self._scratch) <= t:
-            self._scratch.append(self.allocator.alloc(max(matmul.scratch_bytes(), codegen.SCRATCH_BYTES)))
-        return self._scratch[t]
+        if t < len(self._scratch):
+            return self._scratch[t]
+        with self._setup_lock:
+            while len(self._scratch) <= t:
+                self._scratch.append(self.allocator.alloc(max(matmul.scratch_bytes(), codegen.SCRATCH_BYTES)))
+            return self._scratch[t]
 
     def _run_matmul(self, data: KernelExe, ptrs: list[int]) -> None:
         mm = data.plan.matmul
@@ -286,7 +311,7 @@ class WasmBackend(BaseBackend):
         base = [_i32(p) for p in ptrs] + [_i32(acc)]
         n = len(base) + 2
         with self._lane_lock:
-            self.lane.call(data.funcs["epilogue"], runtime.make_args([*base, 0, size]), n)
+            self.lane.call(self._bind(data)["epilogue"], runtime.make_args([*base, 0, size]), n)
 
     def _run_routine(self, routine: Routine, inputs: list[int], outputs: list[int]) -> None:
         t = routine.type

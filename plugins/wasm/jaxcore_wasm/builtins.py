@@ -272,6 +272,8 @@ def _sincos_core(mod: Module, hi: bool, cos: bool) -> str:
     if cos:
         q = f.bin("add", I32, q, "1")
     v = _sincos_poly(w, r, None, q, hi)
+    if not cos:  # sin is odd: sin(-0) = -0, which x - k*pi/2 (k = -0) turns into +0
+        v = w.sel(w.cmp("oeq", "%x", w.c(0.0)), "%x", v)
     b_fast = f.block
     f.br(l_out)
     f.start(l_out)

@@ -2,12 +2,18 @@
 
 A disk entry is keyed by a sha256 of the kernel's structural key and the versions of everything that
 shapes the machine code (jaxcore, jaxcore-wasm, llvmlite, wasmtime, engine settings, codegen
-revision). The file holds a header, the plan as JSON and the serialized module, plus a sha256 of
-both: wasmtime trusts what it deserializes, so a truncated or corrupt file must be caught before
-that. Anything wrong with an entry means "not cached": it is rebuilt and rewritten, never an error.
+revision). The file holds a header, the plan as JSON (with the kernel key it was built for) and the
+serialized module, plus a sha256 over the version salt, the kernel key and both: wasmtime trusts
+what it deserializes, so a truncated or corrupt file, or a module copied in from another entry, must
+be caught before that. The compiler then checks what it loaded against the kernel (the plan it
+would build, the module's entry points and their arity, its memory import). Anything wrong with an
+entry means "not cached": it is rebuilt and rewritten, never an error.
+
+The folder is bounded: past JAXCORE_WASM_DISK_CACHE_MB (default 512) megabytes, the least recently
+used entries (by mtime, which a hit refreshes) are deleted down to 80% of it.
 
 Settings: JAXCORE_CACHE_DIR (default ~/.cache/jaxcore; entries go under its wasm/ folder),
-JAXCORE_WASM_DISK_CACHE=0 turns the disk cache off.
+JAXCORE_WASM_DISK_CACHE=0 turns the disk cache off, JAXCORE_WASM_DISK_CACHE_MB bounds it.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from typing import Any
 
 from jaxcore import settings
 
-MAGIC = b"JXCWASM1"
+MAGIC = b"JXCWASM2"  # 2: the checksum covers the salt and the kernel key
+DISK_CACHE_MB = 512
+EVICT_TO = 0.8  # fraction of the limit an eviction leaves
 # The generated code depends on these sources: their digest is part of every key, so editing the
 # code generator can never serve a stale module.
 _SOURCES = (
@@ -77,19 +85,43 @@ def disk_enabled() -> bool:
     return settings.current().plugin_flag("wasm", "disk_cache", default=True)
 
 
-class DiskCache:
-    """get/put of (plan dict, serialized module bytes) by kernel key."""
+def int_setting(key: str, default: int, minimum: int = 0) -> int:
+    """An integer plugin setting (`JAXCORE_WASM_<KEY>`), with a clear error when malformed."""
+    raw = settings.current().plugin("wasm").get(key, "").strip()
+    if not raw:
+        return default
+    var = f"JAXCORE_WASM_{key.upper()}"
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"{var}={raw!r} is not an integer") from None
+    if n < minimum:
+        raise ValueError(f"{var}={n} must be at least {minimum}")
+    return n
 
-    def __init__(self, directory: Path | None = None, enabled: bool | None = None) -> None:
+
+class DiskCache:
+    """get/put of (plan dict, serialized module bytes) by kernel key, bounded to `limit_bytes`."""
+
+    def __init__(
+        self, directory: Path | None = None, enabled: bool | None = None, limit_bytes: int | None = None
+    ) -> None:
         self.dir = directory or default_dir()
         self.enabled = disk_enabled() if enabled is None else enabled
+        if limit_bytes is None:
+            limit_bytes = int_setting("disk_cache_mb", DISK_CACHE_MB, minimum=1) << 20
+        self.limit = limit_bytes
         self._salt = versions()
-        self.hits = self.misses = self.errors = 0
+        self.hits = self.misses = self.errors = self.evictions = 0
         self._lock = threading.Lock()
+        self._used: int | None = None  # bytes in the folder, as of the last scan plus our writes
 
     def path(self, key: str) -> Path:
         digest = hashlib.sha256(f"{self._salt}|{key}".encode()).hexdigest()
         return self.dir / digest[:2] / f"{digest}.bin"
+
+    def _check(self, key: str, body: bytes) -> bytes:
+        return hashlib.sha256(f"{self._salt}|{key}|".encode() + body).digest()
 
     def get(self, key: str) -> tuple[dict[str, Any], bytes] | None:
         if not self.enabled:
@@ -104,13 +136,14 @@ class DiskCache:
             if blob[:8] != MAGIC:
                 raise ValueError("bad magic")
             check, body = blob[8:40], blob[40:]
-            if hashlib.sha256(body).digest() != check:
+            if self._check(key, body) != check:
                 raise ValueError("checksum mismatch")
             n = int.from_bytes(body[:4], "little")
             plan = json.loads(body[4 : 4 + n].decode())
-            if plan.get("_key") != key:
+            if not isinstance(plan, dict) or plan.get("_key") != key:
                 raise ValueError("key mismatch")
             self.hits += 1
+            self._touch(p)
             return plan, body[4 + n :]
         except (ValueError, UnicodeDecodeError, json.JSONDecodeError):
             self.errors += 1
@@ -122,7 +155,7 @@ class DiskCache:
             return
         header = json.dumps(dict(plan, _key=key)).encode()
         body = len(header).to_bytes(4, "little") + header + payload
-        blob = MAGIC + hashlib.sha256(body).digest() + body
+        blob = MAGIC + self._check(key, body) + body
         p = self.path(key)
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -132,9 +165,58 @@ class DiskCache:
             os.replace(tmp, p)
         except OSError:
             self.errors += 1  # a read-only or full disk only costs the cache
+            return
+        self._account(len(blob))
 
     def drop(self, key: str) -> None:
         try:
             self.path(key).unlink()
         except OSError:
             pass
+
+    # ---- size bound ------------------------------------------------------------------------------
+    @staticmethod
+    def _touch(p: Path) -> None:
+        try:
+            os.utime(p)  # least recently used is least recently modified
+        except OSError:
+            pass
+
+    def _entries(self) -> list[tuple[float, int, Path]]:
+        out = []
+        for p in self.dir.glob("*/*.bin"):
+            try:
+                st = p.stat()
+            except OSError:
+                continue  # another process evicted it
+            out.append((st.st_mtime, st.st_size, p))
+        return out
+
+    def size(self) -> int:
+        """Bytes of entries in the folder now."""
+        return sum(size for _, size, _ in self._entries())
+
+    def _account(self, nbytes: int) -> None:
+        with self._lock:
+            if self._used is None:
+                self._used = self.size()  # one scan per process; later writes are counted
+            else:
+                self._used += nbytes
+            if self._used > self.limit:
+                self._evict()
+
+    def _evict(self) -> None:
+        """Delete least recently used entries (other processes' too) down to EVICT_TO of the limit."""
+        entries = sorted(self._entries(), key=lambda e: e[0])
+        used = sum(size for _, size, _ in entries)
+        target = int(self.limit * EVICT_TO)
+        for _, size, p in entries:
+            if used <= target:
+                break
+            try:
+                p.unlink()
+                self.evictions += 1
+            except OSError:
+                pass
+            used -= size
+        self._used = used

@@ -32,6 +32,15 @@ MAP_INTERLEAVE = 1  # 2 and 4 measured the same on memory-bound maps
 ROW_SPLIT = True
 TILE = 4096  # outputs per tile of a column reduction (16-32 KiB of accumulators in scratch)
 SCRATCH_BYTES = TILE * 8  # outputs x reduction items below which the generic loop is cheaper
+# Big kernels compile differently, because LLVM's wasm backend is superlinear in a function's size
+# and in its dependence chains (WebAssembly Register Stackify, machine sinking): past INLINE_BUDGET
+# instructions (counting every helper inlined) the helpers stay calls, and past that or
+# DEPTH_BUDGET nodes of expression depth the machine code is made at -O0 (which skips those passes;
+# Cranelift optimises the wasm anyway). A 12k-node kernel of transcendentals took 26 s inlined,
+# a 500-deep chain 8.7 s at -O3 (0.25 s at -O0). Typical kernels (a few transcendentals: under
+# 5,000 instructions, depth under 50) are not affected.
+INLINE_BUDGET = 40_000
+DEPTH_BUDGET = 200
 
 
 Body = Callable[[str], None]  # emits one iteration of a loop over output elements, given gidx
@@ -343,27 +352,79 @@ class _KernelWriter:
         self.mod.functions.append(fn.render())
 
 
-def generate(kernel: Kernel) -> tuple[str, KernelPlan]:
+@dataclass(frozen=True)
+class Generated:
+    """A kernel's IR text, its plan, and how hard LLVM may work on it."""
+
+    text: str
+    plan: KernelPlan
+    codegen_opt: int = 3  # the machine-code optimisation level (0 for big kernels)
+
+
+def depth(exp: AluExp) -> int:
+    """Nodes on the longest path from `exp` to a leaf (without recursion)."""
+    d: dict[str, int] = {}
+    for n in exp.nodes():
+        d[n.key()] = 1 + max((d[s.key()] for s in n.src), default=0)
+    return d[exp.key()]
+
+
+def _generated(w: _KernelWriter, p: KernelPlan) -> Generated:
+    if not w.mod.functions:
+        return Generated("", p)
+    exps = [w.tuned.exp, w.tuned.epilogue] if w.tuned.epilogue is not None else [w.tuned.exp]
+    small = w.mod.inlined_size() <= INLINE_BUDGET
+    shallow = max(depth(e) for e in exps) <= DEPTH_BUDGET
+    return Generated(w.mod.render(inline=small), p, 3 if small and shallow else 0)
+
+
+def _matmul_plan(w: _KernelWriter) -> MatmulPlan | None:
+    kernel, red = w.kernel, w.red
+    matmul_enabled = settings.current().plugin_flag(DEVICE, "matmul", default=True)
+    if red is not None and matmul_enabled and kernel.size * red.size >= MATMUL_MIN_WORK:
+        return matmul.detect(kernel, w.tuned.exp, w.tuned.epilogue)
+    return None
+
+
+def _plan(w: _KernelWriter, mm: MatmulPlan | None) -> KernelPlan:
+    kernel, red = w.kernel, w.red
+    if mm is not None:
+        return KernelPlan(kernel.nargs, kernel.size, red.size, False, 4, kernel.dtype, mm)
+    split = bool(red and red.size >= SPLIT_MIN_REDUCE and 0 < kernel.size <= SPLIT_MAX_OUTPUTS)
+    acc_bytes = 8 if red and red.dtype == DType.float64 else 4
+    return KernelPlan(kernel.nargs, kernel.size, red.size if red else 0, split, acc_bytes, kernel.dtype)
+
+
+def plan(kernel: Kernel) -> KernelPlan:
+    """The plan `generate` gives `kernel`, without writing any IR (checks a disk-cache entry)."""
+    w = _KernelWriter(kernel)
+    return _plan(w, _matmul_plan(w))
+
+
+def entry_points(p: KernelPlan) -> dict[str, int]:
+    """The functions a kernel's module exports for plan `p`, with their (i32) parameter counts."""
+    if p.matmul is not None:
+        return {} if p.matmul.direct else {"epilogue": p.nargs + 4}
+    out = {"kernel": p.nargs + 4}
+    if p.split:
+        out |= {"partial": p.nargs + 3, "finish": p.nargs + 5}
+    return out
+
+
+def generate(kernel: Kernel) -> Generated:
     """IR text for `kernel` (exports `kernel`, and `partial`/`finish` for split reductions).
 
     A matmul-like kernel runs on the SGEMM library instead; its module only holds the `epilogue`
     map (text is "" when the epilogue is the identity and there is nothing to compile).
     """
     w = _KernelWriter(kernel)
-    red = kernel.reduction
-    mm = None
-    matmul_enabled = settings.current().plugin_flag(DEVICE, "matmul", default=True)
-    if red is not None and matmul_enabled and kernel.size * red.size >= MATMUL_MIN_WORK:
-        mm = matmul.detect(kernel, w.tuned.exp, w.tuned.epilogue)
+    mm = _matmul_plan(w)
+    p = _plan(w, mm)
     if mm is not None:
         if not mm.direct:
             w.epilogue_fn()
-        text = w.mod.render() if w.mod.functions else ""
-        return text, KernelPlan(kernel.nargs, kernel.size, red.size, False, 4, kernel.dtype, mm)
+        return _generated(w, p)
     w.kernel_fn()
-    split = bool(red and red.size >= SPLIT_MIN_REDUCE and 0 < kernel.size <= SPLIT_MAX_OUTPUTS)
-    if split:
+    if p.split:
         w.split_fns()
-    acc_bytes = 8 if red and red.dtype == DType.float64 else 4
-    plan = KernelPlan(kernel.nargs, kernel.size, red.size if red else 0, split, acc_bytes, kernel.dtype)
-    return w.mod.render(), plan
+    return _generated(w, p)

@@ -6,6 +6,7 @@ Values are strings: an SSA name ("%t3") or a literal ("1", "0x3FF0000000000000")
 from __future__ import annotations
 
 import math
+import re
 import struct
 from collections.abc import Callable, Sequence
 
@@ -166,11 +167,46 @@ class Module:
         self.attributes.append(text)
         return f"#{len(self.attributes) - 1}"
 
-    def render(self) -> str:
-        parts = [self.head, *sorted(self.decls), "", *self.helpers.values(), *self.functions]
+    def inlined_size(self) -> int:
+        """Instructions the module's exported functions would hold once every helper is inlined."""
+        memo: dict[str, int] = {}
+
+        def size(text: str) -> int:
+            own = text.count("\n")
+            return own + sum(helper(m) for m in _HELPER_CALL.findall(text))
+
+        def helper(name: str) -> int:
+            if name not in memo:
+                memo[name] = 0  # no recursion among helpers, but never loop if there were
+                memo[name] = size(self.helpers[name]) if name in self.helpers else 0
+            return memo[name]
+
+        return sum(size(f) for f in self.functions)
+
+    def render(self, inline: bool = True) -> str:
+        """The module's text; `inline=False` makes the helpers plain calls (`noinline`): LLVM's
+        wasm backend (register stackify, machine sinking) is superlinear in a function's size, so
+        a huge kernel with hundreds of inlined transcendentals would take minutes to compile."""
+        helpers = list(self.helpers.values())
+        if not inline:
+            helpers = [_noinline(h) for h in helpers]
+        parts = [self.head, *sorted(self.decls), "", *helpers, *self.functions]
         parts += [f"attributes #{i} = {{ {a} }}" for i, a in enumerate(self.attributes)]
         parts += self.metadata
         return "\n".join(parts) + "\n"
+
+
+_HELPER_CALL = re.compile(r"call [^@\n]*@([A-Za-z0-9_.]+)\(")
+
+
+def _noinline(helper: str) -> str:
+    """The helper as a real function, unless it returns an aggregate: the wasm C ABI returns those
+    through the stack, which a kernel module does not have."""
+    head, sep, body = helper.partition("\n")
+    ret = head.split("@", 1)[0]
+    if "{" in ret:
+        return helper
+    return head.replace("alwaysinline", "noinline") + sep + body
 
 
 LoopBody = Callable[[str, list[str]], list[str]]

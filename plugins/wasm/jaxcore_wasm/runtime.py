@@ -110,22 +110,61 @@ class Memory:
         return memoryview((ctypes.c_ubyte * nbytes).from_address(self.base + ptr)).cast("B")
 
 
-class Lane:
-    """A Store with its instances; used by one thread at a time."""
+# Instances per Store before a Lane starts a fresh Store. wasmtime caps a Store at 10,000 instances
+# and frees an instance only with its Store, so a Lane that instantiated every kernel it ever ran
+# into one Store failed on the 10,001st distinct kernel and kept every evicted module alive. The
+# default follows the compiler's memory cache (JAXCORE_WASM_MEMORY_CACHE), so that no more modules
+# stay alive through a lane than the cache keeps; JAXCORE_WASM_STORE_INSTANCES overrides it.
+WASMTIME_STORE_LIMIT = 10_000
 
-    def __init__(self, eng: wasmtime.Engine, memory: Memory) -> None:
-        self.store = wasmtime.Store(eng)
-        self.ctx = self.store._context()
+
+def store_instances() -> int:
+    from jaxcore_wasm.cache import int_setting
+    from jaxcore_wasm.compiler import memory_cache_size
+
+    n = int_setting("store_instances", min(memory_cache_size(), WASMTIME_STORE_LIMIT), minimum=1)
+    if n > WASMTIME_STORE_LIMIT:
+        raise ValueError(f"JAXCORE_WASM_STORE_INSTANCES={n} is more than wasmtime's {WASMTIME_STORE_LIMIT}")
+    return n
+
+
+class Lane:
+    """A Store with its instances; used by one thread at a time.
+
+    Once the Store holds `limit` instances, the next new module starts a fresh Store (the old one,
+    with every instance in it, is dropped) and `generation` goes up: function references taken from
+    an older generation belong to a dropped Store and must be looked up again (calling one would
+    make wasmtime abort the process).
+    """
+
+    def __init__(self, eng: wasmtime.Engine, memory: Memory, limit: int | None = None) -> None:
+        self.engine = eng
         self.memory = memory
-        self._funcs: dict[int, dict[str, Any]] = {}  # id(module) -> export name -> byref(func)
-        self._keep: list[Any] = []
+        self.limit = store_instances() if limit is None else max(1, limit)
+        self.generation = -1
+        self.instantiations = 0
         self._trap = ctypes.POINTER(ffi.wasm_trap_t)()
         self._trap_ref = ctypes.byref(self._trap)
+        self._new_store()
+
+    def _new_store(self) -> None:
+        self.store = wasmtime.Store(self.engine)
+        self.ctx = self.store._context()
+        self._funcs: dict[int, dict[str, Any]] = {}  # id(module) -> export name -> byref(func)
+        self._keep: list[Any] = []  # keeps each module alive while its id is a key above
+        self.generation += 1
+
+    @property
+    def instances(self) -> int:
+        return len(self._funcs)
 
     def funcs(self, module: wasmtime.Module) -> dict[str, Any]:
         got = self._funcs.get(id(module))
         if got is None:
+            if len(self._funcs) >= self.limit:
+                self._new_store()
             inst = wasmtime.Instance(self.store, module, [self.memory.shared])
+            self.instantiations += 1
             exports = inst.exports(self.store)
             got = {}
             for exp in module.exports:

@@ -15,31 +15,38 @@ FEATURES = (
     "+simd128,+relaxed-simd,+nontrapping-fptoint,+sign-ext,+bulk-memory,+atomics,+multivalue,+mutable-globals"
 )
 
-_lock = threading.Lock()
-_tm: Any = None  # llvmlite is imported on first use: a warm (disk-cached) process never loads LLVM
-_layout: str | None = None
+_init_lock = threading.Lock()
+_local = threading.local()  # a target machine per thread: LLVM does not promise one is thread-safe
+_layout: str | None = None  # llvmlite is imported on first use: a warm (disk-cached) process never loads LLVM
 
 
 class ToolchainError(RuntimeError):
     pass
 
 
-def target_machine() -> Any:
-    global _tm
-    if _tm is None:
-        import llvmlite
-        import llvmlite.binding as llvm
+def _initialize() -> Any:
+    import llvmlite
+    import llvmlite.binding as llvm
 
+    with _init_lock:  # target registration is process-wide and runs once
         llvm.initialize_all_targets()
         llvm.initialize_all_asmprinters()
         try:
-            target = llvm.Target.from_triple(TRIPLE)
+            return llvm.Target.from_triple(TRIPLE)
         except RuntimeError as e:
             raise ToolchainError(f"llvmlite {llvmlite.__version__} has no wasm32 target: {e}") from None
-        _tm = target.create_target_machine(
-            cpu="generic", features=FEATURES, opt=3, reloc="static", codemodel="default"
+
+
+def target_machine(opt: int = 3) -> Any:
+    """This thread's target machine for machine-code optimisation level `opt`."""
+    tms = _local.__dict__.setdefault("tms", {})
+    tm = tms.get(opt)
+    if tm is None:
+        target = _initialize()
+        tm = tms[opt] = target.create_target_machine(
+            cpu="generic", features=FEATURES, opt=opt, reloc="static", codemodel="default"
         )
-    return _tm
+    return tm
 
 
 def datalayout() -> str:
@@ -49,23 +56,28 @@ def datalayout() -> str:
     return _layout
 
 
-def compile_ir(text: str, opt: int = 3) -> tuple[bytes, str]:
-    """Parse, verify, optimise (O`opt`) and emit a wasm object; returns (object bytes, optimised IR)."""
+def compile_ir(text: str, opt: int = 3, codegen_opt: int = 3) -> tuple[bytes, str]:
+    """Parse, verify, optimise (O`opt`) and emit a wasm object (machine code at `codegen_opt`);
+    returns (object bytes, optimised IR).
+
+    No process-wide lock: each compile parses into an LLVM context of its own and uses this thread's
+    target machine, so compiles on several threads run in parallel (llvmlite releases the GIL).
+    """
     import llvmlite.binding as llvm
 
-    with _lock:  # LLVM contexts are not shared across threads by llvmlite
-        tm = target_machine()
-        mod = llvm.parse_assembly(text)
-        mod.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=opt)
-        pto.loop_vectorization = opt >= 2
-        pto.slp_vectorization = opt >= 2
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-        # The vectoriser widens a rare-path call (builtins: sin/cos of |x| > 2^20) into a call of its
-        # masked vector variant; inlining that afterwards leaves the common path one mask test.
-        post = llvm.create_new_module_pass_manager()
-        post.add_always_inliner_pass()
-        post.run(mod, pb)
-        obj = tm.emit_object(mod)
-        return bytes(obj), str(mod)
+    tm = target_machine(codegen_opt)
+    ctx = llvm.create_context()
+    mod = llvm.parse_assembly(text, context=ctx)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+    pto.loop_vectorization = opt >= 2
+    pto.slp_vectorization = opt >= 2
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    # The vectoriser widens a rare-path call (builtins: sin/cos of |x| > 2^20) into a call of its
+    # masked vector variant; inlining that afterwards leaves the common path one mask test.
+    post = llvm.create_new_module_pass_manager()
+    post.add_always_inliner_pass()
+    post.run(mod, pb)
+    obj = tm.emit_object(mod)
+    return bytes(obj), str(mod)
