@@ -2,11 +2,10 @@
 and the contract points the fuzzer relies on: NaN bits of moved values, reassociable reductions.
 
 Each case is a tree (unsimplified, as a frontend builds it) with its inputs; the expected value comes
-from `test_fuzz.evaluate` (the oracle), never from a device. A case that fails today because of a
-known bug that another change fixes is marked ``xfail(strict=True)`` with the cause (all devices
-share the core's simplifier, so these fail everywhere); when the fix lands, the case passes, strict
-xfail turns that into a failure, and the mark comes off. A bug seen on some backends only is marked
-``xfail(strict=False)``: the suite never names a device.
+from `test_fuzz.evaluate` (the oracle), never from a device. Cases whose bug is fixed carry no mark;
+a bug still seen on some backends only is marked ``xfail(strict=False)`` with its precise cause (the
+suite never names a device, and the reference device passes them). A case whose bug is in the core
+(the simplifier, shared by every device) is never marked: it must pass everywhere.
 """
 
 from __future__ import annotations
@@ -36,12 +35,17 @@ I32, U32, F16, F32, F64, BOOL = (
     DType.bool,
 )
 
+# Both are device-dependent (the reference cpu keeps the bits), hence non-strict.
 F16_NAN = (
-    "a backend converts float16 through float32 on load/store: a stored float16 NaN loses its payload "
-    "and signalling bit"
+    "a backend keeps float16 values in float32 registers: a stored float16 NaN is loaded through "
+    "half_to_float and stored through float_to_half, which quiet it (0x7c01 -> 0x7e00) and drop its "
+    "payload, even for a plain copy"
 )
-INF_CONST = "prepare_kernel converts constant Inf/NaN with int() (issue 8 item 4): OverflowError/ValueError"
-NAN_CONST = "a backend emits NaN constants canonically: Bitcast<float32>(int constant) loses the NaN payload"
+NAN_CONST = (
+    "a backend emits every NaN constant as the canonical quiet NaN: the simplifier folds "
+    "Bitcast<float32>(int32 -9) to a NaN Const (0xfffffff7), and the literal is written as "
+    "0x7FF8000000000000 (irtext.fconst), so the payload and sign are lost"
+)
 
 
 def read(dt: DType, gid: int, n: int, index: AluExp | None = None) -> AluExp:
@@ -308,7 +312,7 @@ CASES: dict[str, tuple[Regression, object]] = {
             ((I32, u(3, -70000, 1, 2)),),
             32,
         ),
-        pytest.mark.xfail(strict=False, reason=INF_CONST),
+        None,
     ),
     "bool_of_f16_mod_by_inf_constant": (
         Regression(
@@ -322,7 +326,7 @@ CASES: dict[str, tuple[Regression, object]] = {
             ((F64, (3.0, 1e10, -0.0, math.inf)),),
             32,
         ),
-        pytest.mark.xfail(strict=False, reason=INF_CONST),
+        None,
     ),
     "f32_idiv_by_nan_constant": (
         Regression(
@@ -332,7 +336,7 @@ CASES: dict[str, tuple[Regression, object]] = {
             (),
             32,
         ),
-        pytest.mark.xfail(strict=False, reason=INF_CONST),
+        None,
     ),
     # -- NaN bits of a bitcast constant (a bitcast keeps its bits; the simplifier folds it to a Const)
     "bitcast_of_int_constant_keeps_nan_payload": (
