@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from functools import reduce
 
+import numpy as np
+
 from jaxcore.alu import AluExp, AluGroup, AluOp, pending
 from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, is_float
 
@@ -28,7 +30,42 @@ _BOUNDS: dict[DType, tuple[int, int]] = {DType.int32: (INT32_MIN, INT32_MAX), DT
 _WRAPPING = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv})
 
 
-def _trunc_div(a: float, b: float) -> float:
+# Ops whose result a device computes only within a tolerance (conformance/tolerances.py): their
+# ranges are widened by this much, relatively and absolutely, so no decision rests on the last ulps.
+_APPROX = frozenset(
+    {
+        AluOp.Sin,
+        AluOp.Cos,
+        AluOp.Asin,
+        AluOp.Atan,
+        AluOp.Exp,
+        AluOp.Log,
+        AluOp.Erf,
+        AluOp.Erfc,
+        AluOp.Sqrt,
+        AluOp.Reciprocal,
+    }
+)
+_APPROX_MARGIN = 2.0**-8
+_NP_FLOAT: dict[DType, type[np.floating]] = {DType.float16: np.float16, DType.float32: np.float32}
+
+
+def _round(dtype: DType, v: float) -> float:
+    """`v` rounded to nearest in `dtype` (±Inf past its largest value), as the op's result is.
+
+    Rounding is monotone, so an interval of exact results rounds, endpoint by endpoint, to an
+    interval that holds every rounded result. (float64 range arithmetic is itself correctly
+    rounded, and rounding it again to float32/float16 is innocuous for + - * /.)"""
+    t = _NP_FLOAT.get(dtype)
+    if t is None:
+        return v
+    with np.errstate(over="ignore"):
+        return float(t(v))
+
+
+def _trunc_div(a: float, b: float, dtype: DType) -> float:
+    """Idiv as the contract defines it: integers truncate; floats truncate the quotient rounded
+    to the dtype (-0.5 / 0.1 is -5.0 in float32, so its truncation is -5, not -4)."""
     if isinstance(a, int) and isinstance(b, int) and b != 0:
         n = abs(a) // abs(b)
         return n if (a < 0) == (b < 0) else -n
@@ -36,13 +73,17 @@ def _trunc_div(a: float, b: float) -> float:
         if a == 0 or math.isnan(a):
             return math.nan
         return math.copysign(_INF, a) * math.copysign(1, b)
-    q = a / b
+    q = _round(dtype, a / b)
     return math.trunc(q) if math.isfinite(q) else q
 
 
 def value_range(e: AluExp) -> Range:
-    """Conservative [min, max] of the values an expression takes (ints wrapping, floats assumed
-    not NaN). Integer ranges are finite: an unknown int32 is [INT32_MIN, INT32_MAX]."""
+    """Conservative [min, max] of the values an expression takes (ints wrapping). Integer ranges
+    are finite: an unknown int32 is [INT32_MIN, INT32_MAX].
+
+    A float range bounds the non-NaN values, rounded to the node's dtype, and says nothing about
+    NaN: any float node may be NaN (x * 0 is NaN at x = Inf, fmod(Inf, c) is NaN), so no rule may
+    use a float range to conclude a value, only to decide a comparison that NaN cannot change."""
     cached = e.__dict__.get("_range")
     if cached is not None:
         return cached
@@ -61,6 +102,13 @@ def _set_range(e: AluExp) -> None:
     lo, hi = _range_inner(e)
     if math.isnan(lo) or math.isnan(hi):
         lo, hi = -_INF, _INF
+    if is_float(e.dtype):
+        if e.op in _APPROX:
+            lo -= abs(lo) * _APPROX_MARGIN + _APPROX_MARGIN
+            hi += abs(hi) * _APPROX_MARGIN + _APPROX_MARGIN
+            if e.op in (AluOp.Exp, AluOp.Sqrt):
+                lo = max(lo, 0)
+        lo, hi = _round(e.dtype, lo), _round(e.dtype, hi)
     wraps = False
     if e.dtype == DType.bool:
         # A bool op's value is (its integer result != 0): 0 is possible iff the raw range holds 0.
@@ -98,7 +146,7 @@ def _range_inner(e: AluExp) -> Range:
         if op == AluOp.Idiv:
             if s[1][0] <= 0 <= s[1][1]:
                 return (-_INF, _INF)
-            c = [_trunc_div(a, b) for a in s[0] for b in s[1]]
+            c = [_trunc_div(a, b, e.dtype) for a in s[0] for b in s[1]]
             return (min(c), max(c))
         if op == AluOp.Mod:
             dlo, dhi = s[1]
@@ -148,7 +196,7 @@ def _range_inner(e: AluExp) -> Range:
 def _cast_range(dst: DType, src: DType, r: Range) -> Range:
     lo, hi = r
     if dst == DType.bool:
-        if lo == 0 and hi == 0:
+        if lo == 0 and hi == 0 and not is_float(src):  # a float "0" may be NaN, which is true
             return (0, 0)
         return (0, 1) if lo <= 0 <= hi else (1, 1)
     if dst in (DType.int32, DType.uint32):

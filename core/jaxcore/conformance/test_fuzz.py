@@ -55,7 +55,7 @@ import pytest
 from jaxcore.alu import AluExp, AluOp, AluVar
 from jaxcore.backend import Backend
 from jaxcore.conformance import oracle, values
-from jaxcore.conformance.harness import garbage, to_buffer, tolerance, undeclared
+from jaxcore.conformance.harness import garbage, skip_if_undeclared, to_buffer, tolerance, undeclared
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel, Reduction
 from jaxcore.shape import ShapeTracker
@@ -612,6 +612,11 @@ def judge(
     case: Case, got: np.ndarray, backend: Backend | None, other: np.ndarray | None = None
 ) -> str | None:
     """None if `got` conforms (to the oracle, or to another device's output); else why not."""
+    with np.errstate(all="ignore"):  # NaN and Inf lanes convert and compare quietly, as intended
+        return _judge(case, got, backend, other)
+
+
+def _judge(case: Case, got: np.ndarray, backend: Backend | None, other: np.ndarray | None) -> str | None:
     versus_device = other is not None
     want = other if other is not None else case.expected
     dt = str(case.kernel.dtype)
@@ -945,47 +950,27 @@ def fuzz_seed() -> tuple[int, int]:
     return (int(raw) if raw else int(entropy % 2**31)), count
 
 
+PROBE_NAN_CONST = "NaN constants lose their payload"
+PROBE_F16_NAN = "float16 copies lose NaN payloads"
+
+
 def known_bugs(backend: Backend) -> list[str]:
     """The bugs known today (issue 8; each minimised in test_fuzz_regressions) that this build and
     `backend` still show, each found by a tiny probe. While one remains, fuzz mismatches are
     reported as an expected failure; once none does, every mismatch fails the run."""
+    # (The simplifier's wrap-around and float-range bugs and the Inf/NaN constant divisors at
+    # prepare are fixed: their regressions live in test_fuzz_regressions, without probes here.)
     found = []
-    gidx_wrap = Kernel(0, 3, AluExp.u32(0) - AluExp.cast(DType.uint32, AluVar.gidx)).exp
-    if gidx_wrap.op == AluOp.Const:  # 0 - uint32(gidx) wraps for gidx > 0: never one constant
-        found.append("simplifier assumes int32/uint32 never wrap (issue 8 item 1)")
-    x = AluExp.global_index(DType.float16, 0, 1, AluVar.gidx)
-    if AluExp.min(AluExp.mod(x, AluExp.f16(2.5)), AluExp.f16(-3)).simplify().op == AluOp.Const:
-        found.append("simplifier folds float ops as if no NaN/Inf (Min(x % 2.5, -3) -> -3)")
-    c = AluExp.cast(DType.float32, AluExp.cast(DType.float16, AluExp.i32(1836024908)))
-    r = AluExp.global_index(DType.float64, 0, 1, AluVar.gidx)
-    folded = AluExp.where(AluExp.cmplt(r, r), c, c).simplify()
-    if folded.op == AluOp.Const and math.isfinite(folded.arg):
-        found.append("simplifier folds float ranges without rounding to the dtype")
     probes: list[tuple[str, Kernel, list[np.ndarray], Callable[[np.ndarray], bool]]] = []
-    if {DType.float16, DType.int32} <= backend.capabilities.dtypes:
-        inf_div = AluExp.idiv(
-            AluExp.cast(DType.float16, AluExp.global_index(DType.int32, 0, 4, AluExp.mod(AluVar.gidx, 4))),
-            AluExp.f16(math.inf),
-        )
-        probes.append(
-            (
-                "Inf constant refused at prepare (issue 8 item 4)",
-                Kernel(1, 32, inf_div),
-                [np.arange(4, dtype=np.int32)],
-                lambda g: False,
-            )
-        )
     if DType.float32 in backend.capabilities.dtypes:
         k = Kernel(0, 2, AluExp.bitcast(DType.float32, AluExp.i32(-9)))
-        probes.append(
-            ("NaN constants lose their payload", k, [], lambda g: g.view(np.uint32)[0] != 0xFFFFFFF7)
-        )
+        probes.append((PROBE_NAN_CONST, k, [], lambda g: g.view(np.uint32)[0] != 0xFFFFFFF7))
     if DType.float16 in backend.capabilities.dtypes:
         bits = np.array([0x7C01, 0xFD23], np.uint16).view(np.float16)
         k = Kernel(1, 2, AluExp.global_index(DType.float16, 0, 2, AluVar.gidx))
         probes.append(
             (
-                "float16 copies lose NaN payloads",
+                PROBE_F16_NAN,
                 k,
                 [bits],
                 lambda g: g.view(np.uint16).tolist() != [0x7C01, 0xFD23],
@@ -1034,23 +1019,37 @@ def test_fuzz_oracle_catches_a_wrong_device(backend: Backend) -> None:
         assert judge(case, got, backend) is None, f"{case.label}: {judge(case, got, backend)}\n{case.kernel}"
         wrong = got.copy()
         if oracle.is_float(str(case.kernel.dtype)):
-            wrong = (wrong.astype(np.float64) * 1.5 + 1).astype(wrong.dtype)
+            with np.errstate(all="ignore"):  # float16 lanes may overflow to Inf: still wrong
+                wrong = (wrong.astype(np.float64) * 1.5 + 1).astype(wrong.dtype)
         else:
             wrong = (wrong.astype(np.int64) ^ 2).astype(wrong.dtype)
         caught += judge(case, wrong, backend) is not None
     assert caught >= 30
 
 
+# Dtypes that hold small integers (below 2048) exactly, the plainest first: a case about memory,
+# views or threads (not about arithmetic) runs its data in the first one the backend declares.
+SMALL_INT_DTYPES = (DType.int32, DType.float32, DType.uint32, DType.float64, DType.float16)
+
+
+def data_dtype(backend: Backend, candidates: Sequence[DType] = SMALL_INT_DTYPES) -> DType:
+    """The first of `candidates` the backend declares; if none, the first (the case's kernel is
+    then undeclared, and `skip_if_undeclared` checks that it is refused and skips)."""
+    return next((d for d in candidates if d in backend.capabilities.dtypes), candidates[0])
+
+
 @pytest.mark.parametrize("view", range(12))
 def test_fuzz_views_match_numpy(backend: Backend, view: int) -> None:
-    """Random movement-op stacks read exactly what the numpy index map says (padding reads 0)."""
+    """Random movement-op stacks read exactly what the numpy index map says (padding reads 0).
+    The data is in a dtype the backend declares; the index arithmetic is int32 on every device."""
     rng = np.random.default_rng(1000 + view)
     st, idx, ops = random_view(rng)
     if st.size == 0:
         return
-    dt = DType.int32
-    src = np.arange(1, int(idx.max()) + 2, dtype=np.int32) * 7
+    dt = data_dtype(backend)
+    src = oracle.array(np.arange(1, int(idx.max()) + 2) * 7, str(dt))
     kernel = Kernel(1, st.size, AluExp.global_view(dt, 0, st, unravel(st.shape, AluVar.gidx)))
-    want = np.where(idx.ravel() >= 0, src[np.maximum(idx.ravel(), 0)], 0)
+    skip_if_undeclared(backend, kernel)
+    want = np.where(idx.ravel() >= 0, src[np.maximum(idx.ravel(), 0)], 0).astype(src.dtype)
     got = run(backend, kernel, [src])
     assert np.array_equal(got, want), f"view {'.'.join(ops)}: got {got.tolist()}, expected {want.tolist()}"

@@ -5,9 +5,10 @@ time every int32 index node is analysed as a quasi-affine form (`affine`) and la
 blocks aligned to the forms' place values (`blocks`). Over a block each read then becomes an N-D
 strided view of its buffer whose axes broadcast against the block, and every index subexpression a
 sum of small broadcast `arange`s: no index arrays are gathered or divided. Reads that are not
-quasi-affine, or whose view would leave the buffer (padding), are gathered, with bounds checked on
-live lanes; int32 divisions by positive constants of provably non-negative, non-overflowing
-dividends skip the contract's int64 detour (floor and truncation agree there).
+quasi-affine, or whose view would leave the buffer (padding), are gathered; a live lane whose
+index is outside its buffer (an unmasked out-of-range read) reads 0, never raises. int32
+divisions by positive constants of provably non-negative, non-overflowing dividends skip the
+contract's int64 detour (floor and truncation agree there).
 
 Float32/float64 sums of a product of two such reads shaped like a matrix product go to BLAS
 (`matmul`). Everything else computes op by op exactly as `jaxcore.interpret` defines it.
@@ -186,10 +187,13 @@ class _BlockInterpreter(Interpreter):
         if mask is not None:
             idx = np.where(mask, idx, 0)
         if idx.size and (idx.min() < 0 or idx.max() >= buf.size):
-            bad = int(idx[(idx < 0) | (idx >= buf.size)].flat[0])
-            raise IndexError(
-                f"kernel reads input {node.arg[0]} at element {bad}, outside its {buf.size} elements"
-            )
+            # An unmasked read outside the buffer: its value is unspecified but confined to the
+            # buffer (docs/contract-notes.md); such lanes read 0. Only reached when the in-range
+            # check above fails, so in-range gathers pay one min and one max.
+            inside = (idx >= 0) & (idx < buf.size)
+            if buf.size == 0:
+                return np.zeros(idx.shape, buf.dtype)
+            return np.where(inside, buf[np.where(inside, idx, 0)], np.zeros((), buf.dtype))
         return buf[idx]
 
     def run_into(self, e: AluExp, dst: np.ndarray) -> None:
