@@ -27,9 +27,6 @@ SPLIT_MAX_OUTPUTS = 64
 SPLIT_MIN_REDUCE = 1 << 15
 MATMUL_MIN_WORK = 1 << 15
 REDUCE_INTERLEAVE = 4  # vector accumulators per reduction loop (hides the add latency)
-INTERCHANGE = True
-MAP_INTERLEAVE = 1  # 2 and 4 measured the same on memory-bound maps
-ROW_SPLIT = True
 TILE = 4096  # outputs per tile of a column reduction (16-32 KiB of accumulators in scratch)
 SCRATCH_BYTES = TILE * 8  # outputs x reduction items below which the generic loop is cheaper
 # Big kernels compile differently, because LLVM's wasm backend is superlinear in a function's size
@@ -57,9 +54,6 @@ class KernelPlan:
     acc_bytes: int  # bytes of one accumulator in the split scratch
     out_dtype: DType
     matmul: MatmulPlan | None = None  # run as SGEMM (+ an `epilogue` map unless direct)
-
-
-ORDERED_MINMAX = True  # float32 min/max reductions over integer order keys (see _reduce_minmax)
 
 
 def _order_key(bits: int) -> int:
@@ -107,15 +101,14 @@ class _KernelWriter:
         fn.start(latch)
         fn.lines.append(f"  {nxt} = add nsw i32 {iv}, 1")
         cond = fn.icmp("slt", I32, nxt, stop)
-        md = self.mod.loop_md(interleave=MAP_INTERLEAVE) if MAP_INTERLEAVE > 1 else ""
-        fn.raw(f"br i1 {cond}, label %{head}, label %{exit_}" + (f", !llvm.loop {md}" if md else ""))
+        fn.raw(f"br i1 {cond}, label %{head}, label %{exit_}")
         fn.start(exit_)
 
     def _reduce(self, fn: Fn, gidx: str, rstart: str, rstop: str) -> str:
         """Emit the reduction loop for one gidx; returns the final accumulator."""
         red, exp = self.red, self.tuned.exp
         assert red is not None  # only a reduction has a ridx loop
-        if ORDERED_MINMAX and red.dtype == DType.float32 and red.op in (AluOp.Min, AluOp.Max) and red.size:
+        if red.dtype == DType.float32 and red.op in (AluOp.Min, AluOp.Max) and red.size:
             return self._reduce_minmax(fn, gidx, rstart, rstop)
         ty = reg_type(red.dtype)
         ident = Emitter.const(red.dtype, red.identity)
@@ -190,7 +183,7 @@ class _KernelWriter:
         """A column reduction: reads run along gidx but not along ridx. Looping ridx outside gidx
         (accumulators for a tile of outputs in scratch) then reads memory in order and vectorises."""
         k, red = self.kernel, self.red
-        if red is None or k.size < 16 or red.size < 2 or not INTERCHANGE:
+        if red is None or k.size < 16 or red.size < 2:
             return False
         idxs = [n.src[0] for n in self.tuned.exp.nodes() if n.op == AluOp.GlobalIndex]
         if not idxs:
@@ -210,7 +203,7 @@ class _KernelWriter:
         """For a map that indexes with gidx / C or gidx % C (broadcasts): write gidx = o*C + i, so the
         simplifier turns those into o and i, and loop i innermost (contiguous, vectorisable)."""
         k, exp = self.kernel, self.tuned.exp
-        if not ROW_SPLIT or k.size < 16:
+        if k.size < 16:
             return None
 
         def divs(e: AluExp) -> int:

@@ -113,7 +113,6 @@ class Compiler:
         self._mem: OrderedDict[str, CompiledKernel] = OrderedDict()
         self._lock = threading.Lock()
         self._key_locks: dict[str, tuple[threading.Lock, list[int]]] = {}  # key -> (lock, [waiters])
-        self.llvm_compiles = 0
         self.evictions = 0
 
     def __len__(self) -> int:
@@ -201,7 +200,6 @@ class Compiler:
     def _compile_text(self, text: str, key: str, what: object, codegen_opt: int = 3) -> wasmtime.Module:
         obj, optimised = toolchain.compile_ir(text, codegen_opt=codegen_opt)
         wasm = module.finalize(obj)
-        self.llvm_compiles += 1
         dump = settings.current().plugin("wasm").get("dump")
         if dump:
             d = Path(dump)

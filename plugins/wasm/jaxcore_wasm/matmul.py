@@ -25,8 +25,6 @@ V4 = "<4 x float>"
 MR, NV = 3, 3  # register tile: MR rows x NV f32x4 vectors (measured best with Cranelift's allocator)
 NR = 4 * NV
 KC, MC, NC = 256, 72, 516  # cache blocks (MC must be a multiple of MR, NC of NR)
-KU = 1  # k steps per micro-kernel loop trip (unrolling made Cranelift spill)
-PRESPLAT = True  # pack A as f32x4 splats (no shuffle in the micro-kernel) instead of scalars
 RELAXED = False  # mul+add: Cranelift's vfmadd213 form costs register copies here
 
 
@@ -262,15 +260,12 @@ def _pack_a(f: Fn, ic: str, pc: str, mc: str, kc: str, mpan: str, ap: str) -> No
 
         def k_body(k: str, _: list[str]) -> list[str]:
             koff = _mul(f, _add(f, pc, k), "%sak")
-            w = 4 if PRESPLAT else 1
-            out = _gep(f, F32, ap, _mul(f, _add(f, base_out, _mul(f, k, str(MR))), str(w)))
+            # A is packed as f32x4 splats: no shuffle in the micro-kernel
+            out = _gep(f, F32, ap, _mul(f, _add(f, base_out, _mul(f, k, str(MR))), "4"))
             for r, (ok, roff) in enumerate(rows):
                 v = f.emit(f"load float, ptr {_gep(f, F32, '%A', _add(f, roff, koff))}, align 4")
                 v = f.select(ok, F32, v, fconst(0.0, F32))
-                if PRESPLAT:
-                    f.raw(f"store {V4} {_splat(f, v)}, ptr {_gep(f, F32, out, str(4 * r))}, align 16")
-                else:
-                    f.raw(f"store float {v}, ptr {_gep(f, F32, out, str(r))}, align 4")
+                f.raw(f"store {V4} {_splat(f, v)}, ptr {_gep(f, F32, out, str(4 * r))}, align 16")
             return []
 
         loop(f, "0", kc, "1", k_body, name="pak")
@@ -280,19 +275,16 @@ def _pack_a(f: Fn, ic: str, pc: str, mc: str, kc: str, mpan: str, ap: str) -> No
 
 
 def _micro(f: Fn, mod: Module, jc, ic, jp, ip, nc, mc, kc, first, ap, bp, tile, zero4, relaxed) -> None:
-    pa = _gep(f, F32, ap, _mul(f, _mul(f, _mul(f, ip, kc), str(MR)), str(4 if PRESPLAT else 1)))
+    pa = _gep(f, F32, ap, _mul(f, _mul(f, _mul(f, ip, kc), str(MR)), "4"))
     pb = _gep(f, F32, bp, _mul(f, _mul(f, jp, kc), str(NR)))
 
     def step(k: str, accs: list[str]) -> list[str]:
-        a_ptr = _gep(f, F32, pa, _mul(f, k, str((4 if PRESPLAT else 1) * MR)))
+        a_ptr = _gep(f, F32, pa, _mul(f, k, str(4 * MR)))
         b_ptr = _gep(f, F32, pb, _mul(f, k, str(NR)))
         bs = [f.emit(f"load {V4}, ptr {_gep(f, F32, b_ptr, str(4 * v))}, align 16") for v in range(NV)]
         new = []
         for r in range(MR):
-            if PRESPLAT:
-                a = f.emit(f"load {V4}, ptr {_gep(f, F32, a_ptr, str(4 * r))}, align 16")
-            else:
-                a = _splat(f, f.emit(f"load float, ptr {_gep(f, F32, a_ptr, str(r))}, align 4"))
+            a = f.emit(f"load {V4}, ptr {_gep(f, F32, a_ptr, str(4 * r))}, align 16")
             for v in range(NV):
                 acc = accs[r * NV + v]
                 if relaxed:
@@ -303,15 +295,8 @@ def _micro(f: Fn, mod: Module, jc, ic, jp, ip, nc, mc, kc, first, ap, bp, tile, 
                     new.append(f.fadd(V4, f.fmul(V4, a, bs[v]), acc))
         return new
 
-    def k_body(k: str, accs: list[str]) -> list[str]:
-        for u in range(KU):
-            accs = step(_add(f, k, str(u)) if u else k, accs)
-        return accs
-
-    kmain = f.bin("sub", I32, kc, f.bin("srem", I32, kc, str(KU)), "nsw") if KU > 1 else kc
-    accs = loop(f, "0", kmain, str(KU), k_body, [(V4, "zeroinitializer")] * (MR * NV), name="mk")
-    if KU > 1:
-        accs = loop(f, kmain, kc, "1", step, [(V4, a) for a in accs], name="mt")
+    # One k step per trip: unrolling made Cranelift spill.
+    accs = loop(f, "0", kc, "1", step, [(V4, "zeroinitializer")] * (MR * NV), name="mk")
     row0 = _add(f, ic, _mul(f, ip, str(MR)))
     col0 = _add(f, jc, _mul(f, jp, str(NR)))
     full = f.bin(
@@ -360,4 +345,4 @@ def scratch_bytes() -> int:
 
 
 def plan_key() -> str:
-    return f"sgemm|MR={MR}|NV={NV}|KC={KC}|MC={MC}|NC={NC}|KU={KU}|PS={PRESPLAT}|RX={RELAXED}"
+    return f"sgemm|MR={MR}|NV={NV}|KC={KC}|MC={MC}|NC={NC}|RX={RELAXED}"
