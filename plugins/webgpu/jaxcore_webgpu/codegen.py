@@ -237,11 +237,11 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
             return ShaderPlan((vec,), (), tune)
         return ShaderPlan((_elementwise(kernel, tune, lang, target, exp, enables, declare),), (), tune)
     if tune.size.split > 1 or tune.size.groups > 1:
-        vec = _reduction_vec4(kernel, tune, traits, need, epilogue)
+        rows = _reduction_vec4(kernel, tune, traits, need, epilogue)
         if tune.size.split > 1:
-            return _split(kernel, tune, lang, target, exp, epilogue, enables, declare, vec)
+            return _split(kernel, tune, lang, target, exp, epilogue, enables, declare, rows)
         return ShaderPlan(
-            (_grouped(kernel, tune, lang, target, exp, epilogue, enables, declare, vec),), (), tune
+            (_grouped(kernel, tune, lang, target, exp, epilogue, enables, declare, rows),), (), tune
         )
     return ShaderPlan((_per_thread(kernel, tune, lang, target, exp, epilogue, enables, declare),), (), tune)
 
