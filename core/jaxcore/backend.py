@@ -490,7 +490,9 @@ class BaseBackend:
 
     def dec_ref(self, slot: SupportsIndex) -> None:
         with self._lock:
-            buf = self._buffer(slot)
+            buf = self._buffers.get(slot) if type(slot) is int else None
+            if buf is None:
+                buf = self._bad_slot(slot)
             buf.refs -= 1
             if buf.refs > 0:
                 return
@@ -654,20 +656,21 @@ class BaseBackend:
             raise ValueError(
                 f"output slots must be distinct (one slot cannot hold two results), got {list(outputs)}"
             )
+        # No lock: each lookup is one atomic dict read, and a slot freed by another thread right
+        # after it is as (un)safe as one freed right after a locked lookup of every slot.
         get = self._buffers.get
-        with self._lock:
-            in_handles = []
-            for slot, need in zip(inputs, need_in):
-                buf = get(slot) if type(slot) is int else None
-                if buf is None or buf.size < need or (exact_in and buf.size != need):
-                    return self._checked_handles(exe, inputs, outputs)
-                in_handles.append(buf.handle)
-            out_handles = []
-            for slot, need in zip(outputs, need_out):
-                buf = get(slot) if type(slot) is int else None
-                if buf is None or buf.size != need:
-                    return self._checked_handles(exe, inputs, outputs)
-                out_handles.append(buf.handle)
+        in_handles = []
+        for slot, need in zip(inputs, need_in):
+            buf = get(slot) if type(slot) is int else None
+            if buf is None or buf.size < need or (exact_in and buf.size != need):
+                return self._checked_handles(exe, inputs, outputs)
+            in_handles.append(buf.handle)
+        out_handles = []
+        for slot, need in zip(outputs, need_out):
+            buf = get(slot) if type(slot) is int else None
+            if buf is None or buf.size != need:
+                return self._checked_handles(exe, inputs, outputs)
+            out_handles.append(buf.handle)
         return in_handles, out_handles
 
     def _checked_handles(

@@ -265,7 +265,11 @@ class WebGpuBackend(QueuedBackend):
     def _bind_group(self, layout: Any, bufs: list[QueuedBuffer]) -> Any:
         """The bind group of `bufs` for `layout`, cached by buffer identity and bound size (a chain
         of dispatches alternates between a few pooled buffers, so nearly every lookup hits)."""
-        key = (layout, *[b.raw for b in bufs], *[b.nbytes for b in bufs])
+        if len(bufs) == 2:  # one input and the output: the common case, without a generator
+            a, b = bufs
+            key: tuple[Any, ...] = (layout, a.raw, b.raw, a.nbytes, b.nbytes)
+        else:
+            key = (layout, *[b.raw for b in bufs], *[b.nbytes for b in bufs])
         group = self._bind_groups.get(key)
         if group is not None:
             self._bind_groups.move_to_end(key)
