@@ -3,6 +3,7 @@
     python bench/webgpu.py            # full sizes: 64M-element streams, 4096^2 softmax, 8192^2 matvec
     python bench/webgpu.py --small    # sizes lavapipe finishes in seconds
     python bench/webgpu.py --json out.json
+    python bench/webgpu.py --small --only chain   # host cost per dispatch (1,000 dependent ones)
 
 Every workload is checked against numpy before it is timed. webgpu times are the GPU timestamps of
 the batch (median over reps; wall time when the adapter has no timestamp queries); the dispatch
@@ -291,6 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-torch", action="store_true", help="compare with numpy even where torch+CUDA exist")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--json", help="also write the rows as JSON here")
+    ap.add_argument(
+        "--only",
+        action="append",
+        choices=("fma", "sum", "chain", "softmax", "matvec"),
+        help="run only this workload (repeatable); `chain` is the dependent-dispatch one",
+    )
     args = ap.parse_args(argv)
     torch = Torch(not args.no_torch)
     g = Gpu()
@@ -308,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         ("softmax", lambda: softmax(g, torch, *((256, 256) if small else (4096, 4096)), reps)),
         ("matvec", lambda: matvec(g, torch, *((1024, 1024) if small else (8192, 8192)), reps)),
     ):
+        if args.only and name not in args.only:
+            continue
         try:
             rows.append(fn())
         except Exception as e:  # one failing workload does not hide the others

@@ -355,11 +355,13 @@ class Backend(Protocol):
         ...
 
 
-@dataclass
 class _Buffer:
-    handle: Any
-    size: int
-    refs: int = 1
+    """A live slot: the device handle, its byte size and its refcount (slots: made per malloc)."""
+
+    __slots__ = ("handle", "size", "refs")
+
+    def __init__(self, handle: Any, size: int, refs: int = 1) -> None:
+        self.handle, self.size, self.refs = handle, size, refs
 
 
 @dataclass
@@ -439,7 +441,8 @@ class BaseBackend:
         return self.capabilities.max_args
 
     def malloc(self, size: SupportsIndex, initial_data: bytes | bytearray | memoryview | None = None) -> Slot:
-        size = _count("malloc size", size)
+        if type(size) is not int or size < 0:  # the common case skips operator.index
+            size = _count("malloc size", size)
         if size > self.capabilities.max_buffer_bytes:
             raise MemoryError(
                 f"{self.name}: buffer of {size} bytes exceeds the device limit of "
@@ -487,11 +490,13 @@ class BaseBackend:
 
     def dec_ref(self, slot: SupportsIndex) -> None:
         with self._lock:
-            buf = self._buffer(slot)
+            buf = self._buffers.get(slot) if type(slot) is int else None
+            if buf is None:
+                buf = self._bad_slot(slot)
             buf.refs -= 1
             if buf.refs > 0:
                 return
-            del self._buffers[operator.index(slot)]
+            del self._buffers[slot if type(slot) is int else operator.index(slot)]
         self._release(buf.handle)
 
     def size_of(self, slot: SupportsIndex) -> int:
@@ -589,7 +594,10 @@ class BaseBackend:
     ) -> None:
         """Run `exe`; the result is as if every input were read before any output is written,
         so an output slot may also be an input (in-place updates)."""
-        inputs, outputs = list(inputs), list(outputs)
+        if type(inputs) is not list and type(inputs) is not tuple:
+            inputs = list(inputs)
+        if type(outputs) is not list and type(outputs) is not tuple:
+            outputs = list(outputs)
         in_handles, out_handles = self._validate_dispatch(exe, inputs, outputs)
         aliased = None
         if not self.capabilities.handles_aliasing:
@@ -627,9 +635,12 @@ class BaseBackend:
         return device_time
 
     def _validate_dispatch(
-        self, exe: Executable, inputs: list[SupportsIndex], outputs: list[SupportsIndex]
+        self, exe: Executable, inputs: Sequence[SupportsIndex], outputs: Sequence[SupportsIndex]
     ) -> tuple[list[Any], list[Any]]:
-        if not isinstance(exe, Executable):
+        """The handles behind `inputs` and `outputs`, after every check `dispatch` promises. The hot
+        path: one dict lookup per slot and a size comparison; the error messages are built only on
+        failure (`_dispatch_error`)."""
+        if type(exe) is not Executable and not isinstance(exe, Executable):
             raise TypeError(
                 f"dispatch takes an Executable from this backend's prepare_*, got {type(exe).__name__}"
             )
@@ -643,8 +654,31 @@ class BaseBackend:
             raise ValueError(_wrong_count(exe.source, len(inputs), len(outputs)))
         if len(outputs) > 1 and len(set(outputs)) != len(outputs):
             raise ValueError(
-                f"output slots must be distinct (one slot cannot hold two results), got {outputs}"
+                f"output slots must be distinct (one slot cannot hold two results), got {list(outputs)}"
             )
+        # No lock: each lookup is one atomic dict read, and a slot freed by another thread right
+        # after it is as (un)safe as one freed right after a locked lookup of every slot.
+        get = self._buffers.get
+        in_handles = []
+        for slot, need in zip(inputs, need_in):
+            buf = get(slot) if type(slot) is int else None
+            if buf is None or buf.size < need or (exact_in and buf.size != need):
+                return self._checked_handles(exe, inputs, outputs)
+            in_handles.append(buf.handle)
+        out_handles = []
+        for slot, need in zip(outputs, need_out):
+            buf = get(slot) if type(slot) is int else None
+            if buf is None or buf.size != need:
+                return self._checked_handles(exe, inputs, outputs)
+            out_handles.append(buf.handle)
+        return in_handles, out_handles
+
+    def _checked_handles(
+        self, exe: Executable, inputs: Sequence[SupportsIndex], outputs: Sequence[SupportsIndex]
+    ) -> tuple[list[Any], list[Any]]:
+        """The slow path of `_validate_dispatch`: numpy-integer slots, and the error for the first bad
+        slot or size."""
+        need_in, need_out, exact_in = exe._io_bytes
         with self._lock:
             in_bufs = [self._buffer(s) for s in inputs]
             out_bufs = [self._buffer(s) for s in outputs]

@@ -163,9 +163,8 @@ class QueuedBackend(BaseBackend):
             cap = self.pool.capacity(size)
             reuse = self._recycled.get(cap)
             if reuse:  # freed earlier in the open batch: later work in the same batch may reuse it
-                old = reuse.pop()
-                buf = QueuedBuffer(old.raw, size, cap)
-                buf.used_in = old.used_in
+                buf = reuse.pop()  # no slot refers to it any more: the object itself is reused
+                buf.nbytes, buf.written_in = size, 0
                 return buf
             self._retire()
             raw, cap = self.pool.alloc(size, on_oom=self._drain)

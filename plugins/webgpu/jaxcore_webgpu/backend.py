@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any
 
 import wgpu
+from wgpu.backends.wgpu_native._api import ffi, lib
 
 from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
 from jaxcore.backend import Capabilities, Executable, UnsupportedOpError
@@ -34,6 +35,14 @@ _STAGING = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
 _MIN_BINDING = 16  # bytes bound at least (a binding must hold one element: f64, vec4<f32>)
 _BIND_GROUPS = 4096  # bind groups kept for reuse (a loop binds the same buffers again and again)
 
+# Pass commands go straight to wgpu-native, not through wgpu-py's methods: those wrap each call in
+# error capture (about 1 µs a call, most of a tiny dispatch's host time), and wgpu-core only records
+# pass commands, validating them when the pass ends, which still goes through wgpu-py (and raises).
+_NULL = ffi.NULL
+_set_pipeline = lib.wgpuComputePassEncoderSetPipeline
+_set_bind_group = lib.wgpuComputePassEncoderSetBindGroup
+_dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
+
 
 @dataclass(eq=False)
 class _Recorder:
@@ -42,6 +51,7 @@ class _Recorder:
     queries: Any = None  # GPUQuerySet, made on the first timed dispatch
     n_queries: int = 0
     pipeline: Any = None  # the pipeline set last in the current pass (None after a pass begins)
+    cpass_id: Any = None  # the open pass's native handle, for the direct calls
 
 
 @dataclass(eq=False)
@@ -63,6 +73,11 @@ def _undeclared_routine_dtypes() -> frozenset:
     from jaxcore_webgpu.routines import UNDECLARED_DTYPES
 
     return UNDECLARED_DTYPES
+
+
+def _bound(nbytes: int) -> int:
+    """The bytes a slot of `nbytes` is bound with: rounded up to 4, and at least one element."""
+    return max(_MIN_BINDING, -(-nbytes // 4) * 4)
 
 
 class WebGpuBackend(QueuedBackend):
@@ -137,7 +152,7 @@ class WebGpuBackend(QueuedBackend):
         return self.device.create_buffer(size=capacity, usage=_STORAGE)
 
     def _destroy_buffer(self, raw: Any) -> None:
-        for key in [k for k in self._bind_groups if any(r is raw for r in k[1::2])]:
+        for key in [k for k in self._bind_groups if any(r is raw for r in k[1 : 1 + len(k) // 2])]:
             del self._bind_groups[key]
         raw.destroy()
 
@@ -248,22 +263,36 @@ class WebGpuBackend(QueuedBackend):
         return _Recorder(self.device.create_command_encoder())
 
     def _bind_group(self, layout: Any, bufs: list[QueuedBuffer]) -> Any:
-        key: tuple[Any, ...] = (layout,)
-        for b in bufs:
-            key += (b.raw, max(_MIN_BINDING, -(-b.nbytes // 4) * 4))
+        """The bind group of `bufs` for `layout`, cached by buffer identity and bound size (a chain
+        of dispatches alternates between a few pooled buffers, so nearly every lookup hits)."""
+        if len(bufs) == 2:  # one input and the output: the common case, without a generator
+            a, b = bufs
+            key: tuple[Any, ...] = (layout, a.raw, b.raw, a.nbytes, b.nbytes)
+        else:
+            key = (layout, *[b.raw for b in bufs], *[b.nbytes for b in bufs])
         group = self._bind_groups.get(key)
         if group is not None:
             self._bind_groups.move_to_end(key)
             return group
         entries = [
-            {"binding": i, "resource": {"buffer": key[1 + 2 * i], "offset": 0, "size": key[2 + 2 * i]}}
-            for i in range(len(bufs))
+            {"binding": i, "resource": {"buffer": b.raw, "offset": 0, "size": _bound(b.nbytes)}}
+            for i, b in enumerate(bufs)
         ]
         group = self.device.create_bind_group(layout=layout, entries=entries)
         self._bind_groups[key] = group
         if len(self._bind_groups) > _BIND_GROUPS:
             self._bind_groups.popitem(last=False)
         return group
+
+    def _begin_pass(self, rec: _Recorder, timestamp_writes: Any = None) -> Any:
+        cpass = rec.encoder.begin_compute_pass(timestamp_writes=timestamp_writes)
+        rec.cpass, rec.cpass_id, rec.pipeline = cpass, cpass._internal, None
+        return cpass
+
+    def _end_pass(self, rec: _Recorder) -> None:
+        if rec.cpass is not None:
+            rec.cpass.end()
+            rec.cpass = rec.cpass_id = None
 
     def _record(
         self,
@@ -274,47 +303,57 @@ class WebGpuBackend(QueuedBackend):
         timed: bool,
     ) -> None:
         plan: CompiledPlan = exe.data
+        one = plan.single
+        bufs = inputs + outputs
+        if one is not None and not timed and len(bufs) == len(one.bindings):
+            # The common case: one pass over the kernel's own buffers, into the open compute pass.
+            if rec.cpass is None:
+                self._begin_pass(rec)
+            cid = rec.cpass_id
+            if rec.pipeline is not one.pipeline:  # each native call costs: skip a repeated one
+                _set_pipeline(cid, one.pipeline_id)
+                rec.pipeline = one.pipeline
+            _set_bind_group(cid, 0, self._bind_group(one.layout, bufs)._internal, 0, _NULL)
+            _dispatch(cid, *one.grid)
+            return
         scratch = [self._temporary(n) for n in plan.scratch]
         sets = {"in": inputs, "out": outputs, "scratch": scratch}
         timed = timed and self._timing_slots(rec)
         if timed and not self.timestamps_in_pass:
-            if rec.cpass is not None:
-                rec.cpass.end()
+            self._end_pass(rec)
             writes = {
                 "query_set": rec.queries,
                 "beginning_of_pass_write_index": rec.n_queries,
                 "end_of_pass_write_index": rec.n_queries + 1,
             }
-            cpass = rec.encoder.begin_compute_pass(timestamp_writes=writes)
-            rec.pipeline = None
+            cpass = self._begin_pass(rec, writes)
         else:
             cpass = rec.cpass
             if cpass is None:
-                cpass = rec.cpass = rec.encoder.begin_compute_pass()
-                rec.pipeline = None
+                cpass = self._begin_pass(rec)
             if timed:
                 from wgpu.backends.wgpu_native.extras import write_timestamp
 
                 write_timestamp(cpass, rec.queries, rec.n_queries)
+        cid = rec.cpass_id
         for p in plan.passes:
             if not (p.grid[0] and p.grid[1] and p.grid[2]):
                 continue
             bufs = [sets[kind][i] for kind, i in p.bindings]
-            if rec.pipeline is not p.pipeline:  # each native call costs µs: skip a repeated one
-                cpass.set_pipeline(p.pipeline)
+            if rec.pipeline is not p.pipeline:
+                _set_pipeline(cid, p.pipeline_id)
                 rec.pipeline = p.pipeline
-            cpass.set_bind_group(0, self._bind_group(p.layout, bufs))
+            _set_bind_group(cid, 0, self._bind_group(p.layout, bufs)._internal, 0, _NULL)
             if p.uniform_group is not None:
-                cpass.set_bind_group(1, p.uniform_group)
-            cpass.dispatch_workgroups(*p.grid)
+                _set_bind_group(cid, 1, p.uniform_group._internal, 0, _NULL)
+            _dispatch(cid, *p.grid)
         if timed:
             if self.timestamps_in_pass:
                 from wgpu.backends.wgpu_native.extras import write_timestamp
 
                 write_timestamp(cpass, rec.queries, rec.n_queries + 1)
             else:
-                cpass.end()
-                rec.cpass = None
+                self._end_pass(rec)
             rec.n_queries += 2
 
     def _timing_slots(self, rec: _Recorder) -> bool:
@@ -325,16 +364,13 @@ class WebGpuBackend(QueuedBackend):
         return rec.n_queries + 2 <= 2 * self.batch_limit
 
     def _record_copy(self, rec: _Recorder, src: QueuedBuffer, dst: QueuedBuffer, nbytes: int) -> None:
-        if rec.cpass is not None:
-            rec.cpass.end()
-            rec.cpass = None
+        self._end_pass(rec)
         n = -(-nbytes // 4) * 4
         if n:
             rec.encoder.copy_buffer_to_buffer(src.raw, 0, dst.raw, 0, n)
 
     def _submit(self, rec: _Recorder) -> _Token:
-        if rec.cpass is not None:
-            rec.cpass.end()
+        self._end_pass(rec)
         readback = None
         if rec.n_queries:
             nbytes = rec.n_queries * 8

@@ -27,8 +27,11 @@ Strategies (chosen by the tuner from how the reads move in memory):
   outputs per thread when a read does not move with the output (register blocking);
 - grouped: `groups` threads of one workgroup share an output, stride over the reduction (coalesced
   row reads), then fold in workgroup memory (a tree) and thread 0 applies the epilogue;
-- split (two passes): `split` workgroups per output each fold a chunk into scratch, then one
-  workgroup per output folds the partials and applies the epilogue (a 64M-item sum).
+- split (two passes): the `split` workgroups of an output stride over its reduction together
+  (grid-stride), each folding into one scratch partial, then one workgroup per output folds the
+  partials and applies the epilogue (a 64M-item sum: gpu-probe.md's 1024 x 256 design);
+- grouped and split read a contiguous row (and a vector every output shares) as vec4, four items a
+  trip, when the reduction is whole vec4s (`_reduction_vec4`).
 Grids past `max_workgroups_per_dim` fold into 2-D/3-D; the shader recovers the linear workgroup
 index and bounds-checks it.
 """
@@ -221,10 +224,10 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
             None, kernel.dtype, "webgpu", f"{n_bufs} storage buffers > {target.max_storage_buffers_per_stage}"
         )
 
-    def declare(p: _Program) -> None:
+    def declare(p: _Program, vec: frozenset[int] = frozenset()) -> None:
         for gid in range(kernel.nargs):
             dt = in_dtypes.get(gid, DType.uint32)
-            p.bind("in", gid, dt, need[gid] // byte_width(dt), True, f"in{gid}")
+            p.bind("in", gid, dt, need[gid] // byte_width(dt), True, f"in{gid}", vec=gid in vec)
         p.bind("out", 0, kernel.dtype, kernel.size, False, "out0")
 
     red = kernel.reduction
@@ -233,10 +236,13 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
         if vec is not None:
             return ShaderPlan((vec,), (), tune)
         return ShaderPlan((_elementwise(kernel, tune, lang, target, exp, enables, declare),), (), tune)
-    if tune.size.split > 1:
-        return _split(kernel, tune, lang, target, exp, epilogue, enables, declare)
-    if tune.size.groups > 1:
-        return ShaderPlan((_grouped(kernel, tune, lang, target, exp, epilogue, enables, declare),), (), tune)
+    if tune.size.split > 1 or tune.size.groups > 1:
+        rows = _reduction_vec4(kernel, tune, traits, need, epilogue)
+        if tune.size.split > 1:
+            return _split(kernel, tune, lang, target, exp, epilogue, enables, declare, rows)
+        return ShaderPlan(
+            (_grouped(kernel, tune, lang, target, exp, epilogue, enables, declare, rows),), (), tune
+        )
     return ShaderPlan((_per_thread(kernel, tune, lang, target, exp, epilogue, enables, declare),), (), tune)
 
 
@@ -456,6 +462,98 @@ def _per_thread(kernel, tune, lang, target, exp, epilogue, enables, declare) -> 
     return p.finish(wg, grid, enables, header)
 
 
+@dataclass(frozen=True)
+class _Vec4Reads:
+    """A cooperative reduction's loop over `jc_j`, four items a trip: `lanes[u]` is the item
+    `ridx = 4 jc_j + u` (legalized), reading the inputs in `inputs` as the components of one
+    `vec4` load each: `jc_v{g} = in{g}[gidx * R/4 + jc_j]` for the `rows` (each output's own
+    row), `in{g}[jc_j]` for the `cols` (a vector every output reads, matvec's x)."""
+
+    lanes: tuple[AluExp, ...]
+    rows: frozenset[int]
+    cols: frozenset[int]
+
+    @property
+    def inputs(self) -> frozenset[int]:
+        return self.rows | self.cols
+
+
+def _reduction_vec4(kernel, tune, traits, need, epilogue) -> _Vec4Reads | None:
+    """vec4 loads for the cooperative (grouped, split) reductions whose reads are contiguous along
+    the reduction: a full sum, a softmax row. 16-byte loads move the same bytes in a quarter of the
+    load instructions, which is what a streaming reduction is bound by on a large GPU (gpu-probe.md
+    section 3). An input is vectorized only when every read of it, in every lane, is item
+    `gidx * R + 4 jc_j + u` (a row of the reduction, in whole vec4s) and the epilogue does not read it."""
+    red = kernel.reduction
+    r = red.size
+    if r % 4 or r < 8:
+        return None
+    cache: dict[str, AluExp] = {}
+    i32 = AluExp.i32
+    j = AluExp.special(DType.int32, "jc_j", r // 4)
+    gidx = AluExp.special(DType.int32, "gidx", kernel.size)
+    row = AluExp.add(AluExp.mul(gidx, i32(r)), AluExp.mul(j, i32(4)))
+    row_idx = [AluExp.add(row, i32(u)).simplify(cache) for u in range(4)]
+    col_idx = [AluExp.add(AluExp.mul(j, i32(4)), i32(u)).simplify(cache) for u in range(4)]
+
+    def sub(u: int) -> AluExp:
+        item = AluExp.add(AluExp.mul(j, i32(4)), i32(u))
+
+        def visit(e: AluExp) -> AluExp | None:
+            return item if e.op == AluOp.Special and e.arg[0] == "ridx" else None
+
+        return tune.exp.rewrite(visit).simplify(cache)
+
+    lanes = [sub(u) for u in range(4)]
+    in_epilogue = {n.arg[0] for n in epilogue.nodes() if n.op == AluOp.GlobalIndex} if epilogue else set()
+    # Per input: "row" when read at gidx * R + 4 jc_j + u (its own row of the reduction), "col"
+    # when at 4 jc_j + u (a vector shared by every output: matvec's x), None when anything else.
+    reads: dict[int, str | None] = {}
+    for u, e in enumerate(lanes):
+        for node in e.nodes():
+            if node.op == AluOp.GlobalIndex:
+                gid = node.arg[0]
+                kind = "row" if node.src[0] == row_idx[u] else "col" if node.src[0] == col_idx[u] else None
+                if node.dtype not in _VEC_DTYPES or need[gid] % 16 or gid in in_epilogue:
+                    kind = None
+                reads[gid] = kind if reads.get(gid, kind) == kind else None
+    vec_in = {g: k for g, k in reads.items() if k is not None}
+    if not vec_in:
+        return None
+
+    def to_var(u: int, e: AluExp) -> AluExp:
+        def visit(node: AluExp) -> AluExp | None:
+            if node.op == AluOp.GlobalIndex and node.arg[0] in vec_in:
+                return AluExp.variable(node.dtype, f"jc_v{node.arg[0]}.{_LANES[u]}")
+            return None
+
+        return legalize(e.rewrite(visit), traits)
+
+    return _Vec4Reads(
+        tuple(to_var(u, e) for u, e in enumerate(lanes)),
+        frozenset(g for g, k in vec_in.items() if k == "row"),
+        frozenset(g for g, k in vec_in.items() if k == "col"),
+    )
+
+
+def _vec4_loop(r: ExpRenderer, vec: _Vec4Reads, red_size: int, start: str, stride: str) -> list[str]:
+    """The loop folding four items a trip into `acc` (see `_Vec4Reads`)."""
+    body = r.child()
+    body.count(*vec.lanes)
+    vals = [body.render(e) for e in vec.lanes]
+    q = red_size // 4
+    return [
+        f"for (var jc_j: i32 = {start}; jc_j < {q}i; jc_j = jc_j + {stride}) {{",
+        *(
+            f"  let jc_v{g} = in{g}[{'gidx * ' + str(q) + 'i + ' if g in vec.rows else ''}jc_j];"
+            for g in sorted(vec.inputs)
+        ),
+        *_indent(body.lines, 2),
+        *(f"  acc = jc_combine(acc, {v});" for v in vals),
+        "}",
+    ]
+
+
 def _tree(lang: WGSLLanguage, red, group: int) -> tuple[str, list[str]]:
     """Workgroup-memory declaration and the fold of `acc` across the group into `acc` of lid 0."""
     st = lang.storage_type(red.dtype)
@@ -478,9 +576,11 @@ def _tree(lang: WGSLLanguage, red, group: int) -> tuple[str, list[str]]:
     return decl, lines
 
 
-def _grouped(kernel, tune, lang, target, exp, epilogue, enables, declare) -> ShaderProgram:
+def _grouped(kernel, tune, lang, target, exp, epilogue, enables, declare, vec=None) -> ShaderProgram:
+    """One workgroup per output (a softmax row, a matvec row): its threads stride over the row,
+    four items a trip with vec4 loads where the row is contiguous, then a workgroup-memory tree."""
     p = _Program(lang, target)
-    declare(p)
+    declare(p, vec.inputs if vec else frozenset())
     red = kernel.reduction
     group = tune.size.groups
     grid = fold_grid(kernel.size, target.max_workgroups_per_dim)
@@ -490,16 +590,21 @@ def _grouped(kernel, tune, lang, target, exp, epilogue, enables, declare) -> Sha
     header = [_combine_fn(lang, r, red, lang.traits)]
     decl, tree = _tree(lang, red, group)
     header.append(decl)
-    loop = _loop_body(r, exp, 1, "ridx")
+    if vec is not None:
+        loop = _vec4_loop(r, vec, red.size, "i32(lid)", f"{group}i")
+    else:
+        loop = [
+            f"for (var ridx: i32 = i32(lid); ridx < {red.size}i; ridx = ridx + {group}i) {{",
+            *_indent(_loop_body(r, exp, 1, "ridx"), 2),
+            "}",
+        ]
     tail = r.child()
     _store(p, tail, kernel.dtype, tune.output_idx_exp, epilogue)
     p.body += [
         f"  if (wg >= {kernel.size}u) {{ return; }}",
         "  let gidx: i32 = i32(wg);",
         f"  var acc: {ty} = {ident};",
-        f"  for (var ridx: i32 = i32(lid); ridx < {red.size}i; ridx = ridx + {group}i) {{",
-        *_indent(loop, 4),
-        "  }",
+        *_indent(loop, 2),
         *_indent(tree, 2),
         "  if (lid == 0u) {",
         *_indent(tail.lines, 4),
@@ -508,35 +613,45 @@ def _grouped(kernel, tune, lang, target, exp, epilogue, enables, declare) -> Sha
     return p.finish(group, grid, enables, header)
 
 
-def _split(kernel, tune, lang, target, exp, epilogue, enables, declare) -> ShaderPlan:
+def _split(kernel, tune, lang, target, exp, epilogue, enables, declare, vec=None) -> ShaderPlan:
+    """Two passes for few outputs over long reductions (a full sum). Pass 1: the `split`
+    workgroups of an output stride over its reduction together (grid-stride: in each trip the
+    whole grid reads one contiguous span, four items a thread with vec4 loads where contiguous)
+    and fold it in workgroup memory into one partial each; pass 2: one workgroup per output folds
+    the partials and applies the epilogue (gpu-probe.md section 3)."""
     red = kernel.reduction
     group, split = tune.size.groups, tune.size.split
-    chunk = -(-red.size // split)
     n_part = kernel.size * split
     ty = lang.type_name(red.dtype)
     st = lang.storage_type(red.dtype)
     scratch_bytes = n_part * byte_width(red.dtype)
 
-    # Pass 1: workgroup w folds items [s*chunk, min(R, (s+1)*chunk)) of output w / split.
+    # Pass 1: workgroup w = gidx * split + s folds items t, t + T, t + 2T, ... of output gidx,
+    # t = s * group + lid and T = split * group (times four with vec4 loads).
     p = _Program(lang, target)
-    declare(p)
+    declare(p, vec.inputs if vec else frozenset())
     p.bind("scratch", 0, red.dtype, n_part, False, "jc_scratch")
     r = p.root
     ident = lang.render_const(r, red.identity, red.dtype)
     header = [_combine_fn(lang, r, red, lang.traits)]
     decl, tree = _tree(lang, red, group)
     header.append(decl)
-    loop = _loop_body(r, exp, 1, "ridx")
+    start, stride = f"jc_s * {group}i + i32(lid)", f"{split * group}i"
+    if vec is not None:
+        loop = _vec4_loop(r, vec, red.size, start, stride)
+    else:
+        loop = [
+            f"for (var ridx: i32 = {start}; ridx < {red.size}i; ridx = ridx + {stride}) {{",
+            *_indent(_loop_body(r, exp, 1, "ridx"), 2),
+            "}",
+        ]
     to_st = "select(0i, 1i, acc)" if red.dtype == DType.bool else "acc"
     p.body += [
         f"  if (wg >= {n_part}u) {{ return; }}",
         f"  let gidx: i32 = i32(wg / {split}u);",
         f"  let jc_s: i32 = i32(wg % {split}u);",
-        f"  let jc_end: i32 = min({red.size}i, (jc_s + 1i) * {chunk}i);",
         f"  var acc: {ty} = {ident};",
-        f"  for (var ridx: i32 = jc_s * {chunk}i + i32(lid); ridx < jc_end; ridx = ridx + {group}i) {{",
-        *_indent(loop, 4),
-        "  }",
+        *_indent(loop, 2),
         *_indent(tree, 2),
         f"  if (lid == 0u) {{ jc_scratch[wg] = {to_st}; }}",
     ]

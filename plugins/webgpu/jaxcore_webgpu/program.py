@@ -47,6 +47,10 @@ class CompiledPass:
     grid: tuple[int, int, int]
     bindings: tuple[Binding, ...]
     uniform_group: Any = None  # a bind group for group 1, made once
+    pipeline_id: Any = field(init=False)  # the native handle: the runtime calls wgpu-native directly
+
+    def __post_init__(self) -> None:
+        self.pipeline_id = self.pipeline._internal
 
 
 @dataclass(eq=False)
@@ -54,6 +58,17 @@ class CompiledPlan:
     passes: tuple[CompiledPass, ...]
     scratch: tuple[int, ...]
     codes: tuple[str, ...] = field(default=())
+    single: CompiledPass | None = field(default=None, init=False)  # see __post_init__
+
+    def __post_init__(self) -> None:
+        # The common plan, worked out once: one non-empty pass binding the inputs in order, then
+        # the output, with no scratch or uniforms. The runtime records it on a short path.
+        if len(self.passes) == 1 and not self.scratch:
+            p = self.passes[0]
+            n_in = len(p.bindings) - 1
+            order = tuple(("in", i) for i in range(n_in)) + (("out", 0),)
+            if p.bindings == order and p.uniform_group is None and all(p.grid):
+                self.single = p
 
 
 class ShaderError(RuntimeError):

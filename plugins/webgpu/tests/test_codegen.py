@@ -617,6 +617,51 @@ def test_grouped_and_split_with_epilogue(gpu: Harness) -> None:
         run_check(gpu, k, [a, b], "ReduceAdd")
 
 
+def test_vec4_cooperative_reductions(gpu: Harness) -> None:
+    """Grouped and split reductions read contiguous rows (and a shared vector) as vec4, four items
+    a trip; a row that is not whole vec4s, or an input also read elsewhere, stays scalar."""
+    rng = np.random.default_rng(8)
+    gd, r = AluVar.gidx, AluVar.ridx
+    # a full sum (split, grid-stride), a softmax-style row sum with a per-row operand, a matvec
+    n = 1 << 20
+    full = _reduce_kernel(F32, AluOp.Add, 1, n)
+    rows, cols = 48, 1024
+    x = AluExp.global_view(F32, 0, ShapeTracker.from_shape([rows, cols]), [gd, r])
+    row_sum = Kernel(2, rows, x - gv(F32, 1, rows), Reduction(F32, AluOp.Max, cols))
+    v = AluExp.global_view(F32, 1, ShapeTracker.from_shape([cols]), [r])
+    matvec = Kernel(2, rows, x * v, Reduction(F32, AluOp.Add, cols, AluVar.acc(F32) * 2.0))
+    cases = [
+        (full, [_reduce_values(F32, n, AluOp.Add)], ["in0[gidx * 262144i + jc_j]"]),
+        (
+            row_sum,
+            [
+                rng.standard_normal(rows * cols).astype(np.float32),
+                rng.standard_normal(rows).astype(np.float32),
+            ],
+            ["in0[gidx * 256i + jc_j]", "in1[gidx]"],
+        ),
+        (
+            matvec,
+            [
+                rng.integers(-4, 5, rows * cols).astype(np.float32),
+                rng.integers(-4, 5, cols).astype(np.float32),
+            ],
+            ["in0[gidx * 256i + jc_j]", "in1[jc_j]"],
+        ),
+    ]
+    for k, inputs, loads in cases:
+        plan = compile_kernel(k, gpu.target)
+        code = plan.passes[0].code
+        assert "array<vec4<f32>>" in code and all(ld in code for ld in loads), code
+        assert code.count("jc_v0.") == 4
+        got = run_check(gpu, k, inputs, "Reduce" + k.reduction.op.value)
+        if k is full:
+            assert got[0] == inputs[0].astype(np.float64).sum()
+    odd = _reduce_kernel(F32, AluOp.Add, 4, 1026)  # rows of 1026 items: not whole vec4s
+    assert "vec4" not in compile_kernel(odd, gpu.target).passes[0].code
+    run_check(gpu, odd, [_reduce_values(F32, 4 * 1026, AluOp.Add)], "ReduceAdd")
+
+
 def test_upcast_matmul(gpu: Harness) -> None:
     """A matmul-shaped reduction: four outputs per thread share the row of A (register blocking)."""
     m, kk, nn = 256, 48, 256
