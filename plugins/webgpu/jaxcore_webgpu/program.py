@@ -160,7 +160,9 @@ def plan_from_shaders(shader_plan: Any) -> Plan:
         if getattr(prog, "uniforms", ()):
             raise ValueError("the runtime binds no uniforms for compiled kernels")
         grid = tuple(prog.grid) + (1,) * (3 - len(prog.grid))
-        passes.append(Pass(prog.code, grid, tuple((b.kind, b.index) for b in order), prog.entry))  # type: ignore[arg-type]
+        binds = tuple((b.kind, b.index) for b in order)
+        uniform = getattr(prog, "uniform", None)
+        passes.append(Pass(prog.code, grid, binds, prog.entry, uniform))  # type: ignore[arg-type]
     return Plan(tuple(passes), tuple(shader_plan.scratch))
 
 

@@ -27,7 +27,8 @@ import numpy as np
 from jaxcore.alu import AluExp, AluOp
 from jaxcore.backend import UnsupportedOpError
 from jaxcore.cstyle import CStyleLanguage, ExpRenderer, OpRender, strip_parens
-from jaxcore.dtype import INT32_MIN, DType, is_float
+from jaxcore.dtype import INT32_MIN, DType, is_float, to_numpy
+from jaxcore.dtype import cast as cast_values
 from jaxcore.legalize import TargetTraits
 from jaxcore_webgpu import wgsl_helpers
 
@@ -42,6 +43,7 @@ WGSL_TRAITS = TargetTraits(
     shift_masks_count=False,  # WGSL masks, but naga/SPIR-V paths differ; one AND is cheap
     native_float_to_bool=False,
     exact_transcendentals=False,
+    folds_float_identities=True,  # Mesa's NIR folds x * 0.0 -> 0.0 and x - x -> 0.0 (no SPIR-V exact)
 )
 
 _TRANSCENDENTAL = {
@@ -172,6 +174,18 @@ class WGSLLanguage(CStyleLanguage):
         if sfx == "f64":
             return f"f64({r.need(f'jc_{kind}_f32')}())"
         return f"{r.need(f'jc_{kind}_{sfx}')}()"
+
+    def render_op(self, r: ExpRenderer, e: AluExp, args: list[str]) -> str:
+        if e.op == AluOp.Cast and e.src[0].op == AluOp.Const:
+            # A cast of a constant is the constant in the new dtype, converted by the contract here:
+            # naga's const-evaluator cannot convert an f64 literal (`f32(5.0lf)` is rejected).
+            (c,) = e.src
+            value = cast_values(np.array([c.arg], dtype=to_numpy(c.dtype)), c.dtype, e.dtype)[0]
+            return self.render_const(r, value.item(), e.dtype)
+        return super().render_op(r, e, args)
+
+    def render_opaque(self, r: ExpRenderer, dtype: DType, x: str) -> str:
+        return f"{r.need('jc_o_' + self.type_name(dtype))}({strip_parens(x)})"
 
     def render_cast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
         if dst == DType.bool:

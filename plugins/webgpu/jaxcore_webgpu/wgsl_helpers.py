@@ -61,6 +61,15 @@ H["jc_isnan_f32"] = (
     (),
 )
 
+# An identity the driver cannot see through (legalize.opaque): `jc_zero` is a uniform the runtime
+# binds as zeros, so `x * jc_o_f32(0.0f)` is not folded to 0 (wrong for NaN, Inf and -0).
+H["jc_zero"] = ("@group(1) @binding(0) var<uniform> jc_zero: vec4<u32>;", ())
+for _t, _one in (("f32", "1.0f"), ("f16", "1.0h"), ("f64", "1.0lf")):
+    H[f"jc_o_{_t}"] = (
+        f"fn jc_o_{_t}(x: {_t}) -> {_t} {{ return select(x, {_one}, jc_zero.x != 0u); }}",
+        ("jc_zero",),
+    )
+
 H["jc_fmod_f32"] = (
     """
 fn jc_fmod_f32(a: f32, b: f32) -> f32 {
