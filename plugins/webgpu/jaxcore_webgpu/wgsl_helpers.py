@@ -110,8 +110,12 @@ H["jc_fmod_f64"] = (
 fn jc_fmod_f64(a: f64, b: f64) -> f64 {
   let x0 = abs(a);
   let y = abs(b);
-  if (!(x0 == x0) || !(y == y) || y == 0.0lf || x0 - x0 != 0.0lf) { return f64(jc_nan_f32()); }
-  if (y - y != 0.0lf || x0 < y) { return a; }
+  // NaN by its bits and infinity by an ordered compare with a finite bound: `y == y` and
+  // `x - x != 0` are folded away by drivers that assume no NaN (lavapipe), and a NaN lane then
+  // never leaves the loops below (taking its neighbours' results with it).
+  let dmax = 1.7976931348623157e308lf;
+  if (jc_isnan_f32(f32(x0)) || jc_isnan_f32(f32(y)) || y == 0.0lf || x0 > dmax) { return f64(jc_nan_f32()); }
+  if (y > dmax || x0 < y) { return a; }
   // t = y 2^k with t <= x < 2t, then subtract the binary digits of the quotient, high to low:
   // every step is exact (t and x share t's exponent range), as in long division.
   var x = x0;
@@ -125,7 +129,7 @@ fn jc_fmod_f64(a: f64, b: f64) -> f64 {
   return select(x, -x, a < 0.0lf);
 }
 """,
-    ("jc_nan_f32",),
+    ("jc_nan_f32", "jc_isnan_f32"),
 )
 
 H["jc_mul32"] = (
