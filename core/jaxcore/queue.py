@@ -48,10 +48,10 @@ import threading
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, SupportsIndex
 
 from jaxcore import tracing
-from jaxcore.backend import BaseBackend, Executable
+from jaxcore.backend import BaseBackend, Executable, _integer
 from jaxcore.kernel import Kernel
 from jaxcore.pool import BufferPool
 
@@ -214,9 +214,14 @@ class QueuedBackend(BaseBackend):
             self._retire()
         return data
 
-    async def read_async(self, slot: int, start: int = 0, count: int | None = None) -> bytes:
+    async def read_async(
+        self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
+    ) -> bytes:
+        """`read`, awaiting the device's map; its arguments are checked as `read` checks them
+        (through `operator.index`: numpy integers are taken, bool is refused)."""
         buf = self._buffer(slot)
-        count = buf.size - start if count is None else count
+        start = _integer("read start", start)
+        count = buf.size - start if count is None else _integer("read count", count)
         if start < 0 or count < 0 or start + count > buf.size:
             raise ValueError(
                 f"read of bytes [{start}, {start + count}) is outside slot {slot} of {buf.size} bytes"
