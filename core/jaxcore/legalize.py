@@ -146,9 +146,9 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
         return _cast(e, t)
     if t.folds_float_identities and is_float(dt) and op in _FOLDABLE:
         a, b = e.src
-        if a == b or _zero_const(b):  # x - x, x / x, x * 0, x + 0, x - (-0)
+        if a == b or _zero_const(b) or a in b.src:  # x - x, x / x, x * 0, x + 0, x - (x - y)
             return AluExp(op, dt, (a, opaque(b)), e.arg)
-        if _zero_const(a):  # 0 * x, 0 + x, 0 - x
+        if _zero_const(a) or b in a.src:  # 0 * x, 0 + x, 0 - x; (x + y) - y (reassociated)
             return AluExp(op, dt, (opaque(a), b), e.arg)
     if op == AluOp.BitShift and not t.shift_masks_count:
         a, b = e.src

@@ -669,7 +669,7 @@ def test_zero_and_repeated_operands_are_opaque_to_the_driver():
     from jaxcore import AluExp, AluVar, DType, Kernel
 
     x = AluExp.global_index(DType.float32, 0, 4, AluVar.gidx)
-    for exp in (x * 0.0, x - x, 0.0 - x):
+    for exp in (x * 0.0, x - x, 0.0 - x, (x + x) - x):
         prog = compile_kernel(Kernel(1, 4, exp), WgslTarget()).passes[0]
         assert "jc_o_f32(" in prog.code and "var<uniform> jc_zero" in prog.code
         assert prog.uniform == bytes(16)
