@@ -150,7 +150,7 @@ class WGSLLanguage(CStyleLanguage):
         v = float(value)
         sfx = {DType.float32: "f32", DType.float16: "f16", DType.float64: "f64"}[dtype]
         if math.isnan(v):
-            return self._special_float(r, "nan", sfx)
+            return self._nan(r, v, dtype, sfx)
         if math.isinf(v):
             s = self._special_float(r, "inf", sfx)
             return s if v > 0 else f"(-{s})"
@@ -169,6 +169,16 @@ class WGSLLanguage(CStyleLanguage):
                 return "(-0.0lf)"
             s = f"{v!r}lf"
         return s if v >= 0 else f"({s})"
+
+    def _nan(self, r: ExpRenderer, v: float, dtype: DType, sfx: str) -> str:
+        """A NaN constant with its sign and payload (a constant's bits are the contract's, unlike a
+        computed NaN's), from a run-time bitcast: a NaN const-expression is a WGSL error."""
+        if dtype == DType.float32:
+            bits = int(np.array(v, np.float64).astype(np.float32).view(np.uint32))
+            if bits != 0x7FC00000:
+                return f"{r.need('jc_bits_f32')}({bits}u)"
+        # float16 and float64: canonical (naga has no f64 bitcast, and rejects vec2<f16> ones)
+        return self._special_float(r, "nan", sfx)
 
     def _special_float(self, r: ExpRenderer, kind: str, sfx: str) -> str:
         if sfx == "f64":

@@ -56,6 +56,8 @@ H["jc_nan_f32"] = ("fn jc_nan_f32() -> f32 { let b = 0x7fc00000u; return bitcast
 H["jc_inf_f32"] = ("fn jc_inf_f32() -> f32 { let b = 0x7f800000u; return bitcast<f32>(b); }", ())
 H["jc_nan_f16"] = ("fn jc_nan_f16() -> f16 { return f16(jc_nan_f32()); }", ("jc_nan_f32",))
 H["jc_inf_f16"] = ("fn jc_inf_f16() -> f16 { return f16(jc_inf_f32()); }", ("jc_inf_f32",))
+# Bits as a float32 at run time (a parameter is no const-expression, so a NaN is allowed).
+H["jc_bits_f32"] = ("fn jc_bits_f32(b: u32) -> f32 { return bitcast<f32>(b); }", ())
 H["jc_isnan_f32"] = (
     "fn jc_isnan_f32(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }",
     (),
