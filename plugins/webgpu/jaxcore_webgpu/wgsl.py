@@ -28,6 +28,7 @@ from jaxcore.alu import AluExp, AluOp
 from jaxcore.backend import UnsupportedOpError
 from jaxcore.cstyle import CStyleLanguage, ExpRenderer, OpRender, strip_parens
 from jaxcore.dtype import INT32_MIN, DType, is_float, to_numpy
+from jaxcore.dtype import bitcast as bitcast_values
 from jaxcore.dtype import cast as cast_values
 from jaxcore.legalize import TargetTraits
 from jaxcore_webgpu import wgsl_helpers
@@ -186,11 +187,13 @@ class WGSLLanguage(CStyleLanguage):
         return f"{r.need(f'jc_{kind}_{sfx}')}()"
 
     def render_op(self, r: ExpRenderer, e: AluExp, args: list[str]) -> str:
-        if e.op == AluOp.Cast and e.src[0].op == AluOp.Const:
+        if e.op in (AluOp.Cast, AluOp.Bitcast) and e.arg is None and e.src[0].op == AluOp.Const:
             # A cast of a constant is the constant in the new dtype, converted by the contract here:
-            # naga's const-evaluator cannot convert an f64 literal (`f32(5.0lf)` is rejected).
+            # naga's const-evaluator cannot convert an f64 literal (`f32(5.0lf)` is rejected), and
+            # a bitcast to a NaN must keep its bits (render_const spells them at run time).
             (c,) = e.src
-            value = cast_values(np.array([c.arg], dtype=to_numpy(c.dtype)), c.dtype, e.dtype)[0]
+            convert = cast_values if e.op == AluOp.Cast else bitcast_values
+            value = convert(np.array([c.arg], dtype=to_numpy(c.dtype)), c.dtype, e.dtype)[0]
             return self.render_const(r, value.item(), e.dtype)
         return super().render_op(r, e, args)
 
