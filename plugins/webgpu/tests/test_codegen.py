@@ -101,6 +101,15 @@ class Harness:
                 continue
             cp.set_pipeline(pipe)
             cp.set_bind_group(0, bg)
+            if prog.uniform is not None:  # the opaque zero (codegen's module doc)
+                ubuf = self.device.create_buffer_with_data(data=prog.uniform, usage=wgpu.BufferUsage.UNIFORM)
+                ug = self.device.create_bind_group(
+                    layout=pipe.get_bind_group_layout(1),
+                    entries=[
+                        {"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": len(prog.uniform)}}
+                    ],
+                )
+                cp.set_bind_group(1, ug)
             cp.dispatch_workgroups(*prog.grid)
         cp.end()
         self.device.queue.submit([enc.finish()])
