@@ -279,18 +279,30 @@ def f16_bits_literal(value: float) -> str:
 def render_f16_bits(r: ExpRenderer, e: AluExp) -> str:
     """The 16 bits of float16 expression `e`. Values that are only moved (loads, Where's branches,
     constants, same-width bitcasts) stay on the raw bits, so NaN payloads survive drivers whose
-    unpackHalf2x16/packHalf2x16 canonicalise them; only computed values go through a float."""
+    unpackHalf2x16/packHalf2x16 canonicalise them; only computed values go through a float.
+    A node used more than once is bound to a `uint` let, like `ExpRenderer.render` does."""
+    key = "f16bits:" + e.key()
+    hit = r._lookup(key)
+    if hit is not None:
+        return hit
     if e.op == AluOp.GlobalIndex and e.dtype == F16:
         i = strip_parens(r.render(e.src[0]))
-        return f"{r.need('jx_hb')}(ld{e.arg[0]}(({i}) >> 1), ({i}) & 1)"
-    if e.op == AluOp.Where and e.dtype == F16:
+        s = f"{r.need('jx_hb')}(ld{e.arg[0]}(({i}) >> 1), ({i}) & 1)"
+    elif e.op == AluOp.Where and e.dtype == F16:
         c = r.render(e.src[0])
-        return f"({c} ? {render_f16_bits(r, e.src[1])} : {render_f16_bits(r, e.src[2])})"
-    if e.op == AluOp.Const and e.dtype == F16:
+        s = f"({c} ? {render_f16_bits(r, e.src[1])} : {render_f16_bits(r, e.src[2])})"
+    elif e.op == AluOp.Const and e.dtype == F16:
         return f16_bits_literal(float(e.arg))
-    if e.op in (AluOp.Bitcast, AluOp.Cast) and e.src[0].dtype == F16:
+    elif e.op in (AluOp.Bitcast, AluOp.Cast) and e.src[0].dtype == F16:
         return render_f16_bits(r, e.src[0])
-    return f"{r.need('jx_hbits')}({strip_parens(r.render(e))})"
+    else:
+        s = f"{r.need('jx_hbits')}({strip_parens(r.render(e))})"
+    if r.uses.get(e.key(), 0) > 1:
+        name = r.fresh()
+        r.lines.append(f"uint {name} = {strip_parens(s)};")
+        r.names[key] = name
+        s = name
+    return s
 
 
 def store_f16_main(size: int, out_shift: int) -> list[str]:
