@@ -64,3 +64,25 @@ def test_float16_arithmetic_still_rounds_in_float16(gl) -> None:
     got = run_kernel(gl, k, [x, x])
     want = (x * x + x).astype(np.float16)
     assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def test_shared_float16_moves_are_bound_once(gl) -> None:
+    """A DAG of Where nodes sharing their operands (2^24 paths) renders each node once, and runs."""
+    n = 16
+    x = np.arange(n, dtype=np.float16)
+    y = -x
+
+    def fn(a: AluExp, b: AluExp) -> AluExp:
+        for i in range(24):
+            c = AluExp.cmpne(AluExp.mod(AluVar.gidx + i, 3), AluExp.i32(0))
+            a, b = AluExp.where(c, a, b), AluExp.where(c, b, a)
+        return a
+
+    k = map_kernel([F16, F16], n, fn)
+    assert len(glsl.kernel_shader(k, 2)) < 20000
+    got = run_kernel(gl, k, [x, y])
+    a, b = x.copy(), y.copy()
+    for i in range(24):
+        c = (np.arange(n) + i) % 3 != 0
+        a, b = np.where(c, a, b), np.where(c, b, a)
+    assert np.array_equal(got.view(np.uint16), a.view(np.uint16))
