@@ -197,7 +197,8 @@ class GLSLLanguage(CStyleLanguage):
         if dst in FLOATS:
             if src == BOOL:
                 return f"({x} ? 1.0 : 0.0)"
-            v = x if src == F32 else f"float({x})"
+            # an int through float and back must round: the opaque identity stops int(float(x)) -> x
+            v = x if src in FLOATS else _opaque(r, f"float({x})")
             return _f16(r, v) if dst == F16 else v
         if src in FLOATS:
             return f"{r.need('jx_f2i' if dst == I32 else 'jx_f2u')}({x})"

@@ -86,3 +86,11 @@ def test_shared_float16_moves_are_bound_once(gl) -> None:
         c = (np.arange(n) + i) % 3 != 0
         a, b = np.where(c, a, b), np.where(c, b, a)
     assert np.array_equal(got.view(np.uint16), a.view(np.uint16))
+
+
+def test_int_through_float32_and_back_rounds(gl) -> None:
+    """Cast<int32>(Cast<float32>(x)) rounds to float32 (fuzz seed 1286264935: llvmpipe folded it away)."""
+    x = np.array([-706300770, 73731542, 1660413036, 16777217], np.int32)
+    k = map_kernel([DType.int32], len(x), lambda v: AluExp.cast(DType.int32, AluExp.cast(DType.float32, v)))
+    got = run_kernel(gl, k, [x])
+    assert list(got) == list(x.astype(np.float32).astype(np.int32))
