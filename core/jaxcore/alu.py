@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import math
+import struct
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -560,6 +561,8 @@ def _lift(x: AluExp | float | int | bool, like: AluExp | float | int | bool) -> 
 def _arg_key(e: AluExp) -> str:
     a = e.arg
     if e.op == AluOp.Const:
+        if isinstance(a, float) and math.isnan(a):  # NaNs differ by sign and payload: keep both
+            return f"nan:{struct.unpack('<Q', struct.pack('<d', a))[0]:x}"
         return float(a).hex() if isinstance(a, float) else f"i{int(a)}"
     if e.op == AluOp.GlobalView:
         return f"{a[0]}:{a[1].key()!r}"
