@@ -14,12 +14,13 @@ import operator
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import InitVar, dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, Protocol, SupportsIndex, TypeVar, runtime_checkable
 
-from jaxcore import tracing
+from jaxcore import settings, tracing
 from jaxcore.alu import AluExp, AluGroup, AluOp
 from jaxcore.dtype import DType, byte_width
 from jaxcore.kernel import Kernel
@@ -379,19 +380,72 @@ async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
     return await asyncio.to_thread(fn, *args)
 
 
+class LruCache:
+    """Prepared Executables by key, the `capacity` most recently used kept (a get or a store is a
+    use): a long-running process preparing ever new kernels holds a bounded number. Thread-safe;
+    dropping an entry only forgets it, so an Executable a caller still holds keeps working."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"an executable cache holds at least 1 entry, not {capacity}")
+        self.capacity = capacity
+        self.evictions = 0
+        self._items: OrderedDict[Any, Executable] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Executable | None:
+        with self._lock:
+            exe = self._items.get(key)
+            if exe is not None:
+                self._items.move_to_end(key)
+            return exe
+
+    def __setitem__(self, key: Any, exe: Executable) -> None:
+        with self._lock:
+            self._items[key] = exe
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+                self.evictions += 1
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+class _Pending:
+    """A prepare in progress for one key: its lock, how many threads wait on it, and the result."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waiters = 0
+        self.exe: Executable | None = None
+
+
 class BaseBackend:
     """Slot table, validation, caching, async defaults and tracing; subclasses supply the device."""
 
     name: str = "base"
     capabilities: Capabilities
 
-    def __init__(self) -> None:
+    def __init__(self, cache_size: int | None = None) -> None:
+        """`cache_size`: the most prepared kernels, and routines, kept (least recently used go
+        first); default the `JAXCORE_KERNEL_CACHE` setting. A plugin whose Executables are heavy
+        may pass less."""
         self._buffers: dict[Slot, _Buffer] = {}
         self._next_slot: Slot = 1
         self._lock = threading.RLock()
-        self._kernel_cache: dict[Any, Executable] = {}
-        self._routine_cache: dict[Any, Executable] = {}
-        self._compile_locks: dict[Any, threading.Lock] = {}
+        size = settings.current().kernel_cache if cache_size is None else cache_size
+        self._kernel_cache = LruCache(size)
+        self._routine_cache = LruCache(size)
+        self._compile_locks: dict[Any, _Pending] = {}
         self.stats = BackendStats()
 
     # ---- device-specific hooks -------------------------------------------------------------
@@ -527,21 +581,32 @@ class BaseBackend:
         return buf, begin, n
 
     # ---- prepare -------------------------------------------------------------------------
-    def _cached(self, cache: dict[Any, Executable], key: Any, build: Callable[[], Executable]) -> Executable:
-        """One executable per key, even when several threads prepare the same thing at once."""
+    def _cached(self, cache: LruCache, key: Any, build: Callable[[], Executable]) -> Executable:
+        """One executable per key, even when several threads prepare the same thing at once: one
+        builds, the others wait on the key and take what it built (not a second look in the cache,
+        which may already have dropped it)."""
         exe = cache.get(key)
         if exe is not None:
             return exe
         with self._lock:
-            key_lock = self._compile_locks.setdefault(key, threading.Lock())
-        with key_lock:
-            exe = cache.get(key)
-            if exe is None:
-                exe = build()
-                cache[key] = exe
-        with self._lock:
-            self._compile_locks.pop(key, None)
-        return exe
+            pending = self._compile_locks.get(key)
+            if pending is None:
+                pending = self._compile_locks[key] = _Pending()
+            pending.waiters += 1
+        try:
+            with pending.lock:
+                if pending.exe is None:  # first here, or the builder before us failed
+                    exe = cache.get(key)
+                    if exe is None:
+                        exe = build()
+                        cache[key] = exe
+                    pending.exe = exe
+                return pending.exe
+        finally:
+            with self._lock:
+                pending.waiters -= 1
+                if not pending.waiters:
+                    del self._compile_locks[key]
 
     def prepare_kernel(self, kernel: Kernel) -> Executable:
         if not isinstance(kernel, Kernel):

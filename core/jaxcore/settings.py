@@ -11,6 +11,9 @@
   Each runs on its own daemon thread; one that takes longer is reported "timed out after N s" and the rest
   of jaxcore carries on without it. `0` turns the bound off: imports and factories then run in the calling
   thread and a hang hangs the caller (for a backend that must be created on the main thread).
+- `JAXCORE_KERNEL_CACHE`: prepared kernels (and, separately, routines) each backend keeps, least recently
+  used dropped first (default 4096). A dropped Executable its caller still holds keeps working; preparing
+  its kernel again builds a new one (from the plugin's own compile caches, where it has them).
 - `JAXCORE_CACHE_DIR`: where plugins keep on-disk caches (compiled kernels); default
   `$XDG_CACHE_HOME/jaxcore` or `~/.cache/jaxcore`. A plugin uses its own subfolder.
 - `JAXCORE_<PLUGIN>_<KEY>`: plugin-specific settings, read with `current().plugin("<plugin>")`.
@@ -46,6 +49,20 @@ def _names(raw: str | None) -> tuple[str, ...] | None:
 
 
 DEFAULT_PLUGIN_TIMEOUT = 30.0
+DEFAULT_KERNEL_CACHE = 4096
+
+
+def _count(env: Mapping[str, str], key: str, default: int) -> int:
+    raw = env.get(key, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{key}={env[key]!r} is not a positive whole number; use e.g. {default}")
+    return value
 
 
 def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
@@ -78,6 +95,7 @@ class Settings:
     plugins: tuple[str, ...] = ()
     strict_plugins: bool = False
     plugin_timeout: float = DEFAULT_PLUGIN_TIMEOUT
+    kernel_cache: int = DEFAULT_KERNEL_CACHE
     cache_dir: Path = field(default_factory=lambda: _default_cache_dir({}))
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -92,6 +110,7 @@ class Settings:
             plugins=_names(env.get("JAXCORE_PLUGINS")) or (),
             strict_plugins=_flag(env, "JAXCORE_STRICT_PLUGINS"),
             plugin_timeout=_seconds(env, "JAXCORE_PLUGIN_TIMEOUT", DEFAULT_PLUGIN_TIMEOUT),
+            kernel_cache=_count(env, "JAXCORE_KERNEL_CACHE", DEFAULT_KERNEL_CACHE),
             cache_dir=_default_cache_dir(environ),
             env=MappingProxyType(env),
         )

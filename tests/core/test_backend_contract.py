@@ -328,3 +328,91 @@ def test_reductions_keep_their_rule() -> None:
     b = restricted(caps(F32))
     k = Kernel(1, 2, harness.load(I32, 0, 8, g * 4 + r), Reduction(I32, AluOp.Add, 4))
     assert b.capabilities.undeclared(k) is not None
+
+
+# ---- bounded executable caches ------------------------------------------------------------------
+
+
+def scale(c: float) -> Kernel:
+    return harness.map_kernel([F32], 2, lambda x: x * AluExp.f32(c))
+
+
+def test_kernel_cache_is_bounded_lru_and_evicted_executables_still_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("JAXCORE_KERNEL_CACHE", "3")
+    settings.reload()
+    try:
+        b = CpuBackend()
+    finally:
+        monkeypatch.delenv("JAXCORE_KERNEL_CACHE")
+        settings.reload()
+    assert b._kernel_cache.capacity == b._routine_cache.capacity == 3
+    first = b.prepare_kernel(scale(2.0))
+    kept = b.prepare_kernel(scale(3.0))
+    for c in (4.0, 5.0):
+        b.prepare_kernel(scale(c))
+    assert b.prepare_kernel(scale(3.0)) is kept  # a use: 3.0 is now the most recent
+    b.prepare_kernel(scale(6.0))  # drops 4.0, the least recently used
+    assert len(b._kernel_cache) == 3 and b._kernel_cache.evictions == 2
+    assert scale(2.0).key() not in b._kernel_cache and scale(4.0).key() not in b._kernel_cache
+    assert scale(3.0).key() in b._kernel_cache and b.prepare_kernel(scale(3.0)) is kept
+    x, out = b.malloc(8, f32(1, 2)), b.malloc(8)
+    b.dispatch(first, [x], [out])  # the cache dropped it; the caller's Executable still runs
+    assert b.read(out) == f32(2, 4)
+    again = b.prepare_kernel(scale(2.0))
+    assert again is not first and again.source.key() == first.source.key()
+    b.dispatch(again, [x], [out])
+    assert b.read(out) == f32(2, 4)
+    assert CpuBackend(cache_size=7)._kernel_cache.capacity == 7
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many", "1.5"])
+def test_kernel_cache_setting_is_checked(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("JAXCORE_KERNEL_CACHE", value)
+    with pytest.raises(ValueError, match="JAXCORE_KERNEL_CACHE"):
+        settings.Settings.from_env()
+    assert settings.Settings.from_env({}).kernel_cache == settings.DEFAULT_KERNEL_CACHE == 4096
+
+
+def test_concurrent_prepares_of_one_kernel_share_one_executable_even_when_it_is_evicted() -> None:
+    """Eight threads prepare one kernel; the cache drops it the moment it is stored (another
+    prepare landing in between): the eight still share the one Executable, built once."""
+    import threading
+    import time
+
+    from jaxcore.backend import LruCache
+
+    builds: list[int] = []
+    gate = threading.Event()
+    slow = scale(2.0).key()
+
+    class Slow(CpuBackend):
+        def _compile_kernel(self, kernel: Kernel) -> Any:
+            if kernel.key() == slow:
+                builds.append(1)
+                assert gate.wait(10)
+            return super()._compile_kernel(kernel)
+
+    class Crowded(LruCache):
+        def __setitem__(self, key: Any, exe: Executable) -> None:
+            super().__setitem__(key, exe)
+            if key == slow:  # someone else's kernel lands at once and evicts it
+                super().__setitem__("other", exe)
+
+    b = Slow(cache_size=1)
+    b._kernel_cache = Crowded(1)
+    got: list[Executable] = []
+    threads = [threading.Thread(target=lambda: got.append(b.prepare_kernel(scale(2.0)))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (
+        slow in b._compile_locks and b._compile_locks[slow].waiters == 8
+    ):
+        time.sleep(0.01)
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert len(got) == 8 and len({id(e) for e in got}) == 1 and len(builds) == 1
+    assert slow not in b._kernel_cache and not b._compile_locks

@@ -29,10 +29,7 @@ split and each case rerun on its own, then minimised. Seeds are fixed under ``CI
 ``JAXCORE_FUZZ_SEED`` (default: random, printed on failure) and ``JAXCORE_FUZZ_COUNT`` choose.
 `bench/fuzz.py` runs the long form and prints a summary table.
 
-While a bug known today (`known_bugs`: a tiny probe each, the causes minimised in
-test_fuzz_regressions) is still present in the build or on the device, mismatches make the case an
-expected failure that lists them; once no probe fires, any mismatch fails the run. A static strict
-xfail cannot work here: which bugs a seed reaches depends on the dtypes a device declares.
+Every mismatch fails the run; each one ever found is minimised and kept in test_fuzz_regressions.
 
 Device against reference, two ways::
 
@@ -950,41 +947,6 @@ def fuzz_seed() -> tuple[int, int]:
     return (int(raw) if raw else int(entropy % 2**31)), count
 
 
-PROBE_NAN_CONST = "NaN constants lose their payload"
-PROBE_F16_NAN = "float16 copies lose NaN payloads"
-
-
-def known_bugs(backend: Backend) -> list[str]:
-    """The bugs known today (issue 8; each minimised in test_fuzz_regressions) that this build and
-    `backend` still show, each found by a tiny probe. While one remains, fuzz mismatches are
-    reported as an expected failure; once none does, every mismatch fails the run."""
-    # (The simplifier's wrap-around and float-range bugs and the Inf/NaN constant divisors at
-    # prepare are fixed: their regressions live in test_fuzz_regressions, without probes here.)
-    found = []
-    probes: list[tuple[str, Kernel, list[np.ndarray], Callable[[np.ndarray], bool]]] = []
-    if DType.float32 in backend.capabilities.dtypes:
-        k = Kernel(0, 2, AluExp.bitcast(DType.float32, AluExp.i32(-9)))
-        probes.append((PROBE_NAN_CONST, k, [], lambda g: g.view(np.uint32)[0] != 0xFFFFFFF7))
-    if DType.float16 in backend.capabilities.dtypes:
-        bits = np.array([0x7C01, 0xFD23], np.uint16).view(np.float16)
-        k = Kernel(1, 2, AluExp.global_index(DType.float16, 0, 2, AluVar.gidx))
-        probes.append(
-            (
-                PROBE_F16_NAN,
-                k,
-                [bits],
-                lambda g: g.view(np.uint16).tolist() != [0x7C01, 0xFD23],
-            )
-        )
-    for why, kernel, inputs, broken in probes:
-        try:
-            if broken(run(backend, kernel, inputs)):
-                found.append(why)
-        except (OverflowError, ValueError):
-            found.append(why)
-    return found
-
-
 def test_fuzz_random_kernels(backend: Backend, reference_backend: Backend) -> None:
     """At least 500 random kernels (CI: a fixed seed) agree with the oracle and the reference device."""
     seed, count = fuzz_seed()
@@ -994,11 +956,6 @@ def test_fuzz_random_kernels(backend: Backend, reference_backend: Backend) -> No
     assert rep.cases >= min(count, CI_COUNT) * 0.9, f"only {rep.cases} of {count} draws were runnable"
     if rep.mismatches:
         shown = "\n\n".join(str(m) for m in rep.mismatches[:8])
-        known = known_bugs(backend)
-        if known:  # the mismatches are still printed, in the xfail reason
-            pytest.xfail(
-                f"{len(rep.mismatches)} mismatches while known bugs remain ({'; '.join(known)}):\n\n{shown}"
-            )
         raise AssertionError(
             f"{len(rep.mismatches)} of {rep.cases} fuzzed kernels on {backend.name} do not conform "
             f"(JAXCORE_FUZZ_SEED={seed}; rerun: python bench/fuzz.py --device {backend.name} "

@@ -32,7 +32,7 @@ from jaxcore.plugin import (
 )
 from jaxcore_wasm import codegen, matmul, peak, runtime
 from jaxcore_wasm.codegen import KernelPlan
-from jaxcore_wasm.compiler import LruDict, compiler, memory_cache_size
+from jaxcore_wasm.compiler import compiler, memory_cache_size
 from jaxcore_wasm.memory import Allocator
 from jaxcore_wasm.module import MAX_PAGES, PAGE
 
@@ -99,11 +99,10 @@ class WasmBackend(BaseBackend):
     capabilities = CAPABILITIES
 
     def __init__(self, threads: int | None = None) -> None:
-        super().__init__()
-        # BaseBackend keeps every Executable it ever prepared (each holds a compiled module): keep
-        # the JAXCORE_WASM_MEMORY_CACHE most recently prepared instead. An evicted Executable still
-        # runs; preparing its kernel again only makes a new one (from the compiler's caches).
-        self._kernel_cache = LruDict(memory_cache_size())
+        # Each Executable holds a compiled module (about 105 KiB with its instance): keep no more
+        # of them than the compiler keeps modules (JAXCORE_WASM_MEMORY_CACHE), nor than the core's
+        # JAXCORE_KERNEL_CACHE. An evicted Executable still runs.
+        super().__init__(cache_size=min(memory_cache_size(), settings.current().kernel_cache))
         self.engine = runtime.engine()
         self.memory = runtime.Memory(self.engine)
         self.allocator = Allocator(self.memory.ensure)

@@ -713,7 +713,8 @@ def _via_double(mod: Module, core: str, name: str, params: list[str]) -> str:
 
 
 def half_to_float(mod: Module) -> str:
-    """i32 holding half bits (low 16) -> float, exact."""
+    """i32 holding half bits (low 16) -> float, exact; a NaN's sign and 10 payload bits go to the
+    top of the float's mantissa, so `float_to_half` gives back the same bits."""
     name = "jc_h2f"
     if name not in mod.helpers:
         f = Fn(name, F32, [(I32, "%h")], _ATTRS, "internal")
@@ -731,7 +732,8 @@ def half_to_float(mod: Module) -> str:
 
 
 def float_to_half(mod: Module) -> str:
-    """float -> half bits in an i32, round to nearest even, overflow to inf, NaN stays NaN."""
+    """float -> half bits in an i32, round to nearest even, overflow to inf; a NaN keeps its sign
+    and the top 10 bits of its payload (numpy's rule)."""
     name = "jc_f2h"
     if name not in mod.helpers:
         f = Fn(name, I32, [(F32, "%x")], _ATTRS, "internal")
@@ -747,7 +749,11 @@ def float_to_half(mod: Module) -> str:
         subn = f.bin("sub", I32, f.cast("bitcast", F32, sf, I32), "1056964608")
         h = f.select(f.icmp("ult", I32, a, "947912704"), I32, subn, normal)
         h = f.select(f.icmp("uge", I32, a, "1199566848"), I32, "31744", h)  # >= 65520 -> inf
-        h = f.select(f.icmp("ugt", I32, a, "2139095040"), I32, "32256", h)  # NaN
+        # NaN: the top 10 payload bits (where half_to_float put them: signalling bit included),
+        # so a moved float16 NaN keeps its bits; a payload only in the low bits stays a NaN
+        pay = f.bin("and", I32, f.bin("lshr", I32, a, "13"), "1023")
+        pay = f.bin("or", I32, pay, f.cast("zext", I1, f.icmp("eq", I32, pay, "0"), I32))
+        h = f.select(f.icmp("ugt", I32, a, "2139095040"), I32, f.bin("or", I32, pay, "31744"), h)
         f.raw(f"ret i32 {f.bin('or', I32, h, sign)}")
         mod.helpers[name] = f.render()
     return name

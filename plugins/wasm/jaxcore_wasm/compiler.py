@@ -37,31 +37,6 @@ def memory_cache_size() -> int:
     return int_setting("memory_cache", MEMORY_CACHE, minimum=1)
 
 
-class LruDict(OrderedDict):
-    """A dict that keeps its `capacity` most recently used entries (`get` and stores count as use)."""
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = max(1, capacity)
-        self.evictions = 0
-        self._lru_lock = threading.Lock()
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        with self._lru_lock:
-            if key not in self:
-                return default
-            self.move_to_end(key)
-            return super().__getitem__(key)
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        with self._lru_lock:
-            super().__setitem__(key, value)
-            self.move_to_end(key)
-            while len(self) > self.capacity:
-                self.popitem(last=False)
-                self.evictions += 1
-
-
 @dataclass(frozen=True)
 class CompiledKernel:
     module: wasmtime.Module | None

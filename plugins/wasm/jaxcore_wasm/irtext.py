@@ -5,7 +5,6 @@ Values are strings: an SSA name ("%t3") or a literal ("1", "0x3FF0000000000000")
 
 from __future__ import annotations
 
-import math
 import re
 import struct
 from collections.abc import Callable, Sequence
@@ -16,13 +15,21 @@ F32, F64, I32, I64, I16, I1 = "float", "double", "i32", "i64", "i16", "i1"
 
 
 def fconst(value: float, ty: str) -> str:
-    """A float literal: LLVM wants the bits of the double that equals the value (exact in `ty`)."""
-    v = float(value)
-    if ty == F32 and not math.isnan(v):
-        v = float(np.float32(v))
-    if math.isnan(v):
-        return "0x7FF8000000000000"
-    return f"0x{struct.unpack('<Q', struct.pack('<d', v))[0]:016X}"
+    """A float literal with its exact bits, NaN sign and payload included (a bitcast constant
+    folded by the simplifier must keep them). LLVM writes every float type's literal as the bits
+    of a double that converts exactly; for a float NaN that is its sign and 23-bit payload at the
+    top of the double's mantissa (the parser moves them back, signalling bit and all)."""
+    bits = struct.unpack("<Q", struct.pack("<d", float(value)))[0]
+    if ty == F32:
+        if (bits >> 52) & 0x7FF == 0x7FF and bits & (1 << 52) - 1:
+            # a NaN narrows bit for bit (a float16 value in a float register keeps its signalling
+            # bit this way); hardware narrowing would quiet it
+            man = (bits >> 29) & 0x7FFFFF or 0x400000
+            bits = (bits >> 63 << 63) | (0x7FF << 52) | (man << 29)
+        else:
+            with np.errstate(over="ignore"):
+                bits = struct.unpack("<Q", struct.pack("<d", float(np.float32(float(value)))))[0]
+    return f"0x{bits:016X}"
 
 
 def iconst(value: int, ty: str = I32) -> str:

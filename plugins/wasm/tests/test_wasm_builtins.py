@@ -251,6 +251,27 @@ def test_float_to_half_rounding(harness) -> None:
     assert np.array_equal(got, want, equal_nan=True)
 
 
+def test_half_round_trip_keeps_every_bit_pattern(harness) -> None:
+    """float_to_half(half_to_float(h)) == h for all 65,536 patterns: a moved float16 NaN keeps its
+    sign, payload and signalling bit; a float NaN whose payload is only in its low 13 bits stays
+    a NaN (not Inf)."""
+    mod = new_module()
+    h2f, f2h = builtins.half_to_float(mod), builtins.float_to_half(mod)
+    from jaxcore_wasm.irtext import Fn
+
+    f = Fn("rt", I32, [(I32, "%h")], "alwaysinline nounwind", "internal")
+    f.raw(f"ret i32 {f.call(I32, f2h, [(F32, f.call(F32, h2f, [(I32, '%h')]))])}")
+    mod.helpers["rt"] = f.render()
+    bits = np.arange(65536, dtype=np.uint32)
+    got = harness.run(harness.map_fn("rt", mod, [I32], I32), [bits], np.uint32)
+    assert np.array_equal(got, bits)
+    mod = new_module()
+    f2h = builtins.float_to_half(mod)
+    x = np.array([0x7F800001, 0xFF801FFF, 0x7FC00000, 0x7FA00000], np.uint32).view(np.float32)
+    got = harness.run(harness.map_fn(f2h, mod, [F32], I32), [x], np.uint32)
+    assert [hex(int(v)) for v in got] == ["0x7c01", "0xfc01", "0x7e00", "0x7d00"]
+
+
 def test_double_to_half_has_no_double_rounding(harness) -> None:
     mod = new_module()
     h = builtins.double_to_half(mod)
