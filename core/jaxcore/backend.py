@@ -207,7 +207,9 @@ class Capabilities:
     over the output with `_copy_buffer`. `tolerances` may loosen the suite's default float
     tolerances per (op name, dtype) as (rtol, atol); an honest backend keeps it small and
     documented. `reference` marks a backend whose results define the contract (the differential
-    tests compare other devices against it).
+    tests compare other devices against it). `inexact_nan_constants`: dtypes whose NaN constants
+    the device's shader language can only spell as its canonical NaN (WGSL through naga has no f64
+    or f16 bitcast); the suite then does not hold their constants' payloads to the contract.
     """
 
     dtypes: frozenset[DType]
@@ -219,6 +221,7 @@ class Capabilities:
     tolerances: tuple[tuple[str, DType, float, float], ...] = ()
     reference: bool = False
     handles_aliasing: bool = False
+    inexact_nan_constants: frozenset[DType] = frozenset()
     description: str = ""
 
     def supports_op(self, op: AluOp, dtype: DType) -> bool:

@@ -107,6 +107,8 @@ class WebGpuBackend(QueuedBackend):
             max_args=lim["max-storage-buffers-per-shader-stage"] - 1,  # one binding is the output
             max_buffer_bytes=min(self.binding_limit, lim.get("max-buffer-size", self.binding_limit)) // 4 * 4,
             device_timestamps=self.timestamps,
+            # naga spells only the canonical NaN in f16 and f64 (no f64 bitcast, no vec2<f16> one)
+            inexact_nan_constants=frozenset({DType.float16, DType.float64}) & frozenset(dtypes),
             description=f"WGSL compute shaders on {gpu.description} through wgpu",
         )
         gaps = self._compiler_gaps() | _undeclared_routine_dtypes()

@@ -87,7 +87,11 @@ def _mod(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
         return f"f16({r.need('jc_fmod_f32')}(f32({strip_parens(a[0])}), f32({strip_parens(a[1])})))"
     if e.dtype == DType.float64:
         return f"{r.need('jc_fmod_f64')}({strip_parens(a[0])}, {strip_parens(a[1])})"
-    return f"({a[0]} % {a[1]})"
+    # Integers: a - (a / b) * b from WGSL's division (x / 0 is x there, INT_MIN / -1 is INT_MIN), and
+    # x % 0 = 0 by the contract. Not `%`: NVIDIA's Vulkan driver computed i32 `%` of negative operands
+    # as if unsigned (-1 % 7 gave 3 on an H200), while its `/` is right.
+    zero = "0u" if e.dtype == DType.uint32 else "0i"
+    return f"select({a[0]} - ({a[0]} / {a[1]}) * {a[1]}, {zero}, {a[1]} == {zero})"
 
 
 def _reciprocal(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
