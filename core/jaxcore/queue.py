@@ -180,16 +180,25 @@ class QueuedBackend(BaseBackend):
             or size > self.capabilities.max_buffer_bytes
         ):
             return super().malloc(size, initial_data)
-        with self._lock:
-            reuse = self._recycled.get(self.pool.capacity(size))
-            if reuse:  # as in `_alloc`
+        # No lock when a buffer freed in the open batch is there: `list.pop` is atomic, so of the
+        # threads popping one list (malloc here, `_alloc` and `flush` under the lock) exactly one gets
+        # each buffer; if the batch was submitted meanwhile, the buffer is still ours to reuse (the
+        # device runs batches in order). The slot id and the slot table store are atomic too.
+        pool = self.pool
+        cap = pool._caps.get(size) or pool.capacity(size)  # the memo first: a method call costs
+        reuse = self._recycled.get(cap)
+        handle: QueuedBuffer | None = None
+        if reuse:
+            try:
                 handle = reuse.pop()
-                handle.nbytes, handle.written_in = size, 0
-            else:
-                handle = self._alloc(size)
-            slot = self._next_slot
-            self._next_slot += 1
-            self._buffers[slot] = _Buffer(handle, size)
+            except IndexError:  # another thread took the last one
+                pass
+        if handle is None:
+            handle = self._alloc(size)
+        else:
+            handle.nbytes, handle.written_in = size, 0
+        slot = next(self._slot_ids)
+        self._buffers[slot] = _Buffer(handle, size)
         return slot
 
     def dec_ref(self, slot: SupportsIndex) -> None:
@@ -246,14 +255,21 @@ class QueuedBackend(BaseBackend):
         obuf = get(out) if type(out) is int else None
         if obuf is None or obuf.size != need_out or out in inputs:  # aliased: the general path copies
             return super().dispatch(exe, inputs, outputs)
-        bufs = []
-        for slot, need in zip(inputs, need_in):
+        handle = obuf.handle
+        if len(need_in) == 1:  # the usual elementwise kernel: no loop
+            slot, need = inputs[0], need_in[0]
             buf = get(slot) if type(slot) is int else None
             if buf is None or buf.size < need or (exact_in and buf.size != need):
                 return super().dispatch(exe, inputs, outputs)
-            bufs.append(buf.handle)
-        handle = obuf.handle
-        bufs.append(handle)
+            bufs = [buf.handle, handle]
+        else:
+            bufs = []
+            for slot, need in zip(inputs, need_in):
+                buf = get(slot) if type(slot) is int else None
+                if buf is None or buf.size < need or (exact_in and buf.size != need):
+                    return super().dispatch(exe, inputs, outputs)
+                bufs.append(buf.handle)
+            bufs.append(handle)
         with self._lock:
             batch = self._open
             if batch is None:
@@ -287,9 +303,13 @@ class QueuedBackend(BaseBackend):
             cap = self.pool.capacity(size)
             reuse = self._recycled.get(cap)
             if reuse:  # freed earlier in the open batch: later work in the same batch may reuse it
-                buf = reuse.pop()  # no slot refers to it any more: the object itself is reused
-                buf.nbytes, buf.written_in = size, 0
-                return buf
+                try:
+                    buf = reuse.pop()  # no slot refers to it any more: the object itself is reused
+                except IndexError:  # a lock-free malloc took the last one
+                    pass
+                else:
+                    buf.nbytes, buf.written_in = size, 0
+                    return buf
             self._retire()
             raw, cap = self.pool.alloc(size, on_oom=self._drain)
         return QueuedBuffer(raw, size, cap)
@@ -440,9 +460,13 @@ class QueuedBackend(BaseBackend):
             batch, self._open = self._open, None
             if batch is None:
                 return
-            for bufs in self._recycled.values():
-                batch.releases.extend(bufs)
-            self._recycled.clear()
+            recycled, self._recycled = self._recycled, {}
+            for bufs in recycled.values():
+                while bufs:  # pop, not extend: a lock-free malloc may be popping these lists too
+                    try:
+                        batch.releases.append(bufs.pop())
+                    except IndexError:
+                        break
             batch.token = self._submit(batch.rec)
             batch.rec = None
             self.stats.extra["submits"] += 1
