@@ -261,7 +261,19 @@ class QueuedBackend(BaseBackend):
             buf = get(slot) if type(slot) is int else None
             if buf is None or buf.size < need or (exact_in and buf.size != need):
                 return super().dispatch(exe, inputs, outputs)
-            bufs = [buf.handle, handle]
+            first = buf.handle
+            bufs = [first, handle]
+            with self._lock:
+                batch = self._open
+                if batch is None:
+                    batch = self._open = _Batch(self._next_batch, self._open_batch())
+                    self._next_batch += 1
+                record(self, batch.rec, bufs)
+                first.used_in = handle.used_in = handle.written_in = batch.id
+                batch.count += 1
+                if batch.count >= self.batch_limit:
+                    self.flush()
+            return
         else:
             bufs = []
             for slot, need in zip(inputs, need_in):
