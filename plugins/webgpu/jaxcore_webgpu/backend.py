@@ -294,6 +294,8 @@ class WebGpuBackend(QueuedBackend):
             return None
         pipe, pid, layout = one.pipeline, one.pipeline_id, one.layout
         gx, gy, gz = one.grid
+        groups = self._bind_groups  # made once in __init__ (close() clears it, never replaces it)
+        set_pipeline, set_bind_group, dispatch, null = _set_pipeline, _set_bind_group, _dispatch, _NULL
 
         def record(be: WebGpuBackend, rec: _Recorder, bufs: list[QueuedBuffer]) -> None:
             cid = rec.cpass_id
@@ -301,17 +303,19 @@ class WebGpuBackend(QueuedBackend):
                 be._begin_pass(rec)
                 cid = rec.cpass_id
             if rec.pipeline is not pipe:
-                _set_pipeline(cid, pid)
+                set_pipeline(cid, pid)
                 rec.pipeline = pipe
             if len(bufs) == 2:
                 a, b = bufs
-                group = be._bind_groups.get((layout, a.raw, b.raw, a.nbytes, b.nbytes))
+                # A hit skips the LRU refresh (move_to_end): a hot group can then be evicted and made
+                # again after 4096 newer ones, a rare miss that costs less than a refresh per call.
+                group = groups.get((layout, a.raw, b.raw, a.nbytes, b.nbytes))
             else:
                 group = None
-            if group is None:  # a miss, or more buffers: the general lookup (and LRU order)
+            if group is None:  # a miss, or more buffers: the general lookup
                 group = be._bind_group(layout, bufs)
-            _set_bind_group(cid, 0, group._internal, 0, _NULL)
-            _dispatch(cid, gx, gy, gz)
+            set_bind_group(cid, 0, group._internal, 0, null)
+            dispatch(cid, gx, gy, gz)
 
         return record
 
