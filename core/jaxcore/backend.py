@@ -9,6 +9,7 @@ defaults and tracing, so that no plugin writes them again.
 
 from __future__ import annotations
 
+import itertools
 import json
 import operator
 import threading
@@ -443,7 +444,9 @@ class BaseBackend:
         first); default the `JAXCORE_KERNEL_CACHE` setting. A plugin whose Executables are heavy
         may pass less."""
         self._buffers: dict[Slot, _Buffer] = {}
-        self._next_slot: Slot = 1
+        # Slot ids: `next` on a count is atomic in CPython (one C call under the GIL), as is a dict
+        # store, so malloc takes no lock for its slot.
+        self._slot_ids = itertools.count(1)
         self._lock = threading.RLock()
         size = settings.current().kernel_cache if cache_size is None else cache_size
         self._kernel_cache = LruCache(size)
@@ -515,11 +518,13 @@ class BaseBackend:
         handle = self._alloc(size)
         if data is not None and size:
             self._copyin(handle, data)
-        with self._lock:
-            slot = self._next_slot
-            self._next_slot += 1
-            self._buffers[slot] = _Buffer(handle, size)
+        slot = next(self._slot_ids)
+        self._buffers[slot] = _Buffer(handle, size)
         return slot
+
+    def _slots_made(self) -> int:
+        """The next slot id, without taking it (for error messages: freed or never allocated)."""
+        return int(repr(self._slot_ids)[len("count(") : -1])
 
     def _buffer(self, slot: object) -> _Buffer:
         if type(slot) is int:
@@ -538,7 +543,7 @@ class BaseBackend:
             raise SlotError(slot, f"a slot is an integer, not {type(slot).__name__}") from None
         buf = None if type(slot) is int else self._buffers.get(index)
         if buf is None:
-            raise SlotError(slot, "freed" if 0 < index < self._next_slot else "never allocated")
+            raise SlotError(slot, "freed" if 0 < index < self._slots_made() else "never allocated")
         return buf
 
     def inc_ref(self, slot: SupportsIndex) -> None:

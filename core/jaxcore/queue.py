@@ -44,14 +44,14 @@ last batches that used and wrote it, which is all the hazard tracking there is.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, SupportsIndex
 
 from jaxcore import tracing
-from jaxcore.backend import BaseBackend, Executable
+from jaxcore.backend import BaseBackend, Executable, _Buffer
 from jaxcore.kernel import Kernel
 from jaxcore.pool import BufferPool
 
@@ -65,6 +65,9 @@ class QueuedBuffer:
         self.raw, self.nbytes, self.capacity, self.pooled = raw, nbytes, capacity, pooled
         self.used_in = 0  # id of the last batch that reads or writes it (0: none)
         self.written_in = 0  # id of the last batch that writes it
+
+
+FastRecord = Callable[[Any, Any, list[QueuedBuffer]], None]
 
 
 @dataclass
@@ -86,7 +89,9 @@ class QueuedBackend(BaseBackend):
 
     def __init__(self) -> None:
         super().__init__()
-        self._qlock = threading.RLock()
+        # One lock for the slot table and the queue: the fast paths below (malloc, dispatch, dec_ref)
+        # each take it once for all they touch, where two locks would need two acquisitions.
+        self._qlock = self._lock
         self._next_batch = 1
         self._open: _Batch | None = None
         self._in_flight: deque[_Batch] = deque()
@@ -94,6 +99,8 @@ class QueuedBackend(BaseBackend):
         self._recycled: dict[int, list[QueuedBuffer]] = {}  # freed, last used by the open batch
         self._scratch: list[QueuedBuffer] = []
         self._precompiled: dict[str, Any] = {}  # kernel key -> compiled ahead by prepare_kernel_async
+        # Executable -> what its fast dispatch needs (see `dispatch`), or None: no fast path.
+        self._fast: dict[Executable, tuple[tuple[int, ...], int, bool, FastRecord] | None] = {}
         self.pool: BufferPool[Any] = BufferPool(
             self._create_buffer,
             self._destroy_buffer,
@@ -136,6 +143,12 @@ class QueuedBackend(BaseBackend):
     ) -> None:
         raise NotImplementedError
 
+    def _fast_recorder(self, exe: Executable) -> FastRecord | None:
+        """(optional) A function that records `exe` as `_record` would, untimed, for `exe`'s inputs
+        then its one output, called as `fn(self, rec, bufs)`: made once per executable, for a
+        dispatch path without per-call work. None: every dispatch of `exe` goes through `_record`."""
+        return None
+
     def _submit(self, rec: Any) -> Any:
         raise NotImplementedError
 
@@ -155,6 +168,145 @@ class QueuedBackend(BaseBackend):
             zero = self.__dict__["_zero"] = QueuedBuffer(self._create_buffer(16), 0, 16, pooled=False)
         return zero
 
+    # ---- fast paths of the public methods ----------------------------------------------------
+    # Each takes the one lock once and does what BaseBackend's method and the hooks below would do
+    # together; anything unusual (numpy-integer slots, data to write, a bad argument, tracing) goes
+    # to BaseBackend's method, which makes every check and raises every error as before.
+    def malloc(self, size: SupportsIndex, initial_data: bytes | bytearray | memoryview | None = None) -> int:
+        if (
+            initial_data is not None
+            or type(size) is not int
+            or size <= 0
+            or size > self.capabilities.max_buffer_bytes
+        ):
+            return super().malloc(size, initial_data)
+        # No lock when a buffer freed in the open batch is there: `list.pop` is atomic, so of the
+        # threads popping one list (malloc here, `_alloc` and `flush` under the lock) exactly one gets
+        # each buffer; if the batch was submitted meanwhile, the buffer is still ours to reuse (the
+        # device runs batches in order). The slot id and the slot table store are atomic too.
+        pool = self.pool
+        cap = pool._caps.get(size) or pool.capacity(size)  # the memo first: a method call costs
+        reuse = self._recycled.get(cap)
+        handle: QueuedBuffer | None = None
+        if reuse:
+            try:
+                handle = reuse.pop()
+            except IndexError:  # another thread took the last one
+                pass
+        if handle is None:
+            handle = self._alloc(size)
+        else:
+            handle.nbytes, handle.written_in = size, 0
+        slot = next(self._slot_ids)
+        self._buffers[slot] = _Buffer(handle, size)
+        return slot
+
+    def dec_ref(self, slot: SupportsIndex) -> None:
+        if type(slot) is not int:
+            return super().dec_ref(slot)
+        with self._lock:
+            buf = self._buffers.get(slot)
+            if buf is None:
+                buf = self._bad_slot(slot)  # raises
+            buf.refs -= 1
+            if buf.refs > 0:
+                return
+            del self._buffers[slot]
+            handle = buf.handle
+            batch = self._open
+            if batch is not None and handle.used_in == batch.id and handle.pooled:  # as in `_release`
+                reuse = self._recycled.get(handle.capacity)
+                if reuse is None:
+                    self._recycled[handle.capacity] = [handle]
+                else:
+                    reuse.append(handle)
+                return
+            self._release(handle)
+
+    def dispatch(
+        self, exe: Executable, inputs: Sequence[SupportsIndex], outputs: Sequence[SupportsIndex]
+    ) -> None:
+        """BaseBackend's dispatch, with a fast path for an executable that has dispatched here before.
+
+        Facts cached per executable make some checks redundant, and only those are skipped: it was
+        made by this backend (an Executable is frozen and its owner reference cannot change to
+        another live backend), its byte sizes, and that the plugin can record it without `_record`.
+        Counts, slots, sizes, distinct outputs and aliasing are checked on every call."""
+        try:
+            fast = self._fast.get(exe)  # Executables hash by identity
+        except TypeError:  # not hashable, so not an Executable: the general path says so
+            fast = None
+        if fast is None or tracing._active:
+            super().dispatch(exe, inputs, outputs)
+            if exe not in self._fast:  # it passed every check, so this backend made it
+                self._learn(exe)
+            return
+        need_in, need_out, exact_in, record = fast
+        if (
+            (type(inputs) is not list and type(inputs) is not tuple)
+            or (type(outputs) is not list and type(outputs) is not tuple)
+            or len(inputs) != len(need_in)
+            or len(outputs) != 1
+        ):
+            return super().dispatch(exe, inputs, outputs)
+        get = self._buffers.get
+        # No lock for the lookups, as in BaseBackend._validate_dispatch: each is one atomic dict read.
+        out = outputs[0]
+        obuf = get(out) if type(out) is int else None
+        if obuf is None or obuf.size != need_out or out in inputs:  # aliased: the general path copies
+            return super().dispatch(exe, inputs, outputs)
+        handle = obuf.handle
+        if len(need_in) == 1:  # the usual elementwise kernel: no loop
+            slot, need = inputs[0], need_in[0]
+            buf = get(slot) if type(slot) is int else None
+            if buf is None or buf.size < need or (exact_in and buf.size != need):
+                return super().dispatch(exe, inputs, outputs)
+            first = buf.handle
+            bufs = [first, handle]
+            with self._lock:
+                batch = self._open
+                if batch is None:
+                    batch = self._open = _Batch(self._next_batch, self._open_batch())
+                    self._next_batch += 1
+                record(self, batch.rec, bufs)
+                first.used_in = handle.used_in = handle.written_in = batch.id
+                batch.count += 1
+                if batch.count >= self.batch_limit:
+                    self.flush()
+            return
+        else:
+            bufs = []
+            for slot, need in zip(inputs, need_in):
+                buf = get(slot) if type(slot) is int else None
+                if buf is None or buf.size < need or (exact_in and buf.size != need):
+                    return super().dispatch(exe, inputs, outputs)
+                bufs.append(buf.handle)
+            bufs.append(handle)
+        with self._lock:
+            batch = self._open
+            if batch is None:
+                batch = self._open = _Batch(self._next_batch, self._open_batch())
+                self._next_batch += 1
+            record(self, batch.rec, bufs)
+            bid = batch.id
+            for b in bufs:
+                b.used_in = bid
+            handle.written_in = bid
+            batch.count += 1
+            if batch.count >= self.batch_limit:
+                self.flush()
+
+    def _learn(self, exe: Executable) -> None:
+        """Cache what `dispatch`'s fast path needs for `exe` (after a dispatch of it succeeded here)."""
+        fast = None
+        if type(exe) is Executable and exe.prepared_by(self):
+            need_in, need_out, exact_in = exe._io_bytes
+            record = self._fast_recorder(exe) if len(need_out) == 1 else None
+            if record is not None:
+                fast = (need_in, need_out[0], exact_in, record)
+        with self._lock:
+            self._fast[exe] = fast
+
     # ---- BaseBackend storage hooks ---------------------------------------------------------
     def _alloc(self, size: int) -> QueuedBuffer:
         if size == 0:
@@ -163,9 +315,13 @@ class QueuedBackend(BaseBackend):
             cap = self.pool.capacity(size)
             reuse = self._recycled.get(cap)
             if reuse:  # freed earlier in the open batch: later work in the same batch may reuse it
-                buf = reuse.pop()  # no slot refers to it any more: the object itself is reused
-                buf.nbytes, buf.written_in = size, 0
-                return buf
+                try:
+                    buf = reuse.pop()  # no slot refers to it any more: the object itself is reused
+                except IndexError:  # a lock-free malloc took the last one
+                    pass
+                else:
+                    buf.nbytes, buf.written_in = size, 0
+                    return buf
             self._retire()
             raw, cap = self.pool.alloc(size, on_oom=self._drain)
         return QueuedBuffer(raw, size, cap)
@@ -316,9 +472,13 @@ class QueuedBackend(BaseBackend):
             batch, self._open = self._open, None
             if batch is None:
                 return
-            for bufs in self._recycled.values():
-                batch.releases.extend(bufs)
-            self._recycled.clear()
+            recycled, self._recycled = self._recycled, {}
+            for bufs in recycled.values():
+                while bufs:  # pop, not extend: a lock-free malloc may be popping these lists too
+                    try:
+                        batch.releases.append(bufs.pop())
+                    except IndexError:
+                        break
             batch.token = self._submit(batch.rec)
             batch.rec = None
             self.stats.extra["submits"] += 1
