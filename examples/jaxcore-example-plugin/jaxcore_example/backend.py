@@ -72,7 +72,12 @@ class ExampleBackend(BaseBackend):
         def read(node: Any, index: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
             data = np.frombuffer(inputs[node.arg[0]], dtype=to_numpy(node.dtype))
             idx = np.asarray(index, dtype=np.int64)
-            return data[np.where(mask, idx, 0) if mask is not None else idx]
+            if mask is not None:
+                idx = np.where(mask, idx, 0)
+            # An unmasked read outside the buffer gives 0 (the contract: never a crash, never
+            # another buffer's data).
+            inside = (idx >= 0) & (idx < data.size)
+            return np.where(inside, data[np.where(inside, idx, 0)] if data.size else 0, 0).astype(data.dtype)
 
         tuned = exe.data
         gidx = np.arange(src.size, dtype=np.int32)
