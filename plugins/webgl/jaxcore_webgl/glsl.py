@@ -302,7 +302,7 @@ def render_f16_bits(r: ExpRenderer, e: AluExp) -> str:
     elif e.op in (AluOp.Bitcast, AluOp.Cast) and e.src[0].dtype == F16:
         return render_f16_bits(r, e.src[0])
     else:
-        s = f"{r.need('jx_hbits')}({strip_parens(r.render(e))})"
+        s = f"{r.need('jx_ph')}({strip_parens(r.render(e))})"
     if r.uses.get(e.key(), 0) > 1:
         name = r.fresh()
         r.lines.append(f"uint {name} = {strip_parens(s)};")

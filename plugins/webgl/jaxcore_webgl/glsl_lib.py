@@ -78,13 +78,6 @@ uint jx_hb(uint w, int k) { return (w >> uint(k << 4)) & 0xffffu; }
 """,
 )
 _def(
-    "jx_hbits",
-    """
-uint jx_hbits(float x) { return jx_ph(x); }
-""",
-    ("jx_ph",),
-)
-_def(
     "jx_h",
     """
 float jx_h(uint w, int k) { vec2 v = unpackHalf2x16(w); return k == 0 ? v.x : v.y; }
