@@ -30,6 +30,24 @@ def test_cast(backend: Backend, src: str, dst: str) -> None:
     assert_close(got, oracle.cast(x, src, dst), "Cast", dst, backend, inputs=[x], what=f"Cast {src}->{dst}")
 
 
+@pytest.mark.parametrize("dst", DTYPES)
+@pytest.mark.parametrize("src", DTYPES)
+def test_cast_of_a_select(backend: Backend, src: str, dst: str) -> None:
+    """A cast of a compound operand (a select between two inputs) keeps its grouping: C-style
+    renderers that drop the operand's parentheses turn `(c ? a : b) != 0` into `c ? a : (b != 0)`."""
+    x = values.cast_sources(src)
+    y = x[::-1].copy()
+    flag = (np.arange(len(x)) % 3 == 0).astype(np.int32)
+    kernel = map_kernel(
+        [src, src, "int32"], len(x), lambda a, b, f: AluExp.cast(DType(dst), AluExp.where(AluExp.cmplt(f, 1), a, b))
+    )
+    skip_if_undeclared(backend, kernel)
+    got = run_kernel(backend, kernel, [x, y, flag])
+    picked = np.where(flag < 1, x, y)
+    want = oracle.cast(picked, src, dst)
+    assert_close(got, want, "Cast", dst, backend, inputs=[x, y, flag], what=f"Cast {src}->{dst} of a select")
+
+
 @pytest.mark.parametrize("dst", ["int32", "uint32"])
 def test_cast_saturation_vectors(backend: Backend, dst: str) -> None:
     """jax-js' literal vectors: f32 [1e20,-1e20,1e10,-1e10,1e5,-1e5] saturate per target."""

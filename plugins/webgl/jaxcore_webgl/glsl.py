@@ -187,16 +187,17 @@ class GLSLLanguage(CStyleLanguage):
         raise UnsupportedOpError(AluOp.Const, dtype, self.name)
 
     def render_cast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
-        x = strip_parens(x)
+        operand = x  # as given (parenthesised where it must be), for the operator forms below
+        x = strip_parens(x)  # for call arguments
         if src == dst or (src in FLOATS and dst == F32):
-            return x
+            return operand
         if dst == BOOL:
             if src in FLOATS:  # x != 0 with NaN true, on the bits (flushed denormals are nonzero)
                 return f"((floatBitsToUint({x}) & 0x7fffffffu) != 0u)"
-            return f"({x} != {self.type_name(src)}(0))"
+            return f"({operand} != {self.type_name(src)}(0))"
         if dst in FLOATS:
             if src == BOOL:
-                return f"({x} ? 1.0 : 0.0)"
+                return f"({operand} ? 1.0 : 0.0)"
             # an int through float and back must round: the opaque identity stops int(float(x)) -> x
             v = x if src in FLOATS else _opaque(r, f"float({x})")
             return _f16(r, v) if dst == F16 else v
