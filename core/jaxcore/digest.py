@@ -18,8 +18,11 @@ from pathlib import Path
 LOWERING_SOURCES: tuple[str, ...] = (
     "alu.py",
     "dtype.py",
+    "expansions.py",
     "interpret.py",
     "kernel.py",
+    "legalize.py",
+    "matmul_shape.py",
     "routine.py",
     "shape.py",
     "simplify.py",

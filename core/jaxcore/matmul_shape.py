@@ -57,31 +57,45 @@ class MatmulShape:
         return 2 * self.batch * self.m * self.n * self.k
 
 
-def affine(e: AluExp, names: tuple[str, ...]) -> dict[str, int] | None:
-    """Coefficients of e as base + sum c_v * v over Specials `names` ("" is the base), or None."""
+Affine = dict[str, int] | None
+
+
+def affine(e: AluExp, names: tuple[str, ...]) -> Affine:
+    """Coefficients of e as base + sum c_v * v over Specials `names` ("" is the base), or None.
+
+    Children first, without recursion: an index may be thousands of nodes deep."""
+    forms: dict[str, Affine] = {}
+    for n in e.nodes():
+        forms[n.key()] = _affine_node(n, names, [forms[s.key()] for s in n.src])
+    return forms[e.key()]
+
+
+def _affine_node(e: AluExp, names: tuple[str, ...], src: list[Affine]) -> Affine:
+    if e.dtype not in (DType.int32, DType.uint32):
+        return None  # a float constant may be inf or NaN: never an index coefficient
     if e.op == AluOp.Const:
         return {"": int(e.arg)}
     if e.op == AluOp.Special and e.arg[0] in names:
         return {e.arg[0]: 1}
     if e.op in (AluOp.Add, AluOp.Sub):
-        a, b = affine(e.src[0], names), affine(e.src[1], names)
+        a, b = src
         if a is None or b is None:
             return None
         sign = 1 if e.op == AluOp.Add else -1
         return {k: a.get(k, 0) + sign * b.get(k, 0) for k in set(a) | set(b)}
     if e.op == AluOp.Mul:
-        for x, y in ((e.src[0], e.src[1]), (e.src[1], e.src[0])):
+        for a, y in ((src[0], e.src[1]), (src[1], e.src[0])):
             if y.op == AluOp.Const:
-                a = affine(x, names)
                 return None if a is None else {k: v * int(y.arg) for k, v in a.items()}
     return None
 
 
 def gidx_divisors(exp: AluExp) -> set[int]:
-    """Constant divisors/moduli applied to expressions of `gidx` (candidate N and M*N)."""
+    """Constant integer divisors/moduli applied to expressions of `gidx` (candidate N and M*N);
+    a float divisor may be inf or NaN, and splits nothing."""
     out = set()
     for n in exp.nodes():
-        if n.op in (AluOp.Idiv, AluOp.Mod) and n.src[1].op == AluOp.Const:
+        if n.op in (AluOp.Idiv, AluOp.Mod) and n.dtype == DType.int32 and n.src[1].op == AluOp.Const:
             if any(x.op == AluOp.Special and x.arg[0] == "gidx" for x in n.src[0].nodes()):
                 out.add(int(n.src[1].arg))
     return out

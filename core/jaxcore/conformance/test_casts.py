@@ -38,9 +38,11 @@ def test_cast_of_a_select(backend: Backend, src: str, dst: str) -> None:
     x = values.cast_sources(src)
     y = x[::-1].copy()
     flag = (np.arange(len(x)) % 3 == 0).astype(np.int32)
-    kernel = map_kernel(
-        [src, src, "int32"], len(x), lambda a, b, f: AluExp.cast(DType(dst), AluExp.where(AluExp.cmplt(f, 1), a, b))
-    )
+
+    def select_then_cast(a: AluExp, b: AluExp, f: AluExp) -> AluExp:
+        return AluExp.cast(DType(dst), AluExp.where(AluExp.cmplt(f, 1), a, b))
+
+    kernel = map_kernel([src, src, "int32"], len(x), select_then_cast)
     skip_if_undeclared(backend, kernel)
     got = run_kernel(backend, kernel, [x, y, flag])
     picked = np.where(flag < 1, x, y)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from jaxcore import settings
+from jaxcore.matmul_shape import gidx_divisors
 from jaxcore.plugin import AluExp, AluOp, DType, Kernel, tune_nullopt
 from jaxcore_wasm import matmul
 from jaxcore_wasm.emitter import DEVICE, Emitter, Ranges, accumulate, reg_type
@@ -212,7 +213,7 @@ class _KernelWriter:
         best, best_n = None, divs(exp)
         if best_n == 0:
             return None
-        for c in sorted(matmul.divisors(exp)):
+        for c in sorted(gidx_divisors(exp)):
             if c < 8 or k.size % c or c == k.size:
                 continue
             o = AluExp.special(DType.int32, "jc_o", k.size // c)
@@ -437,7 +438,7 @@ def _matmul_plan(w: _KernelWriter) -> MatmulPlan | None:
     kernel, red = w.kernel, w.red
     matmul_enabled = settings.current().plugin_flag(DEVICE, "matmul", default=True)
     if red is not None and matmul_enabled and kernel.size * red.size >= MATMUL_MIN_WORK:
-        return matmul.detect(kernel, w.tuned.exp, w.tuned.epilogue)
+        return matmul.detect(kernel)
     return None
 
 

@@ -1,13 +1,12 @@
 """The matmul path: reductions that are a product of two affine reads become a blocked SGEMM.
 
-Detection is symbolic: with the output index written as gidx = b*M*N + i*N + j (divisors taken from
-the kernel's own index math) and ridx = k, the core simplifier must reduce both reads to affine
-forms base + sb*b + si*i + sj*j + sk*k, one read free of j (A) and one free of i (B), both provably
-in bounds. Then C = A @ B runs as a GotoBLAS-style loop nest: B blocks of KC x NC packed into
-NR-wide micro-panels, A blocks of MC x KC packed into MR-tall micro-panels (packing also absorbs
-any strides or transposition), and an MR x NR register tile of f32x4 accumulators updated with
-relaxed multiply-add, one splat of A and NR/4 loads of B per k step. Partial tiles go through a
-small scratch tile. K blocks after the first accumulate into C.
+Detection is the core's (jaxcore.matmul_shape): both reads affine in (b, i, j, k), one free of j
+(A) and one free of i (B), both provably in bounds; float32 operands and sum. Then C = A @ B runs
+as a GotoBLAS-style loop nest: B blocks of KC x NC packed into NR-wide micro-panels, A blocks of
+MC x KC packed into MR-tall micro-panels (packing also absorbs any strides or transposition), and
+an MR x NR register tile of f32x4 accumulators updated with relaxed multiply-add, one splat of A
+and NR/4 loads of B per k step. Partial tiles go through a small scratch tile. K blocks after the
+first accumulate into C.
 
 The SGEMM is one library module per process (runtime M, N, K and strides); a kernel whose epilogue
 is not the identity also gets an `epilogue` map that reads the f32 sums from scratch.
@@ -17,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jaxcore.plugin import AluExp, AluOp, DType, Kernel
+from jaxcore.matmul_shape import detect as detect_shape
+from jaxcore.plugin import DType, Kernel
 from jaxcore_wasm.irtext import F32, I32, Fn, Module, fconst, loop
 from jaxcore_wasm.toolchain import TRIPLE, datalayout
 
@@ -44,102 +44,20 @@ class MatmulPlan:
         return 2 * self.batch * self.m * self.n * self.k
 
 
-Affine = dict[str, int] | None
-
-
-def _affine(e: AluExp, names: tuple[str, ...]) -> dict[str, int] | None:
-    """Coefficients of e as base + sum c_v * v over Specials `names`, or None if not affine
-    (children first, without recursion: an index may be thousands of nodes deep)."""
-    forms: dict[str, Affine] = {}
-    for n in e.nodes():
-        forms[n.key()] = _affine_node(n, names, [forms[s.key()] for s in n.src])
-    return forms[e.key()]
-
-
-def _affine_node(
-    e: AluExp, names: tuple[str, ...], src: list[dict[str, int] | None]
-) -> dict[str, int] | None:
-    if e.dtype not in (DType.int32, DType.uint32):
-        return None  # a float constant may be inf or NaN: never an index coefficient
-    if e.op == AluOp.Const:
-        return {"": int(e.arg)}
-    if e.op == AluOp.Special and e.arg[0] in names:
-        return {e.arg[0]: 1}
-    if e.op == AluOp.Add:
-        a, b = src
-        if a is None or b is None:
-            return None
-        return {k: a.get(k, 0) + b.get(k, 0) for k in set(a) | set(b)}
-    if e.op == AluOp.Mul:
-        for a, y in ((src[0], e.src[1]), (src[1], e.src[0])):
-            if y.op == AluOp.Const:
-                return None if a is None else {k: v * int(y.arg) for k, v in a.items()}
-    return None
-
-
-def divisors(exp: AluExp) -> set[int]:
-    out = set()
-    for n in exp.nodes():
-        # integer divisions only: a float divisor may be inf or NaN, and splits nothing
-        if n.op in (AluOp.Idiv, AluOp.Mod) and n.dtype == DType.int32 and n.src[1].op == AluOp.Const:
-            if any(x.op == AluOp.Special and x.arg[0] == "gidx" for x in n.src[0].nodes()):
-                out.add(int(n.src[1].arg))
-    return out
-
-
-def detect(kernel: Kernel, exp: AluExp, epilogue: AluExp | None) -> MatmulPlan | None:
-    red = kernel.reduction
-    if red is None or red.op != AluOp.Add or red.dtype != DType.float32 or red.size < 4:
+def detect(kernel: Kernel) -> MatmulPlan | None:
+    """The SGEMM plan of a float32 matmul-shaped kernel (jaxcore.matmul_shape), or None; a
+    matrix-vector product (N = 1) stays with the reduction loop, which reads A once."""
+    mm = detect_shape(kernel)
+    if mm is None or mm.k < 4 or mm.n < 2:
         return None
-    if exp.op != AluOp.Mul or exp.dtype != DType.float32:
+    if (mm.product, mm.acc, mm.a.dtype, mm.b.dtype) != (DType.float32,) * 4:
         return None
-    x, y = exp.src
-    if x.op != AluOp.GlobalIndex or y.op != AluOp.GlobalIndex:
-        return None
-    size, kk = kernel.size, red.size
-    divs = sorted(d for d in divisors(exp) if 1 < d and size % d == 0)
-    cands: list[tuple[int, int]] = []  # (N, M*N)
-    for n in divs:
-        cands.append((n, size))
-        cands += [(n, mn) for mn in divs if mn > n and mn % n == 0 and size % mn == 0]
-    cands.append((size, size))
-    for n, mn in cands:
-        plan = _try(kernel, x, y, size // mn, mn // n, n, kk, epilogue)
-        if plan is not None:
-            return plan
-    return None
-
-
-def _try(
-    kernel: Kernel, x: AluExp, y: AluExp, nb: int, m: int, n: int, kk: int, epilogue
-) -> MatmulPlan | None:
-    sp = {v: AluExp.special(DType.int32, v, s) for v, s in (("b", nb), ("i", m), ("j", n), ("k", kk))}
-    gidx = sp["b"] * AluExp.i32(m * n) + sp["i"] * AluExp.i32(n) + sp["j"]
-
-    def sub(e: AluExp) -> AluExp:
-        mapping = {"gidx": gidx, "ridx": sp["k"]}
-        return e.rewrite(lambda z: mapping.get(z.arg[0]) if z.op == AluOp.Special else None).simplify()
-
-    fx, fy = (_affine(sub(e.src[0]), ("b", "i", "j", "k")) for e in (x, y))
-    if fx is None or fy is None:
-        return None
-    (ga, fa), (gb, fb) = (x, fx), (y, fy)
-    if fa.get("j", 0) != 0 or fb.get("i", 0) != 0:
-        (ga, fa), (gb, fb) = (y, fy), (x, fx)
-    if fa.get("j", 0) != 0 or fb.get("i", 0) != 0:
-        return None
-    sizes = {"b": nb, "i": m, "j": n, "k": kk}
-    for g, f in ((ga, fa), (gb, fb)):
-        lo = f.get("", 0) + sum(min(0, c * (sizes[v] - 1)) for v, c in f.items() if v)
-        hi = f.get("", 0) + sum(max(0, c * (sizes[v] - 1)) for v, c in f.items() if v)
-        if lo < 0 or hi >= g.arg[1] or abs(hi) >= 2**31:
-            return None
-    direct = kernel.dtype == DType.float32 and epilogue is not None and epilogue.op == AluOp.Variable
+    a, b = mm.a, mm.b
     return MatmulPlan(
-        nb, m, n, kk,
-        ga.arg[0], (fa.get("", 0), fa.get("b", 0), fa.get("i", 0), fa.get("k", 0)),
-        gb.arg[0], (fb.get("", 0), fb.get("b", 0), fb.get("k", 0), fb.get("j", 0)),
-        direct,
+        mm.batch, mm.m, mm.n, mm.k,
+        a.gid, (a.base, a.s_batch, a.s_outer, a.s_k),
+        b.gid, (b.base, b.s_batch, b.s_k, b.s_outer),
+        mm.identity and mm.out == DType.float32,
     )  # fmt: skip
 
 
