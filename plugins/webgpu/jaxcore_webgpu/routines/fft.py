@@ -214,7 +214,7 @@ class _LocalFft:
         sign: float, conj: bool, scale: float | None,
     ) -> None:  # fmt: skip
         self.num, self.L, self.cols, self.load, self.store = num, L, cols, load, store
-        self.ntab, self.sign, self.conj, self.scale = ntab, sign, conj, scale
+        self.ntab, self.sign, self.conj, self.scale, self.tw_name = ntab, sign, conj, scale, tw.name
         self.count = rows * cols
         vec_cap = LOCAL_BYTES // num.elem
         assert L <= 2 * vec_cap
@@ -237,7 +237,8 @@ class _LocalFft:
         return f"sh[swz({idx})]"
 
     def tw(self, e: str) -> str:
-        return f"{self.num.V}(tw[{e}].x, -tw[{e}].y)" if self.conj else f"tw[{e}]"
+        w = f"{self.tw_name}[{e}]"
+        return f"{self.num.V}({w}.x, -{w}.y)" if self.conj else w
 
     def slot(self, q: int, R: int) -> tuple[str, str]:
         """Opening and closing of slot q's block at a radix-R stage: it defines b, c and i."""
