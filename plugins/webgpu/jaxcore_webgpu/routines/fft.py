@@ -135,7 +135,8 @@ class _Dft:
     multiply-adds per component."""
 
     def __init__(self, num: _Num, sign: float) -> None:
-        self.num, self.sign, self.lines, self.count = num, sign, [], 0
+        self.num, self.sign, self.count = num, sign, 0
+        self.lines: list[str] = []
 
     def let(self, expr: str) -> str:
         name = f"v{self.count}"
