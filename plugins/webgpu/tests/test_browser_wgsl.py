@@ -299,3 +299,100 @@ def test_generated_wgsl_runs_exactly_in_chromium(tmp_path: Path) -> None:
         except BaseException as e:  # pytest.fail raises outside Exception
             failures.append(f"{name}: {str(e)[:300]}")
     assert not failures, "\n".join(failures)
+
+
+_ROUTINE_JS = """async (jobs) => {
+  const ad = await navigator.gpu.requestAdapter();
+  const dev = await ad.requestDevice();  // WebGPU's default limits
+  const U = GPUBufferUsage;
+  const b64 = (s) => Uint8Array.from(atob(s), c => c.charCodeAt(0));
+  const mk = (n) => dev.createBuffer({size: Math.max(16, Math.ceil(n / 16) * 16),
+                                      usage: U.STORAGE | U.COPY_SRC | U.COPY_DST});
+  const out = {};
+  for (const [name, job] of Object.entries(jobs)) {
+    dev.pushErrorScope("validation");
+    const ins = job.inputs.map(s => { const b = b64(s); const buf = mk(b.length);
+                                      dev.queue.writeBuffer(buf, 0, b); return buf; });
+    const outs = job.outs.map(n => mk(n));
+    const scratch = job.scratch.map(n => mk(n));
+    const enc = dev.createCommandEncoder();
+    for (const p of job.passes) {
+      const pipe = dev.createComputePipeline({layout: "auto",
+        compute: {module: dev.createShaderModule({code: p.code}), entryPoint: "main"}});
+      const pick = {in: i => ins[i], out: i => outs[i], scratch: i => scratch[i]};
+      const bg = dev.createBindGroup({layout: pipe.getBindGroupLayout(0),
+        entries: p.bindings.map(([kind, i], b) => ({binding: b, resource: {buffer: pick[kind](i)}}))});
+      const cp = enc.beginComputePass();
+      cp.setPipeline(pipe); cp.setBindGroup(0, bg); cp.dispatchWorkgroups(...p.grid); cp.end();
+    }
+    const reads = outs.map(o => dev.createBuffer({size: o.size, usage: U.MAP_READ | U.COPY_DST}));
+    outs.forEach((o, i) => enc.copyBufferToBuffer(o, 0, reads[i], 0, o.size));
+    dev.queue.submit([enc.finish()]);
+    const data = [];
+    for (const [i, rd] of reads.entries()) {
+      await rd.mapAsync(GPUMapMode.READ);
+      const bytes = new Uint8Array(rd.getMappedRange().slice(0, job.outs[i]));
+      rd.unmap();
+      let s = ""; for (const x of bytes) s += String.fromCharCode(x);
+      data.push(btoa(s));
+    }
+    const err = await dev.popErrorScope();
+    out[name] = err ? {error: err.message} : {data};
+  }
+  return out;
+}"""
+
+
+@pytest.mark.skipif(
+    not _browser_available() and not _browser_required(),
+    reason="needs chromium and playwright (apt-get install chromium; pip install playwright)",
+)
+def test_fft_runs_in_chromium(tmp_path: Path) -> None:
+    """The Fft plans (one workgroup pass, four-step, Bluestein, a direct DFT) compile under Tint
+    and WebGPU's default limits, and their results match numpy in the browser too."""
+    import base64
+
+    import numpy as np
+    from jaxcore_webgpu.routines.fft import plan_fft
+    from playwright.sync_api import sync_playwright
+
+    from jaxcore.routine import FftParams, Routine, Routines
+
+    rng = np.random.default_rng(3)
+    jobs, want = {}, {}
+    for n, inverse in ((8, False), (360, True), (4096, False), (8192, True), (1009, False), (17, True)):
+        x = rng.normal(0, 1, (2, 3, n)).astype(np.float32)
+        r = Routine.build(Routines.Fft, [x.shape[1:]] * 2, ["float32"] * 2, FftParams.default(n, inverse))
+        plan = plan_fft(r)
+        jobs[f"{n}{'i' if inverse else ''}"] = {
+            "inputs": [base64.b64encode(a.tobytes()).decode() for a in x],
+            "outs": [x[0].nbytes] * 2,
+            "scratch": list(plan.scratch),
+            "passes": [
+                {"code": p.code, "grid": list(p.grid), "bindings": list(p.bindings)} for p in plan.passes
+            ],
+        }
+        z = x[0].astype(np.float64) + 1j * x[1]
+        want[f"{n}{'i' if inverse else ''}"] = np.fft.ifft(z) if inverse else np.fft.fft(z)
+    page = tmp_path / "index.html"
+    page.write_text("<html><body>jaxcore</body></html>")
+    args = [
+        "--no-sandbox",
+        "--enable-unsafe-webgpu",
+        "--use-angle=swiftshader",
+        "--enable-unsafe-swiftshader",
+    ]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
+        try:
+            pg = browser.new_page()
+            pg.goto(page.as_uri())
+            got = pg.evaluate(_ROUTINE_JS, jobs)
+        finally:
+            browser.close()
+    for name, w in want.items():
+        assert "error" not in got[name], (name, got[name])
+        re, im = (np.frombuffer(base64.b64decode(s), np.float32).reshape(w.shape) for s in got[name]["data"])
+        np.testing.assert_allclose(
+            re + 1j * im.astype(np.float64), w, rtol=0, atol=1e-5 * np.abs(w).max(), err_msg=name
+        )

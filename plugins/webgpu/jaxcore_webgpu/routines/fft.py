@@ -1,130 +1,467 @@
-"""Fft along the last axis: radix-2 Stockham for powers of two, Bluestein (or, up to 64, a direct
-DFT) for other lengths.
+"""Fft along the last axis: mixed-radix Stockham in workgroup memory, four-step for long rows,
+Bluestein for lengths with a prime factor above 13 (up to 64 of those a direct DFT).
 
 The twiddles exp(∓2πi·t/n) come from a table pass that uses the dialect's accurate sin/cos
-helpers (WGSL's built-ins are only bounded to 2^-11). A power-of-two length runs log2(n) Stockham
-stages, one thread per butterfly, ping-ponging between two complex scratch buffers (the stage's
-stride is the pass's uniform, so all stages share one pipeline); no bit reversal is needed; a row
-that fits workgroup memory runs every stage there in one dispatch. Short other lengths sum the DFT
-directly, one thread per output, with the table index advanced mod n (exact integer arithmetic);
-longer ones are Bluestein's chirp convolution over a power-of-two length M >= 2n - 1.
-The inverse scales by 1/n at the end, as numpy's ifft. Any factor list
-gives the same DFT, so `FftParams.factors` only has to multiply to n.
+helpers (WGSL's built-ins are only bounded to 2^-11); the constants inside a radix-R butterfly
+are Python's double-precision cos/sin, written as literals.
+
+A length L up to 4096 (2048 in float64) whose prime factors are at most 13 is one pass: each
+workgroup transforms C rows (C·L values) with Stockham stages of radix 2..16 (fewest stages: 4096
+is 16·16·16), each thread holding its butterflies' values in registers; stages exchange values
+through workgroup memory (one vec2 array when C·L values fit 16 KB, else the real and then the
+imaginary halves through one scalar array, so 4096 float32 values still fit), so a row is read and
+written once. The first stage reads global memory, the last writes it, with no bit reversal.
+
+A longer row n = n1·n2 is the four-step decomposition: one pass does the n2 strided FFTs of length
+n1 (C neighbouring columns per workgroup, so reads are coalesced) and multiplies by exp(∓2πi·j2·k1/n)
+on the way out; the n1 FFTs of length n2 follow, written transposed into place (recursing when n2
+is itself too long): 65536 is two passes, 2^24 three.
+
+Other lengths are Bluestein's chirp convolution over the smallest 7-smooth M >= 2n - 1, done with
+the same passes (the chirp multiplies and the pointwise product fused into their loads and
+stores); up to 64 they sum the DFT directly. The inverse scales by 1/n at the end, as numpy's
+ifft. Every shader keeps to WebGPU's default limits (16 KB of workgroup storage, 256 invocations,
+at most 6 storage buffers). Any factor list gives the same DFT, so `FftParams.factors` only has to
+multiply to n.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from jaxcore.dtype import DType
 from jaxcore.routine import FftParams, Routine
-from jaxcore_webgpu.program import Pass, Plan
+from jaxcore_webgpu.program import Binding, Pass, Plan
 from jaxcore_webgpu.routines.common import (
     elementwise_pass,
     fold,
     header,
     helpers,
     storage,
-    u32s,
     wgsl_type,
     work_dtype,
 )
 
-_UNI = "struct U { m: u32, p1: u32, p2: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
-
-
-def _local_stockham(n: int, batch: int, T: str, V: str, hdr: str, ty: str, cvt, outc, scale: str) -> Pass:
-    """The whole power-of-two FFT of a row in workgroup memory: one read and one write of the row.
-
-    Each thread owns R butterflies per stage; they read into registers, a barrier, then write
-    (so one buffer serves as both Stockham arrays)."""
-    half = n // 2
-    wg = min(256, half)
-    per = half // wg
-    decl = hdr + storage(0, "in0", ty, True) + "\n" + storage(1, "in1", ty, True) + "\n"
-    decl += storage(2, "out0", ty, False) + "\n" + storage(3, "out1", ty, False) + "\n"
-    decl += storage(4, "tw", V, False) + "\n" + f"var<workgroup> sh: array<{V}, {n}>;\n"
-    grid = fold(batch)
-    regs = "".join(f"    var y0_{r}: {V}; var y1_{r}: {V}; var p_{r}: u32;\n" for r in range(per))
-    reads = "".join(
-        f"    {{ let t = lid + {r * wg}u; let j = t / m; let k = t % m;\n"
-        f"      let c0 = sh[k + j * m]; let c1 = sh[k + j * m + {half}u];\n"
-        f"      let w = tw[j * m]; let d = c0 - c1;\n"
-        f"      p_{r} = k + 2u * j * m; y0_{r} = c0 + c1;\n"
-        f"      y1_{r} = {V}(w.x * d.x - w.y * d.y, w.x * d.y + w.y * d.x); }}\n"
-        for r in range(per)
-    )
-    writes = "".join(f"    sh[p_{r}] = y0_{r}; sh[p_{r} + m] = y1_{r};\n" for r in range(per))
-    code = (
-        decl
-        + f"@compute @workgroup_size({wg}, 1, 1)\n"
-        + "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
-        + "".join(f"  _ = &{x};\n" for x in ("in0", "in1", "out0", "out1", "tw"))
-        + f"  let row = wid.x + wid.y * {grid[0]}u;\n  if (row >= {batch}u) {{ return; }}\n"
-        + f"  let o = row * {n}u;\n"
-        + f"  for (var e = lid; e < {n}u; e = e + {wg}u) {{\n"
-        + f"    sh[e] = {V}({cvt('in0[o + e]')}, {cvt('in1[o + e]')});\n  }}\n"
-        + "  workgroupBarrier();\n"
-        + f"  for (var m = 1u; m < {n}u; m = m * 2u) {{\n"
-        + regs
-        + reads
-        + "    workgroupBarrier();\n"
-        + writes
-        + "    workgroupBarrier();\n  }\n"
-        + f"  for (var e = lid; e < {n}u; e = e + {wg}u) {{\n    let z = sh[e];\n"
-        + f"    out0[o + e] = {outc(f'z.x{scale}')};\n    out1[o + e] = {outc(f'z.y{scale}')};\n  }}\n}}\n"
-    )
-    return Pass(code, grid, (("in", 0), ("in", 1), ("out", 0), ("out", 1), ("scratch", 0)))
-
-
+LOCAL_BYTES = 16384  # WebGPU's default workgroup storage: the same WGSL runs in a browser
+MAX_THREADS = 256  # WebGPU's default invocations per workgroup
+MAX_RADIX = 16  # a butterfly of up to 16 values stays in registers
+RADIX_PRIMES = (2, 3, 5, 7, 11, 13)  # lengths built from these need no Bluestein
 DIRECT_MAX = 64  # other lengths up to this sum the DFT directly; longer ones go through Bluestein
+COALESCE_MAX = 256  # a four-step column length at most this keeps >= 8 columns per workgroup
+
+
+@dataclass(frozen=True)
+class _Num:
+    """The dtype facts a shader needs: work scalar T, complex V = vec2<T>, storage type, conversions."""
+
+    T: str
+    ty: str
+    hdr: str
+    sfx: str
+    elem: int  # bytes of one complex work value
+    f16: bool
+
+    @property
+    def V(self) -> str:
+        return f"vec2<{self.T}>"
+
+    def lit(self, x: float) -> str:
+        return f"{self.T}({x!r})"
+
+    def cvt(self, x: str) -> str:
+        return f"f32({x})" if self.f16 else x
+
+    def outc(self, x: str) -> str:
+        return f"f16({x})" if self.f16 else x
+
+
+@dataclass(frozen=True)
+class _Buf:
+    name: str
+    ty: str
+    binding: Binding
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class _Side:
+    """How a pass loads element `pos` of row `row` of its FFT problem, or stores it.
+
+    `code(row, pos, var)` is a WGSL statement: a load assigns `var`, a store writes the value `var`.
+    `across` says a position's neighbours in memory are the neighbouring rows' (a transposed side),
+    so threads should run across rows."""
+
+    bufs: tuple[_Buf, ...]
+    code: Callable[[str, str, str], str]
+    across: bool = False
 
 
 def _cmul(V: str, a: str, b: str) -> str:
     return f"{V}({a}.x * {b}.x - {a}.y * {b}.y, {a}.x * {b}.y + {a}.y * {b}.x)"
 
 
-def _table(size: int, sgn: float, idx: int, T: str, V: str, sfx: str) -> Pass:
+def _smooth(n: int, primes: tuple[int, ...] = RADIX_PRIMES) -> bool:
+    for p in primes:
+        while n % p == 0:
+            n //= p
+    return n == 1
+
+
+@functools.cache
+def _radices(n: int) -> tuple[int, ...]:
+    """Stage radices (2..16) for a 13-smooth n: fewest stages, then the most even (largest smallest
+    radix, so no stage leaves most threads a tiny butterfly)."""
+    if n == 1:
+        return ()
+    best: tuple[int, ...] | None = None
+    for r in range(min(MAX_RADIX, n), 1, -1):
+        if n % r:
+            continue
+        cand = tuple(sorted((r, *_radices(n // r)), reverse=True))
+        if best is None or (len(cand), -min(cand)) < (len(best), -min(best)):
+            best = cand
+    assert best is not None
+    return best
+
+
+class _Dft:
+    """Straight-line WGSL for a radix-R DFT y_k = Σ_j x_j exp(sign·2πi·jk/R) of registers.
+
+    Composite R splits Cooley-Tukey style (R1 near √R; the inner twiddles are exact for multiples
+    of a quarter turn); a prime R pairs x_j with x_(R-j), so it costs about (R-1)²/2 real
+    multiply-adds per component."""
+
+    def __init__(self, num: _Num, sign: float) -> None:
+        self.num, self.sign, self.count = num, sign, 0
+        self.lines: list[str] = []
+
+    def let(self, expr: str) -> str:
+        name = f"v{self.count}"
+        self.count += 1
+        self.lines.append(f"let {name} = {expr};")
+        return name
+
+    def rot(self, v: str, q: int) -> str:
+        """v · (sign·i)^q: exact."""
+        q %= 4
+        if q == 0:
+            return v
+        if q == 2:
+            return self.let(f"-{v}")
+        up = (q == 1) == (self.sign > 0)  # multiply by +i
+        return self.let(f"{self.num.V}(-{v}.y, {v}.x)" if up else f"{self.num.V}({v}.y, -{v}.x)")
+
+    def twiddle(self, v: str, e: int, R: int) -> str:
+        e %= R
+        if (4 * e) % R == 0:
+            return self.rot(v, 4 * e // R)
+        th = 2 * math.pi * e / R
+        c, s = self.num.lit(math.cos(th)), self.num.lit(self.sign * math.sin(th))
+        return self.let(f"{self.num.V}({v}.x * {c} - {v}.y * {s}, {v}.x * {s} + {v}.y * {c})")
+
+    def run(self, xs: list[str]) -> list[str]:
+        R = len(xs)
+        if R == 1:
+            return list(xs)
+        if R == 2:
+            return [self.let(f"{xs[0]} + {xs[1]}"), self.let(f"{xs[0]} - {xs[1]}")]
+        r1 = min((d for d in range(2, R) if R % d == 0), key=lambda d: abs(d * d - R), default=R)
+        if r1 == R:
+            return self.prime(xs)
+        r2 = R // r1
+        # X[k1 + r1·k2] = Σ_j2 W_R^(j2·k1) W_r2^(j2·k2) Σ_j1 x[j1·r2 + j2] W_r1^(j1·k1)
+        inner = [self.run([xs[j1 * r2 + j2] for j1 in range(r1)]) for j2 in range(r2)]
+        out = [""] * R
+        for k1 in range(r1):
+            col = [self.twiddle(inner[j2][k1], j2 * k1, R) for j2 in range(r2)]
+            for k2, y in enumerate(self.run(col)):
+                out[k1 + r1 * k2] = y
+        return out
+
+    def prime(self, xs: list[str]) -> list[str]:
+        R, lit = len(xs), self.num.lit
+        half = range(1, (R - 1) // 2 + 1)
+        a = {j: self.let(f"{xs[j]} + {xs[R - j]}") for j in half}
+        b = {j: self.let(f"{xs[j]} - {xs[R - j]}") for j in half}
+        out = [""] * R
+        out[0] = self.let(" + ".join([xs[0], *a.values()]))
+        for t in half:
+            re = self.let(
+                " + ".join([xs[0]] + [f"{a[j]} * {lit(math.cos(2 * math.pi * j * t / R))}" for j in half])
+            )
+            im = self.let(" + ".join(f"{b[j]} * {lit(math.sin(2 * math.pi * j * t / R))}" for j in half))
+            i_im = self.rot(im, 1)
+            out[t] = self.let(f"{re} + {i_im}")
+            out[R - t] = self.let(f"{re} - {i_im}")
+        return out
+
+
+class _LocalFft:
+    """FFTs of length L in workgroup memory, as one pass: for row r < rows and column c < cols,
+    element j is `load(r, c + j·cols)` and output k goes to `store(r, c + k·cols)`; with cols > 1
+    (a four-step column pass) output k of column c is multiplied by exp(sign·2πi·c·k/(L·cols)).
+
+    Stage s (radix R, p = product of the radices before it) is Stockham's autosort step: butterfly
+    i reads x[i + t·L/R], multiplies by W_(pR)^(t·(i mod p)), and writes y[(i/p)·pR + i mod p + t·p].
+    A workgroup runs C such FFTs; thread `lid` owns butterflies lid + q·threads (its slots q),
+    whose values live in registers (`a{s}_{q}_{t}` in, `y{s}_{q}_{t}` out). `tw` holds
+    exp(sign'·2πi·e/ntab), conjugated on read when `conj` (sign' = -sign)."""
+
+    def __init__(
+        self, num: _Num, L: int, rows: int, cols: int, load: _Side, store: _Side, tw: _Buf, ntab: int,
+        sign: float, conj: bool, scale: float | None,
+    ) -> None:  # fmt: skip
+        self.num, self.L, self.cols, self.load, self.store = num, L, cols, load, store
+        self.ntab, self.sign, self.conj, self.scale, self.tw_name = ntab, sign, conj, scale, tw.name
+        self.count = rows * cols
+        vec_cap = LOCAL_BYTES // num.elem
+        assert L <= 2 * vec_cap
+        self.split = L > vec_cap  # then real and imaginary parts take turns in one scalar array
+        self.C = 1 if self.split else max(1, min(self.count, vec_cap // L))
+        self.size = self.C * L
+        self.radices = _radices(L)
+        self.threads = min(MAX_THREADS, -(-self.size // max(self.radices)))
+        # threads run across columns where neighbouring columns are neighbours in memory
+        self.across = self.C > 1 and (cols > 1 or load.across or store.across)
+        self.grid = fold(-(-self.count // self.C))
+        self.bufs: list[_Buf] = []
+        for b in (*load.bufs, *store.bufs, tw):
+            if all(b.name != x.name for x in self.bufs):
+                self.bufs.append(b)
+        self.regs: list[str] = []  # registers that outlive a slot's block
+
+    def sh(self, c: str, k: str) -> str:
+        idx = f"({k}) * {self.C}u + {c}" if self.across else f"{c} * {self.L}u + {k}"
+        return f"sh[swz({idx})]"
+
+    def tw(self, e: str) -> str:
+        w = f"{self.tw_name}[{e}]"
+        return f"{self.num.V}({w}.x, -{w}.y)" if self.conj else w
+
+    def slot(self, q: int, R: int) -> tuple[str, str]:
+        """Opening and closing of slot q's block at a radix-R stage: it defines b, c and i."""
+        lr, bf = self.L // R, self.size // R
+        if self.C == 1:
+            ci = "let c = 0u; let i = b;"
+        elif self.across:
+            ci = f"let c = b % {self.C}u; let i = b / {self.C}u;"
+        else:
+            ci = f"let c = b / {lr}u; let i = b % {lr}u;"
+        last = q == -(-bf // self.threads) - 1
+        guard = f" if (b < {bf}u) {{" if bf % self.threads and last else " {"
+        return f"  {{ let b = lid + {q * self.threads}u;{guard} {ci}\n", "  } }\n"
+
+    def column(self, body: str) -> str:
+        """`body` where this slot's FFT exists (the last workgroup may have fewer than C): it
+        sees `row` and `col`."""
+        cols = self.cols
+        rc = (
+            f"let row = sidx / {cols}u; let col = sidx % {cols}u;"
+            if cols > 1
+            else "let row = sidx; let col = 0u;"
+        )
+        whole = self.grid[0] * self.grid[1] * self.C == self.count
+        check = "" if whole else f" if (sidx < {self.count}u)"
+        return f"    {{ let sidx = wgi * {self.C}u + c;{check} {{ {rc}\n{body}    }} }}\n"
+
+    def put(self, s: int, R: int, p: int, part: str) -> str:
+        """Stage s's outputs (radix R, p before it) into workgroup memory (`part` .x/.y when split)."""
+        out = []
+        for q in range(-(-self.size // R // self.threads)):
+            op, cl = self.slot(q, R)
+            out.append(op + f"    let k = (i / {p}u) * {p * R}u + i % {p}u;\n")
+            out += [f"    {self.sh('c', f'k + {t * p}u')} = y{s}_{q}_{t}{part};\n" for t in range(R)]
+            out.append(cl)
+        return "".join(out)
+
+    def get(self, s: int, R: int, part: str) -> str:
+        """Stage s's inputs (radix R) from workgroup memory."""
+        out, lr = [], self.L // R
+        for q in range(-(-self.size // R // self.threads)):
+            op, cl = self.slot(q, R)
+            out.append(op)
+            out += [f"    a{s}_{q}_{t}{part} = {self.sh('c', f'i + {t * lr}u')};\n" for t in range(R)]
+            out.append(cl)
+        return "".join(out)
+
+    def stage(self, s: int, R: int, p: int) -> str:
+        """Stage s's butterflies: inputs from global memory at s = 0, outputs to it at the last."""
+        V, lr, cols = self.num.V, self.L // R, self.cols
+        last = s == len(self.radices) - 1
+        out = []
+        for q in range(-(-self.size // R // self.threads)):
+            op, cl = self.slot(q, R)
+            out.append(op)
+            if s == 0:
+                out += [f"    var a_{t}: {V};\n" for t in range(R)]
+                pos = [f"col + (i + {t * lr}u) * {cols}u" for t in range(R)]
+                out.append(
+                    self.column(
+                        "".join(f"      {self.load.code('row', pos[t], f'a_{t}')}\n" for t in range(R))
+                    )
+                )
+                xs = [f"a_{t}" for t in range(R)]
+            else:
+                xs = [f"a{s}_{q}_{t}" for t in range(R)]
+            if p > 1:  # W_(pR)^(t·k) = tw[t·k·ntab/(pR)]
+                out.append(f"    let kk = i % {p}u;\n")
+                for t in range(1, R):
+                    w = self.tw(f"kk * {t * (self.ntab // (p * R))}u")
+                    out.append(f"    let w{t} = {w}; let u{t} = {_cmul(V, f'w{t}', xs[t])};\n")
+                xs = [xs[0]] + [f"u{t}" for t in range(1, R)]
+            dft = _Dft(self.num, self.sign)
+            ys = dft.run(xs)
+            out += [f"    {line}\n" for line in dft.lines]
+            if last:  # here p·R = L and i < p: output k = i + t·p
+                stores = []
+                for t in range(R):
+                    val = ys[t]
+                    if cols > 1:
+                        w = self.tw(f"col * (i + {t * p}u) * {self.ntab // (self.L * cols)}u")
+                        stores.append(f"      let z{t} = {_cmul(V, w, val)};\n")
+                        val = f"z{t}"
+                    if self.scale is not None:
+                        val = f"{val} * {self.num.lit(self.scale)}"
+                    stores.append(f"      {self.store.code('row', f'col + (i + {t * p}u) * {cols}u', val)}\n")
+                out.append(self.column("".join(stores)))
+            else:
+                self.regs += [f"var y{s}_{q}_{t}: {V};" for t in range(R)]
+                out += [f"    y{s}_{q}_{t} = {ys[t]};\n" for t in range(R)]
+            out.append(cl)
+        return "".join(out)
+
+    def body(self) -> str:
+        """The stages, with the previous one's outputs moved through workgroup memory before each
+        (all barriers at the top level of `main`, so always in uniform control flow)."""
+        barrier = "  workgroupBarrier();\n"
+        code, p = [], 1
+        for s, R in enumerate(self.radices):
+            if s > 0:
+                pr = self.radices[s - 1]
+                slots = -(-self.size // R // self.threads)
+                self.regs += [f"var a{s}_{q}_{t}: {self.num.V};" for q in range(slots) for t in range(R)]
+                if s > 1:  # stage s-1 read workgroup memory
+                    code.append(barrier)
+                if self.split:
+                    code += [self.put(s - 1, pr, p // pr, ".x"), barrier, self.get(s, R, ".x"), barrier]
+                    code += [self.put(s - 1, pr, p // pr, ".y"), barrier, self.get(s, R, ".y")]
+                else:
+                    code += [self.put(s - 1, pr, p // pr, ""), barrier, self.get(s, R, "")]
+            code.append(self.stage(s, R, p))
+            p *= R
+        return "".join(code)
+
+    def build(self) -> Pass:
+        num = self.num
+        body = self.body()
+        decl = num.hdr + "".join(
+            storage(i, b.name, b.ty, b.read_only) + "\n" for i, b in enumerate(self.bufs)
+        )
+        decl += f"var<workgroup> sh: array<{num.T if self.split else num.V}, {self.size}>;\n"
+        # An XOR swizzle inside each 128-byte span spreads strided accesses over the memory banks.
+        span = 128 // (num.elem // 2 if self.split else num.elem)
+        if self.size % span == 0 and self.size > span:
+            decl += (
+                f"fn swz(x: u32) -> u32 {{ return x ^ ((x >> {span.bit_length() - 1}u) & {span - 1}u); }}\n"
+            )
+        else:
+            decl += "fn swz(x: u32) -> u32 { return x; }\n"
+        text = (
+            decl
+            + f"@compute @workgroup_size({self.threads}, 1, 1)\n"
+            + "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+            + "".join(f"  _ = &{b.name};\n" for b in self.bufs)
+            + f"  let wgi = wid.x + wid.y * {self.grid[0]}u;\n"
+            + "".join(f"  {v}\n" for v in self.regs)
+            + body
+            + "}\n"
+        )
+        return Pass(text, self.grid, tuple(b.binding for b in self.bufs))
+
+
+def _split(n: int, lmax: int) -> int:
+    """n1 for the four-step n = n1·n2: at most COALESCE_MAX (so a workgroup reads >= 8 neighbouring
+    columns), n2 within one pass where possible, and near √n (both passes then move whole rows)."""
+    divs = [d for d in range(2, min(n - 1, COALESCE_MAX) + 1) if n % d == 0]
+    fit = [d for d in divs if n // d <= lmax]
+    if fit:
+        return min(fit, key=lambda d: abs(2 * math.log(d) - math.log(n)))
+    return max(divs)
+
+
+def _fft_passes(
+    num: _Num, n: int, rows: int, load: _Side, store: _Side, tw: _Buf, ntab: int, sign: float, conj: bool,
+    temps: tuple[_Buf, _Buf], scale: float | None = None,
+) -> list[Pass]:  # fmt: skip
+    """Passes for `rows` FFTs of length n from `load` to `store`: one in workgroup memory, or the
+    four-step (a column pass into temps[0], then the rows of that, recursively)."""
+    lmax = 2 * LOCAL_BYTES // num.elem
+    if n <= lmax:
+        return [_LocalFft(num, n, rows, 1, load, store, tw, ntab, sign, conj, scale).build()]
+    n1 = _split(n, lmax)
+    n2 = n // n1
+    t = temps[0]
+    # column j2 of row r: x[r][j1·n2 + j2] -> t[r·n + k1·n2 + j2] (times W_n^(j2·k1))
+    to_t = _Side((t,), lambda r, pos, v: f"{t.name}[({r}) * {n}u + {pos}] = {v};")
+    first = _LocalFft(num, n1, rows, n2, load, to_t, tw, ntab, sign, conj, None).build()
+    # then row r·n1 + k1 of t (length n2) transforms into X[r][k1 + n1·k2]
+    from_t = _Side((t,), lambda r, pos, v: f"{v} = {t.name}[({r}) * {n2}u + {pos}];")
+    out = _Side(
+        store.bufs,
+        lambda r, pos, v: store.code(f"({r}) / {n1}u", f"({r}) % {n1}u + {n1}u * ({pos})", v),
+        True,
+    )
+    return [first] + _fft_passes(num, n2, rows * n1, from_t, out, tw, ntab, sign, conj, (temps[1], t), scale)
+
+
+def _table(size: int, sgn: float, tw: _Buf, num: _Num) -> Pass:
     """tw[t] = (cos, sgn*sin)(2π t / size) through the dialect's accurate helpers."""
-    decl = storage(0, "tw", V, False) + "\n" + helpers([f"jc_sin_{sfx}", f"jc_cos_{sfx}"])
+    T, sfx = num.T, num.sfx
+    decl = storage(0, tw.name, num.V, False) + "\n" + helpers([f"jc_sin_{sfx}", f"jc_cos_{sfx}"])
     body = (
         f"  let th = {T}(gid) * ({T}({2 * math.pi!r}) / {T}({size}));\n"
-        f"  tw[gid] = {V}(jc_cos_{sfx}(th), {T}({sgn}) * jc_sin_{sfx}(th));\n"
+        f"  {tw.name}[gid] = {num.V}(jc_cos_{sfx}(th), {T}({sgn}) * jc_sin_{sfx}(th));\n"
     )
-    return elementwise_pass(decl, ["tw"], body, size, [("scratch", idx)])
+    return elementwise_pass(decl, [tw.name], body, size, [tw.binding])
 
 
-def _stages(size: int, rows: int, a: int, b: int, tw: int, V: str) -> tuple[list[Pass], int]:
-    """Radix-2 Stockham stages of length `size` over `rows` rows, ping-ponging scratch a <-> b."""
-    half = size // 2
-    decl = storage(0, "src", V, False) + "\n" + storage(1, "dst", V, False) + "\n"
-    decl += storage(2, "tw", V, False) + "\n" + _UNI
-    body = f"""  let row = gid / {max(half, 1)}u; let t = gid % {max(half, 1)}u;
-  let m = u.m; let j = t / m; let k = t % m;
-  let o = row * {size}u;
-  let c0 = src[o + k + j * m]; let c1 = src[o + k + j * m + {half}u];
-  let w = tw[j * m];
-  let d = c0 - c1;
-  dst[o + k + 2u * j * m] = c0 + c1;
-  dst[o + k + 2u * j * m + m] = {_cmul(V, "w", "d")};
-"""
-    passes, cur, m = [], a, 1
-    while m < size:
-        other = b if cur == a else a
-        bind = [("scratch", cur), ("scratch", other), ("scratch", tw)]
-        passes.append(elementwise_pass(decl, ["src", "dst", "tw"], body, rows * half, bind, uniform=u32s(m)))
-        cur, m = other, m * 2
-    return passes, cur
+def _planes_in(num: _Num, n: int) -> _Side:
+    bufs = (_Buf("in0", num.ty, ("in", 0), True), _Buf("in1", num.ty, ("in", 1), True))
+    return _Side(
+        bufs,
+        lambda r, pos, v: (
+            f"{{ let e = ({r}) * {n}u + {pos}; {v} = {num.V}({num.cvt('in0[e]')}, {num.cvt('in1[e]')}); }}"
+        ),
+    )
 
 
-def _bluestein(n, batch, sign, T, V, sfx, hdr, ty, cvt, outc, elem, inverse) -> Plan:
+def _planes_out(num: _Num, n: int) -> _Side:
+    bufs = (_Buf("out0", num.ty, ("out", 0)), _Buf("out1", num.ty, ("out", 1)))
+    put = f"out0[e] = {num.outc('z.x')}; out1[e] = {num.outc('z.y')};"
+    return _Side(bufs, lambda r, pos, v: f"{{ let e = ({r}) * {n}u + {pos}; let z = {v}; {put} }}")
+
+
+def _smooth_size(m: int) -> int:
+    """The smallest 7-smooth integer >= m."""
+    while not _smooth(m, (2, 3, 5, 7)):
+        m += 1
+    return m
+
+
+def _bluestein(num: _Num, n: int, batch: int, sign: float, inverse: bool) -> Plan:
     """X_k = c_k sum_j (x_j c_j) conj(c_(k-j)) with c_j = exp(±πi j²/n): a circular convolution of
-    power-of-two length M >= 2n - 1, done with three Stockham FFTs (the chirp's once per plan)."""
-    big = 1 << (2 * n - 2).bit_length()
-    A, A2, TWF, TWI, C, B, B2 = range(7)
-    passes = [_table(big, -1.0, TWF, T, V, sfx), _table(big, 1.0, TWI, T, V, sfx)]
+    length M >= 2n - 1, done with three FFTs (the chirp's recomputed each dispatch: plan scratch
+    starts undefined). The chirp multiply and the pointwise product ride on the FFTs' loads and stores."""
+    V, T, sfx = num.V, num.T, num.sfx
+    big = _smooth_size(2 * n - 1)
+    tw, cc, fb, a = (_Buf(x, V, ("scratch", i)) for i, x in enumerate(("tw", "cc", "fb", "av")))
+    temps = (_Buf("t0", V, ("scratch", 4)), _Buf("t1", V, ("scratch", 5)))
+    passes = [_table(big, -1.0, tw, num)]
     # chirp c_j = exp(sign πi (j² mod 2n) / n), j² mod 2n without 32-bit overflow
-    decl = storage(0, "C", V, False) + "\n" + helpers([f"jc_sin_{sfx}", f"jc_cos_{sfx}"])
+    decl = storage(0, "cc", V, False) + "\n" + helpers([f"jc_sin_{sfx}", f"jc_cos_{sfx}"])
     decl += (
         "fn jc_mulmod(a: u32, b: u32, m: u32) -> u32 {\n"
         "  var r = 0u; var x = a % m; var y = b;\n"
@@ -134,49 +471,89 @@ def _bluestein(n, batch, sign, T, V, sfx, hdr, ty, cvt, outc, elem, inverse) -> 
     body = (
         f"  let q = jc_mulmod(gid, gid, {2 * n}u);\n"
         f"  let th = {T}(q) * ({T}({math.pi!r}) / {T}({n}));\n"
-        f"  C[gid] = {V}(jc_cos_{sfx}(th), {T}({sign}) * jc_sin_{sfx}(th));\n"
+        f"  cc[gid] = {V}(jc_cos_{sfx}(th), {T}({sign}) * jc_sin_{sfx}(th));\n"
     )
-    passes.append(elementwise_pass(decl, ["C"], body, n, [("scratch", C)]))
-    # b = conj(c) wrapped circularly, then its FFT
-    decl = storage(0, "C", V, False) + "\n" + storage(1, "Bv", V, False) + "\n"
-    body = (
-        f"  var z = {V}(0);\n"
-        f"  if (gid < {n}u) {{ z = C[gid]; }} else if (gid > {big - n}u) {{ z = C[{big}u - gid]; }}\n"
-        "  Bv[gid] = vec2(z.x, -z.y);\n"
+    passes.append(elementwise_pass(decl, ["cc"], body, n, [cc.binding]))
+    # fb = FFT of b, b = conj(c) wrapped circularly
+    chirp_b = _Side(
+        (cc,),
+        lambda r, pos, v: (
+            f"{{ let j = {pos}; var z = {V}(0); if (j < {n}u) {{ z = cc[j]; }}"
+            f" else if (j > {big - n}u) {{ z = cc[{big}u - j]; }} {v} = {V}(z.x, -z.y); }}"
+        ),
     )
-    passes.append(elementwise_pass(decl, ["C", "Bv"], body, big, [("scratch", C), ("scratch", B)]))
-    st, fb = _stages(big, 1, B, B2, TWF, V)
-    passes += st
-    # a = x c, zero-padded rows of length M, then its FFT
-    decl = hdr + storage(0, "in0", ty, True) + "\n" + storage(1, "in1", ty, True) + "\n"
-    decl += storage(2, "C", V, False) + "\n" + storage(3, "A", V, False) + "\n"
-    body = (
-        f"  let row = gid / {big}u; let t = gid % {big}u;\n  var z = {V}(0);\n"
-        f"  if (t < {n}u) {{ let x = {V}({cvt(f'in0[row * {n}u + t]')}, {cvt(f'in1[row * {n}u + t]')});"
-        f" let c = C[t]; z = {_cmul(V, 'x', 'c')}; }}\n  A[gid] = z;\n"
+    to_fb = _Side((fb,), lambda r, pos, v: f"fb[{pos}] = {v};")
+    passes += _fft_passes(num, big, 1, chirp_b, to_fb, tw, big, -1.0, False, temps)
+    # av = FFT(x c zero-padded to M) · fb
+    planes = _planes_in(num, n)
+    x_c = _Side(
+        (*planes.bufs, cc),
+        lambda r, pos, v: (
+            f"{{ let j = {pos}; {v} = {V}(0); if (j < {n}u) {{ var x: {V}; "
+            + planes.code(r, "j", "x")
+            + f" let c = cc[j]; {v} = {_cmul(V, 'x', 'c')}; }} }}"
+        ),
     )
-    bind = [("in", 0), ("in", 1), ("scratch", C), ("scratch", A)]
-    passes.append(elementwise_pass(decl, ["in0", "in1", "C", "A"], body, batch * big, bind))
-    st, fa = _stages(big, batch, A, A2, TWF, V)
-    passes += st
-    decl = storage(0, "A", V, False) + "\n" + storage(1, "FB", V, False) + "\n"
-    body = f"  let a = A[gid]; let b = FB[gid % {big}u];\n  A[gid] = {_cmul(V, 'a', 'b')};\n"
-    passes.append(elementwise_pass(decl, ["A", "FB"], body, batch * big, [("scratch", fa), ("scratch", fb)]))
-    st, fr = _stages(big, batch, fa, A2 if fa == A else A, TWI, V)
-    passes += st
-    scale = f"{T}({1.0 / big / (n if inverse else 1)!r})"
-    decl = hdr + storage(0, "out0", ty, False) + "\n" + storage(1, "out1", ty, False) + "\n"
-    decl += storage(2, "C", V, False) + "\n" + storage(3, "R", V, False) + "\n"
-    body = (
-        f"  let row = gid / {n}u; let k = gid % {n}u;\n"
-        f"  let r = R[row * {big}u + k]; let c = C[k];\n  let z = {_cmul(V, 'c', 'r')} * {scale};\n"
-        f"  out0[gid] = {outc('z.x')};\n  out1[gid] = {outc('z.y')};\n"
+    times_fb = _Side(
+        (a, fb),
+        lambda r, pos, v: (
+            f"{{ let j = {pos}; let z = {v}; let f = fb[j]; av[({r}) * {big}u + j] = {_cmul(V, 'z', 'f')}; }}"
+        ),
     )
-    bind = [("out", 0), ("out", 1), ("scratch", C), ("scratch", fr)]
-    passes.append(elementwise_pass(decl, ["out0", "out1", "C", "R"], body, batch * n, bind))
-    cb = max(16, batch * big * elem)
-    tb = max(16, big * elem)
-    return Plan(tuple(passes), (cb, cb, tb, tb, max(16, n * elem), tb, tb))
+    passes += _fft_passes(num, big, batch, x_c, times_fb, tw, big, -1.0, False, temps)
+    # the inverse FFT (conjugate twiddles), then c_k · r_k / M for k < n
+    from_a = _Side((a,), lambda r, pos, v: f"{v} = av[({r}) * {big}u + {pos}];")
+    out = _planes_out(num, n)
+    times_c = _Side(
+        (*out.bufs, cc),
+        lambda r, pos, v: (
+            f"{{ let k = {pos}; if (k < {n}u) {{ let z = {v}; let c = cc[k]; let y = {_cmul(V, 'c', 'z')}; "
+            + out.code(r, "k", "y")
+            + " } }"
+        ),
+    )
+    scale = 1.0 / big / (n if inverse else 1)
+    passes += _fft_passes(num, big, batch, from_a, times_c, tw, big, 1.0, True, temps, scale)
+    big_bytes = max(16, batch * big * num.elem)
+    tmp_bytes = big_bytes if big > 2 * LOCAL_BYTES // num.elem else 16
+    small = max(16, big * num.elem)
+    return Plan(tuple(passes), (small, max(16, n * num.elem), small, big_bytes, tmp_bytes, tmp_bytes))
+
+
+def _direct(num: _Num, n: int, batch: int, sign: float, inverse: bool) -> Plan:
+    """A short length with a prime factor above 13: one thread per output sums the DFT, the table
+    index advanced mod n (exact integer arithmetic)."""
+    V = num.V
+    tw = _Buf("tw", V, ("scratch", 2))
+    passes = [_table(n, sign, tw, num)]
+    decl = num.hdr + storage(0, "in0", num.ty, True) + "\n" + storage(1, "in1", num.ty, True) + "\n"
+    decl += storage(2, "S", V, False) + "\n"
+    body = f"  S[gid] = {V}({num.cvt('in0[gid]')}, {num.cvt('in1[gid]')});\n"
+    bind: list[Binding] = [("in", 0), ("in", 1), ("scratch", 0)]
+    passes.append(elementwise_pass(decl, ["in0", "in1", "S"], body, batch * n, bind))
+    decl = storage(0, "src", V, False) + "\n" + storage(1, "dst", V, False) + "\n"
+    decl += storage(2, "tw", V, False) + "\n"
+    body = f"""  let row = gid / {n}u; let kk = gid % {n}u;
+  let o = row * {n}u;
+  var acc = {V}(0);
+  var idx = 0u;
+  for (var j = 0u; j < {n}u; j = j + 1u) {{
+    let x = src[o + j]; let w = tw[idx];
+    acc = acc + {_cmul(V, "w", "x")};
+    idx = idx + kk; if (idx >= {n}u) {{ idx = idx - {n}u; }}
+  }}
+  dst[gid] = acc;
+"""
+    bind = [("scratch", 0), ("scratch", 1), ("scratch", 2)]
+    passes.append(elementwise_pass(decl, ["src", "dst", "tw"], body, batch * n, bind))
+    scale = f" * {num.lit(1.0 / n)}" if inverse else ""
+    decl = num.hdr + storage(0, "out0", num.ty, False) + "\n" + storage(1, "out1", num.ty, False) + "\n"
+    decl += storage(2, "S", V, False) + "\n"
+    body = f"  let z = S[gid]{scale};\n  out0[gid] = {num.outc('z.x')};\n  out1[gid] = {num.outc('z.y')};\n"
+    bind = [("out", 0), ("out", 1), ("scratch", 1)]
+    passes.append(elementwise_pass(decl, ["out0", "out1", "S"], body, batch * n, bind))
+    cbytes = max(16, batch * n * num.elem)
+    return Plan(tuple(passes), (cbytes, cbytes, max(16, n * num.elem)))
 
 
 def plan_fft(routine: Routine, target: object = None) -> Plan:
@@ -188,92 +565,34 @@ def plan_fft(routine: Routine, target: object = None) -> Plan:
     batch = math.prod(shape[:-1])
     if batch == 0:
         return Plan(())
-    ty = wgsl_type(dtype)
     wd = work_dtype(dtype)
-    T = wgsl_type(wd)
-    V = f"vec2<{T}>"
-    hdr = header([dtype])
-    cvt = (lambda x: f"f32({x})") if dtype == DType.float16 else (lambda x: x)
-    outc = (lambda x: f"f16({x})") if dtype == DType.float16 else (lambda x: x)
+    num = _Num(
+        T=wgsl_type(wd),
+        ty=wgsl_type(dtype),
+        hdr=header([dtype]),
+        sfx="f64" if wd == DType.float64 else "f32",
+        elem=16 if wd == DType.float64 else 8,
+        f16=dtype == DType.float16,
+    )
     sign = 1.0 if params.inverse else -1.0
-    elem = 16 if wd == DType.float64 else 8
-    cbytes = max(16, batch * n * elem)
-    scratch = (cbytes, cbytes, max(16, n * elem))
-    sfx = "f64" if wd == DType.float64 else "f32"
-    passes: list[Pass] = []
-    if n & (n - 1) and n > DIRECT_MAX:
-        return _bluestein(n, batch, sign, T, V, sfx, hdr, ty, cvt, outc, elem, params.inverse)
-
-    # twiddle table: tw[t] = (cos, sign*sin)(2π t / n)
-    decl = storage(0, "tw", V, False) + "\n" + helpers([f"jc_sin_{sfx}", f"jc_cos_{sfx}"])
-    two_pi = f"{T}({2 * math.pi!r})"
-    body = (
-        f"  let th = {T}(gid) * ({two_pi} / {T}({n}));\n"
-        f"  tw[gid] = {V}(jc_cos_{sfx}(th), {T}({sign}) * jc_sin_{sfx}(th));\n"
-    )
-    passes.append(elementwise_pass(decl, ["tw"], body, n, [("scratch", 2)]))
-    scale = f" / {T}({n})" if params.inverse else ""
-    shared = getattr(target, "max_workgroup_storage", 16384)
-    if n >= 2 and n & (n - 1) == 0 and n * elem <= shared:
-        tw_only = Pass(passes[0].code, passes[0].grid, (("scratch", 0),))
-        local = _local_stockham(n, batch, T, V, hdr, ty, cvt, outc, scale)
-        return Plan((tw_only, local), (max(16, n * elem),))
-    # load
-    decl = hdr + storage(0, "in0", ty, True) + "\n" + storage(1, "in1", ty, True) + "\n"
-    decl += storage(2, "S", V, False) + "\n"
-    body = f"  S[gid] = {V}({cvt('in0[gid]')}, {cvt('in1[gid]')});\n"
-    passes.append(
-        elementwise_pass(decl, ["in0", "in1", "S"], body, batch * n, [("in", 0), ("in", 1), ("scratch", 0)])
-    )
-    cur = 0
-    if n & (n - 1) == 0:
-        half = n // 2
-        decl = storage(0, "src", V, False) + "\n" + storage(1, "dst", V, False) + "\n"
-        decl += storage(2, "tw", V, False) + "\n" + _UNI
-        body = f"""  let row = gid / {max(half, 1)}u; let t = gid % {max(half, 1)}u;
-  let m = u.m; let j = t / m; let k = t % m;
-  let o = row * {n}u;
-  let c0 = src[o + k + j * m]; let c1 = src[o + k + j * m + {half}u];
-  let w = tw[j * m];
-  let d = c0 - c1;
-  dst[o + k + 2u * j * m] = c0 + c1;
-  dst[o + k + 2u * j * m + m] = {V}(w.x * d.x - w.y * d.y, w.x * d.y + w.y * d.x);
-"""
-        m = 1
-        while m < n:
-            bind = [("scratch", cur), ("scratch", 1 - cur), ("scratch", 2)]
-            passes.append(
-                elementwise_pass(decl, ["src", "dst", "tw"], body, batch * half, bind, uniform=u32s(m))
-            )
-            cur = 1 - cur
-            m *= 2
-    else:
-        decl = storage(0, "src", V, False) + "\n" + storage(1, "dst", V, False) + "\n"
-        decl += storage(2, "tw", V, False) + "\n"
-        body = f"""  let row = gid / {n}u; let kk = gid % {n}u;
-  let o = row * {n}u;
-  var acc = {V}(0);
-  var idx = 0u;
-  for (var j = 0u; j < {n}u; j = j + 1u) {{
-    let x = src[o + j]; let w = tw[idx];
-    acc = acc + {V}(w.x * x.x - w.y * x.y, w.x * x.y + w.y * x.x);
-    idx = idx + kk; if (idx >= {n}u) {{ idx = idx - {n}u; }}
-  }}
-  dst[gid] = acc;
-"""
-        passes.append(
-            elementwise_pass(
-                decl, ["src", "dst", "tw"], body, batch * n, [("scratch", 0), ("scratch", 1), ("scratch", 2)]
-            )
+    if n == 1:  # the DFT of one value is itself
+        decl = num.hdr + "".join(
+            storage(i, x, num.ty, i < 2) + "\n" for i, x in enumerate(("in0", "in1", "out0", "out1"))
         )
-        cur = 1
-    # store (the inverse scales by 1/n)
-    decl = hdr + storage(0, "out0", ty, False) + "\n" + storage(1, "out1", ty, False) + "\n"
-    decl += storage(2, "S", V, False) + "\n"
-    body = f"  let z = S[gid];\n  out0[gid] = {outc(f'z.x{scale}')};\n  out1[gid] = {outc(f'z.y{scale}')};\n"
-    passes.append(
-        elementwise_pass(
-            decl, ["out0", "out1", "S"], body, batch * n, [("out", 0), ("out", 1), ("scratch", cur)]
-        )
+        body = "  out0[gid] = in0[gid];\n  out1[gid] = in1[gid];\n"
+        bind: list[Binding] = [("in", 0), ("in", 1), ("out", 0), ("out", 1)]
+        return Plan((elementwise_pass(decl, ["in0", "in1", "out0", "out1"], body, batch, bind),))
+    if not _smooth(n):
+        if n <= DIRECT_MAX:
+            return _direct(num, n, batch, sign, params.inverse)
+        return _bluestein(num, n, batch, sign, params.inverse)
+    tw = _Buf("tw", num.V, ("scratch", 0))
+    temps = (_Buf("t0", num.V, ("scratch", 1)), _Buf("t1", num.V, ("scratch", 2)))
+    scale = 1.0 / n if params.inverse else None
+    passes = [_table(n, sign, tw, num)]
+    passes += _fft_passes(
+        num, n, batch, _planes_in(num, n), _planes_out(num, n), tw, n, sign, False, temps, scale
     )
-    return Plan(tuple(passes), scratch)
+    used = {b[1] for p in passes for b in p.bindings if b[0] == "scratch"}
+    cbytes = max(16, batch * n * num.elem)
+    return Plan(tuple(passes), (max(16, n * num.elem), *(cbytes if i in used else 16 for i in (1, 2))))
