@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from jaxcore.dtype import DType
+from jaxcore.dtype import DType, byte_width
 from jaxcore.routine import JacobiEighParams, Routine, Routines, TriangularSolveParams
 from jaxcore_webgpu.program import Pass, Plan
 from jaxcore_webgpu.routines.common import (
@@ -28,12 +28,19 @@ from jaxcore_webgpu.routines.common import (
     helpers,
     nbytes,
     storage,
+    u32s,
     wgsl_type,
     work_dtype,
 )
 
 LOCAL = 256
 SYNC = "storageBarrier(); workgroupBarrier();"
+
+CHOL_UNBLOCKED_MAX = 64  # n up to this: the one-workgroup kernel; above: the blocked passes
+NB = 32  # block width of the blocked Cholesky
+TILE = 64  # trailing-update tile (TILE x TILE outputs per workgroup)
+WG_STORAGE = 16384  # WebGPU's default workgroup storage limit: the WGSL must run in browsers too
+_CHOL_UNI = "struct U { k0: u32, kb: u32, tiles: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
 
 
 def _types(dtype: DType) -> tuple[str, str, DType]:
@@ -91,6 +98,13 @@ def _cholesky(routine: Routine) -> Plan:
     batch = math.prod(shape[:-2])
     if n == 0 or batch == 0:
         return Plan(())
+    if n <= CHOL_UNBLOCKED_MAX:
+        return _cholesky_unblocked(dtype, n, batch)
+    return _cholesky_blocked(dtype, n, batch)
+
+
+def _cholesky_unblocked(dtype: DType, n: int, batch: int) -> Plan:
+    """One workgroup per matrix, a column per step, in global memory: few passes, for small n."""
     ty, T, wd = _types(dtype)
     nn = n * n
     decls = (
@@ -134,6 +148,176 @@ def _cholesky(routine: Routine) -> Plan:
 """
     p = _group_pass(decls, ["in0", "out0", "W"], body, batch, [("in", 0), ("out", 0), ("scratch", 0)])
     return Plan((p,), (nbytes(wd, batch * nn),))
+
+
+def _tiled_main(wg: int, batch: int, nn: int, body: str) -> str:
+    """An entry point of `u.tiles` workgroups per matrix, folded into x and y: gives `b` (the
+    matrix), `t` (the workgroup's tile), `base` (the matrix's first element) and `lid`."""
+    return (
+        f"@compute @workgroup_size({wg}, 1, 1)\n"
+        "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n"
+        "        @builtin(local_invocation_index) lid: u32) {\n"
+        "  let wgi = wid.x + wid.y * nwg.x;\n"
+        f"  if (wgi >= u.tiles * {batch}u) {{ return; }}\n"
+        "  let b = wgi / u.tiles;\n  let t = wgi % u.tiles;\n"
+        f"  let base = b * {nn}u;\n" + body + "}\n"
+    )
+
+
+def _chol_diag(T: str, n: int, batch: int) -> str:
+    """Factor the diagonal block at (u.k0, u.k0), u.kb wide, in workgroup memory: a thread per
+    row, a column per step, the unblocked kernel's formulas."""
+    s = NB + 1  # column stride of `a` (padded: the load writes across columns)
+    body = f"""  let k0 = u.k0; let kb = u.kb;
+  for (var e = lid; e < kb * kb; e = e + {NB}u) {{
+    let r = e / kb; let c = e % kb;
+    if (c <= r) {{ a[c * {s}u + r] = W[base + (k0 + r) * {n}u + k0 + c]; }}
+  }}
+  workgroupBarrier();
+  for (var j = 0u; j < kb; j = j + 1u) {{
+    var v = {T}(0);
+    if (lid >= j && lid < kb) {{
+      v = a[j * {s}u + lid];
+      for (var p = 0u; p < j; p = p + 1u) {{ v = v - a[p * {s}u + lid] * a[p * {s}u + j]; }}
+      if (lid == j) {{ a[j * {s}u + j] = sqrt(v); }}
+    }}
+    workgroupBarrier();
+    if (lid > j && lid < kb) {{ a[j * {s}u + lid] = v / a[j * {s}u + j]; }}
+    workgroupBarrier();
+  }}
+  for (var e = lid; e < kb * kb; e = e + {NB}u) {{
+    let r = e / kb; let c = e % kb;
+    if (c <= r) {{ W[base + (k0 + r) * {n}u + k0 + c] = a[c * {s}u + r]; }}
+  }}
+"""
+    return f"var<workgroup> a: array<{T}, {NB * s}>;\n" + _tiled_main(NB, batch, n * n, body)
+
+
+def _chol_panel(T: str, n: int, batch: int, rows: int) -> str:
+    """The panel below the diagonal block, `rows` rows a workgroup: each thread solves its row
+    against L_kk by forward substitution (L[i,j] = (A[i,j] - sum_p<j L[i,p] L[j,p]) / L[j,j])."""
+    s = rows + 1  # column stride of `x` (padded: the load writes across columns)
+    body = f"""  let k0 = u.k0;
+  let i0 = k0 + {NB}u + t * {rows}u;
+  for (var e = lid; e < {NB * NB}u; e = e + {rows}u) {{
+    lk[e] = W[base + (k0 + e / {NB}u) * {n}u + k0 + e % {NB}u];
+  }}
+  for (var e = lid; e < {rows * NB}u; e = e + {rows}u) {{
+    let r = e / {NB}u; let c = e % {NB}u;
+    if (i0 + r < {n}u) {{ x[c * {s}u + r] = W[base + (i0 + r) * {n}u + k0 + c]; }}
+  }}
+  workgroupBarrier();
+  if (i0 + lid < {n}u) {{
+    for (var j = 0u; j < {NB}u; j = j + 1u) {{
+      var v = x[j * {s}u + lid];
+      for (var p = 0u; p < j; p = p + 1u) {{ v = v - x[p * {s}u + lid] * lk[j * {NB}u + p]; }}
+      x[j * {s}u + lid] = v / lk[j * {NB}u + j];
+    }}
+  }}
+  workgroupBarrier();
+  for (var e = lid; e < {rows * NB}u; e = e + {rows}u) {{
+    let r = e / {NB}u; let c = e % {NB}u;
+    if (i0 + r < {n}u) {{ W[base + (i0 + r) * {n}u + k0 + c] = x[c * {s}u + r]; }}
+  }}
+"""
+    decls = f"var<workgroup> lk: array<{T}, {NB * NB}>;\nvar<workgroup> x: array<{T}, {NB * s}>;\n"
+    return decls + _tiled_main(rows, batch, n * n, body)
+
+
+def _chol_update(T: str, n: int, batch: int, kc: int) -> str:
+    """A[i,j] -= sum_p L[i,p] L[j,p] over the block's NB columns, for one TILE x TILE tile of the
+    trailing lower triangle (tile t of the row-major lower triangle of tiles); the block's
+    columns come through workgroup memory `kc` at a time, each of 16 x 16 threads keeps
+    RT x RT outputs in registers (rows ty + 16r, columns tx + 16c: a warp stores whole rows)."""
+    s = TILE + 1  # column stride of `li`, `lj` (padded: the load writes across columns)
+    rt = TILE // 16
+    rc = [(r, c) for r in range(rt) for c in range(rt)]
+    acc = "".join(f"  var c{r}{c} = {T}(0);\n" for r, c in rc)
+    loads = "".join(f"      let a{r} = li[p * {s}u + ty + {16 * r}u];\n" for r in range(rt))
+    loads += "".join(f"      let b{c} = lj[p * {s}u + tx + {16 * c}u];\n" for c in range(rt))
+    fmas = "".join(f"      c{r}{c} = c{r}{c} + a{r} * b{c};\n" for r, c in rc)
+    idx = "".join(f"  let r{r} = i0 + ty + {16 * r}u;\n" for r in range(rt))
+    idx += "".join(f"  let s{c} = j0 + tx + {16 * c}u;\n" for c in range(rt))
+    stores = "".join(
+        f"  if (r{r} < {n}u && s{c} <= r{r}) {{ let e = base + r{r} * {n}u + s{c}; W[e] -= c{r}{c}; }}\n"
+        for r, c in rc
+    )
+    body = f"""  var ti = u32((sqrt(8.0 * f32(t) + 1.0) - 1.0) * 0.5);
+  loop {{ if (ti * (ti + 1u) / 2u <= t) {{ break; }} ti = ti - 1u; }}
+  loop {{ if ((ti + 1u) * (ti + 2u) / 2u > t) {{ break; }} ti = ti + 1u; }}
+  let tj = t - ti * (ti + 1u) / 2u;
+  let k0 = u.k0;
+  let i0 = k0 + {NB}u + ti * {TILE}u;
+  let j0 = k0 + {NB}u + tj * {TILE}u;
+  let tx = lid % 16u; let ty = lid / 16u;
+{acc}  for (var q = 0u; q < {NB}u; q = q + {kc}u) {{
+    for (var e = lid; e < {TILE * kc}u; e = e + 256u) {{
+      let r = e / {kc}u; let p = e % {kc}u;
+      var vi = {T}(0); var vj = {T}(0);
+      if (i0 + r < {n}u) {{ vi = W[base + (i0 + r) * {n}u + k0 + q + p]; }}
+      if (j0 + r < {n}u) {{ vj = W[base + (j0 + r) * {n}u + k0 + q + p]; }}
+      li[p * {s}u + r] = vi; lj[p * {s}u + r] = vj;
+    }}
+    workgroupBarrier();
+    for (var p = 0u; p < {kc}u; p = p + 1u) {{
+{loads}{fmas}    }}
+    workgroupBarrier();
+  }}
+{idx}{stores}"""
+    decls = f"var<workgroup> li: array<{T}, {kc * s}>;\nvar<workgroup> lj: array<{T}, {kc * s}>;\n"
+    return decls + _tiled_main(256, batch, n * n, body)
+
+
+def _fit(start: int, cost) -> int:
+    """The largest of start, start/2, ... whose workgroup storage `cost(v)` fits WebGPU's default."""
+    v = start
+    while v > 1 and cost(v) > WG_STORAGE:
+        v //= 2
+    return v
+
+
+def _cholesky_blocked(dtype: DType, n: int, batch: int) -> Plan:
+    """Right-looking by block columns of NB: per block, factor the diagonal block (one workgroup
+    per matrix), solve the panel below it (row tiles x batch), update the trailing lower triangle
+    (tiles x batch). Row-major throughout; float32/float64 work in place in the output (the first
+    pass copies the lower triangle, zeros above), float16 in a float32 scratch that a last pass
+    rounds into the output. The block index is the passes' uniform, so passes of a kind share one
+    pipeline."""
+    ty, T, wd = _types(dtype)
+    w = byte_width(wd)
+    nn, total = n * n, batch * n * n
+    work: tuple[str, int] = ("out", 0) if wd == dtype else ("scratch", 0)
+    init_decls = header([dtype]) + storage(0, "in0", ty, True) + "\n" + storage(1, "W", T, False) + "\n"
+    lower = f"e % {n}u <= e / {n}u"
+    init_body = f"  let e = gid % {nn}u;\n  W[gid] = select({T}(0), {_cvt(dtype, 'in0[gid]')}, {lower});\n"
+    passes = [elementwise_pass(init_decls, ["in0", "W"], init_body, total, [("in", 0), work])]
+
+    rows = _fit(64, lambda r: (NB * (r + 1) + NB * NB) * w)
+    kc = _fit(NB, lambda k: 2 * k * (TILE + 1) * w)
+    decls = storage(0, "W", T, False) + "\n" + _CHOL_UNI
+    diag, panel, update = (
+        decls + _chol_diag(T, n, batch),
+        decls + _chol_panel(T, n, batch, rows),
+        decls + _chol_update(T, n, batch, kc),
+    )
+
+    def run(code: str, tiles: int, k0: int, kb: int) -> Pass:
+        return Pass(code, fold(tiles * batch), (work,), uniform=u32s(k0, kb, tiles))
+
+    for k0 in range(0, n, NB):
+        kb = min(NB, n - k0)
+        passes.append(run(diag, 1, k0, kb))
+        m = n - k0 - kb  # rows below the block (none for the last one)
+        if m:
+            passes.append(run(panel, -(-m // rows), k0, kb))
+            nt = -(-m // TILE)
+            passes.append(run(update, nt * (nt + 1) // 2, k0, kb))
+    if wd == dtype:
+        return Plan(tuple(passes))
+    fin_decls = header([dtype]) + storage(0, "W", T, True) + "\n" + storage(1, "out0", ty, False) + "\n"
+    fin_body = f"  out0[gid] = {_out(dtype, 'W[gid]')};\n"
+    passes.append(elementwise_pass(fin_decls, ["W", "out0"], fin_body, total, [("scratch", 0), ("out", 0)]))
+    return Plan(tuple(passes), (nbytes(wd, total),))
 
 
 def _triangular_solve(routine: Routine) -> Plan:
