@@ -1,11 +1,17 @@
 """TriangularSolve, Cholesky, LU and JacobiEigh in WGSL.
 
-Matrices are worked on in a scratch copy in the work dtype (float16 runs in float32 and rounds on
-store, as the host reference does); each routine's last step writes every output element.
+Matrices are worked on in a copy in the work dtype (float16 runs in float32 and rounds on store,
+as the host reference does): a scratch buffer, or for Cholesky in float32/float64 the output
+itself; each routine's passes write every output element.
 
-- Cholesky: one workgroup per matrix, a column per step (left-looking: every row of the column's
-  dot product in parallel, then the pivot's sqrt and the division), the formulas of the
-  reference's column algorithm, so a non-positive-definite pivot gives NaN in the same places.
+- Cholesky: blocked right-looking, by block columns of NB, three passes a block: the diagonal
+  block factored by one workgroup per matrix (a thread per row), the panel below it by forward
+  substitution (a thread per row), the trailing lower triangle updated in TILE x TILE tiles
+  (4 x 4 outputs a thread). Each element gets the reference column algorithm's formulas
+  (s = A[i,j] - sum_p L[i,p] L[j,p], L[j,j] = sqrt(s_jj), L[i,j] = s / L[j,j]) over the same
+  dependencies, only the subtraction order differs, so a non-positive-definite pivot gives NaN in
+  the same places. The block's offset is the passes' uniform, so all diagonal passes share one
+  pipeline, as do the panels and the updates.
 - TriangularSolve: one thread per right-hand-side row, back substitution over the upper triangle.
 - LU: one workgroup per matrix; per column, thread 0 finds the first largest |value| (a NaN never
   wins, a NaN diagonal stays), the rows swap in parallel, the multipliers and the trailing update
@@ -36,9 +42,9 @@ from jaxcore_webgpu.routines.common import (
 LOCAL = 256
 SYNC = "storageBarrier(); workgroupBarrier();"
 
-CHOL_UNBLOCKED_MAX = 64  # n up to this: the one-workgroup kernel; above: the blocked passes
-NB = 32  # block width of the blocked Cholesky
-TILE = 64  # trailing-update tile (TILE x TILE outputs per workgroup)
+NB = 32  # block width of the blocked Cholesky (a diagonal block is a workgroup's rows)
+TILE = 32  # trailing-update tile (TILE x TILE outputs per workgroup, 4 x 4 a thread)
+PANEL_ROWS = 64  # panel rows per workgroup (a thread per row)
 WG_STORAGE = 16384  # WebGPU's default workgroup storage limit: the WGSL must run in browsers too
 _CHOL_UNI = "struct U { k0: u32, kb: u32, tiles: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
 
@@ -91,65 +97,6 @@ def plan_linalg(routine: Routine) -> Plan:
     raise ValueError(name)
 
 
-def _cholesky(routine: Routine) -> Plan:
-    dtype = routine.type.input_dtypes[0]
-    shape = routine.type.input_shapes[0]
-    n = shape[-1]
-    batch = math.prod(shape[:-2])
-    if n == 0 or batch == 0:
-        return Plan(())
-    if n <= CHOL_UNBLOCKED_MAX:
-        return _cholesky_unblocked(dtype, n, batch)
-    return _cholesky_blocked(dtype, n, batch)
-
-
-def _cholesky_unblocked(dtype: DType, n: int, batch: int) -> Plan:
-    """One workgroup per matrix, a column per step, in global memory: few passes, for small n."""
-    ty, T, wd = _types(dtype)
-    nn = n * n
-    decls = (
-        header([dtype])
-        + storage(0, "in0", ty, True)
-        + "\n"
-        + storage(1, "out0", ty, False)
-        + "\n"
-        + storage(2, "W", T, False)
-        + "\n"
-    )
-    # W holds L column-major (W[c*n + r] = L[r, c]): a column's rows are adjacent, so the threads
-    # of a step read and write consecutive addresses.
-    body = f"""  let base = b * {nn};
-  for (var e = lid; e < {nn}; e = e + {LOCAL}) {{
-    let i = e / {n}; let j = e % {n};
-    var v = {T}(0);
-    if (j <= i) {{ v = {_cvt(dtype, "in0[base + e]")}; }}
-    W[base + j * {n} + i] = v;
-  }}
-  {SYNC}
-  for (var j = 0; j < {n}; j = j + 1) {{
-    for (var i = j + lid; i < {n}; i = i + {LOCAL}) {{
-      var s = W[base + j * {n} + i];
-      for (var p = 0; p < j; p = p + 1) {{ s = s - W[base + p * {n} + i] * W[base + p * {n} + j]; }}
-      W[base + j * {n} + i] = s;
-    }}
-    {SYNC}
-    let d = sqrt(W[base + j * {n} + j]);
-    {SYNC}
-    for (var i = j + lid; i < {n}; i = i + {LOCAL}) {{
-      let e = base + j * {n} + i;
-      if (i == j) {{ W[e] = d; }} else {{ W[e] = W[e] / d; }}
-    }}
-    {SYNC}
-  }}
-  for (var e = lid; e < {nn}; e = e + {LOCAL}) {{
-    let i = e / {n}; let j = e % {n};
-    out0[base + e] = {_out(dtype, f"W[base + j * {n} + i]")};
-  }}
-"""
-    p = _group_pass(decls, ["in0", "out0", "W"], body, batch, [("in", 0), ("out", 0), ("scratch", 0)])
-    return Plan((p,), (nbytes(wd, batch * nn),))
-
-
 def _tiled_main(wg: int, batch: int, nn: int, body: str) -> str:
     """An entry point of `u.tiles` workgroups per matrix, folded into x and y: gives `b` (the
     matrix), `t` (the workgroup's tile), `base` (the matrix's first element) and `lid`."""
@@ -165,82 +112,79 @@ def _tiled_main(wg: int, batch: int, nn: int, body: str) -> str:
 
 
 def _chol_diag(T: str, n: int, batch: int) -> str:
-    """Factor the diagonal block at (u.k0, u.k0), u.kb wide, in workgroup memory: a thread per
-    row, a column per step, the unblocked kernel's formulas."""
-    s = NB + 1  # column stride of `a` (padded: the load writes across columns)
+    """Factor the diagonal block at (u.k0, u.k0), u.kb wide: a thread per row, holding its row;
+    the unblocked kernel's formulas, a column per step. A row is published to workgroup memory
+    as soon as its diagonal is known (thread j+1 finishes its diagonal in step j), so each step
+    needs one barrier."""
     body = f"""  let k0 = u.k0; let kb = u.kb;
-  for (var e = lid; e < kb * kb; e = e + {NB}u) {{
-    let r = e / kb; let c = e % kb;
-    if (c <= r) {{ a[c * {s}u + r] = W[base + (k0 + r) * {n}u + k0 + c]; }}
-  }}
-  workgroupBarrier();
+  let row = base + (k0 + lid) * {n}u + k0;
+  let mine = lid < kb;
+  var x: array<{T}, {NB}>;
+  if (mine) {{ for (var c = 0u; c <= lid; c = c + 1u) {{ x[c] = W[row + c]; }} }}
+  if (lid == 0u) {{ x[0] = sqrt(x[0]); lrow[0] = x[0]; }}
   for (var j = 0u; j < kb; j = j + 1u) {{
-    var v = {T}(0);
-    if (lid >= j && lid < kb) {{
-      v = a[j * {s}u + lid];
-      for (var p = 0u; p < j; p = p + 1u) {{ v = v - a[p * {s}u + lid] * a[p * {s}u + j]; }}
-      if (lid == j) {{ a[j * {s}u + j] = sqrt(v); }}
+    workgroupBarrier();
+    if (mine && lid > j) {{
+      var v = x[j];
+      for (var p = 0u; p < j; p = p + 1u) {{ v = v - x[p] * lrow[j * {NB}u + p]; }}
+      x[j] = v / lrow[j * {NB}u + j];
+      if (lid == j + 1u) {{
+        var d = x[lid];
+        for (var p = 0u; p < lid; p = p + 1u) {{ d = d - x[p] * x[p]; }}
+        x[lid] = sqrt(d);
+        for (var p = 0u; p <= lid; p = p + 1u) {{ lrow[lid * {NB}u + p] = x[p]; }}
+      }}
     }}
-    workgroupBarrier();
-    if (lid > j && lid < kb) {{ a[j * {s}u + lid] = v / a[j * {s}u + j]; }}
-    workgroupBarrier();
   }}
-  for (var e = lid; e < kb * kb; e = e + {NB}u) {{
-    let r = e / kb; let c = e % kb;
-    if (c <= r) {{ W[base + (k0 + r) * {n}u + k0 + c] = a[c * {s}u + r]; }}
-  }}
+  if (mine) {{ for (var c = 0u; c <= lid; c = c + 1u) {{ W[row + c] = x[c]; }} }}
 """
-    return f"var<workgroup> a: array<{T}, {NB * s}>;\n" + _tiled_main(NB, batch, n * n, body)
+    return f"var<workgroup> lrow: array<{T}, {NB * NB}>;\n" + _tiled_main(NB, batch, n * n, body)
 
 
 def _chol_panel(T: str, n: int, batch: int, rows: int) -> str:
     """The panel below the diagonal block, `rows` rows a workgroup: each thread solves its row
     against L_kk by forward substitution (L[i,j] = (A[i,j] - sum_p<j L[i,p] L[j,p]) / L[j,j])."""
-    s = rows + 1  # column stride of `x` (padded: the load writes across columns)
     body = f"""  let k0 = u.k0;
-  let i0 = k0 + {NB}u + t * {rows}u;
+  let i = k0 + {NB}u + t * {rows}u + lid;
   for (var e = lid; e < {NB * NB}u; e = e + {rows}u) {{
     lk[e] = W[base + (k0 + e / {NB}u) * {n}u + k0 + e % {NB}u];
   }}
-  for (var e = lid; e < {rows * NB}u; e = e + {rows}u) {{
-    let r = e / {NB}u; let c = e % {NB}u;
-    if (i0 + r < {n}u) {{ x[c * {s}u + r] = W[base + (i0 + r) * {n}u + k0 + c]; }}
-  }}
   workgroupBarrier();
-  if (i0 + lid < {n}u) {{
+  if (i < {n}u) {{
+    let row = base + i * {n}u + k0;
+    var x: array<{T}, {NB}>;
+    for (var j = 0u; j < {NB}u; j = j + 1u) {{ x[j] = W[row + j]; }}
     for (var j = 0u; j < {NB}u; j = j + 1u) {{
-      var v = x[j * {s}u + lid];
-      for (var p = 0u; p < j; p = p + 1u) {{ v = v - x[p * {s}u + lid] * lk[j * {NB}u + p]; }}
-      x[j * {s}u + lid] = v / lk[j * {NB}u + j];
+      var v = x[j];
+      for (var p = 0u; p < j; p = p + 1u) {{ v = v - x[p] * lk[j * {NB}u + p]; }}
+      x[j] = v / lk[j * {NB}u + j];
     }}
-  }}
-  workgroupBarrier();
-  for (var e = lid; e < {rows * NB}u; e = e + {rows}u) {{
-    let r = e / {NB}u; let c = e % {NB}u;
-    if (i0 + r < {n}u) {{ W[base + (i0 + r) * {n}u + k0 + c] = x[c * {s}u + r]; }}
+    for (var j = 0u; j < {NB}u; j = j + 1u) {{ W[row + j] = x[j]; }}
   }}
 """
-    decls = f"var<workgroup> lk: array<{T}, {NB * NB}>;\nvar<workgroup> x: array<{T}, {NB * s}>;\n"
+    decls = f"var<workgroup> lk: array<{T}, {NB * NB}>;\n"
     return decls + _tiled_main(rows, batch, n * n, body)
 
 
 def _chol_update(T: str, n: int, batch: int, kc: int) -> str:
     """A[i,j] -= sum_p L[i,p] L[j,p] over the block's NB columns, for one TILE x TILE tile of the
-    trailing lower triangle (tile t of the row-major lower triangle of tiles); the block's
-    columns come through workgroup memory `kc` at a time, each of 16 x 16 threads keeps
-    RT x RT outputs in registers (rows ty + 16r, columns tx + 16c: a warp stores whole rows)."""
-    s = TILE + 1  # column stride of `li`, `lj` (padded: the load writes across columns)
-    rt = TILE // 16
-    rc = [(r, c) for r in range(rt) for c in range(rt)]
-    acc = "".join(f"  var c{r}{c} = {T}(0);\n" for r, c in rc)
-    loads = "".join(f"      let a{r} = li[p * {s}u + ty + {16 * r}u];\n" for r in range(rt))
-    loads += "".join(f"      let b{c} = lj[p * {s}u + tx + {16 * c}u];\n" for c in range(rt))
-    fmas = "".join(f"      c{r}{c} = c{r}{c} + a{r} * b{c};\n" for r, c in rc)
-    idx = "".join(f"  let r{r} = i0 + ty + {16 * r}u;\n" for r in range(rt))
-    idx += "".join(f"  let s{c} = j0 + tx + {16 * c}u;\n" for c in range(rt))
+    trailing lower triangle (tile t of the row-major lower triangle of tiles; above-diagonal
+    elements of a diagonal tile are not stored). The block's columns come through workgroup
+    memory `kc` at a time as vec4s of 4 rows; each thread keeps a 4 x 4 block of outputs (rows
+    4ty.., columns 4tx..) in registers, so a step is two vec4 loads and four vec4 multiply-adds."""
+    s = TILE // 4 + 1  # vec4 column stride of `li`, `lj` (padded: the load writes across columns)
+    v = f"vec4<{T}>"
+    xyzw = "xyzw"
+    load = "".join(
+        f"      if (ri + {d}u < {n}u) {{ vi.{xyzw[d]} = W[base + (ri + {d}u) * {n}u + col]; }}\n"
+        f"      if (rj + {d}u < {n}u) {{ vj.{xyzw[d]} = W[base + (rj + {d}u) * {n}u + col]; }}\n"
+        for d in range(4)
+    )
+    fmas = "".join(f"      c{d} = c{d} + a.{xyzw[d]} * bv;\n" for d in range(4))
     stores = "".join(
-        f"  if (r{r} < {n}u && s{c} <= r{r}) {{ let e = base + r{r} * {n}u + s{c}; W[e] -= c{r}{c}; }}\n"
-        for r, c in rc
+        f"  if (i + {r}u < {n}u && j + {c}u <= i + {r}u) {{ W[e + {r * n + c}u] -= c{r}.{xyzw[c]}; }}\n"
+        for r in range(4)
+        for c in range(4)
     )
     body = f"""  var ti = u32((sqrt(8.0 * f32(t) + 1.0) - 1.0) * 0.5);
   loop {{ if (ti * (ti + 1u) / 2u <= t) {{ break; }} ti = ti - 1u; }}
@@ -249,40 +193,41 @@ def _chol_update(T: str, n: int, batch: int, kc: int) -> str:
   let k0 = u.k0;
   let i0 = k0 + {NB}u + ti * {TILE}u;
   let j0 = k0 + {NB}u + tj * {TILE}u;
-  let tx = lid % 16u; let ty = lid / 16u;
-{acc}  for (var q = 0u; q < {NB}u; q = q + {kc}u) {{
-    for (var e = lid; e < {TILE * kc}u; e = e + 256u) {{
-      let r = e / {kc}u; let p = e % {kc}u;
-      var vi = {T}(0); var vj = {T}(0);
-      if (i0 + r < {n}u) {{ vi = W[base + (i0 + r) * {n}u + k0 + q + p]; }}
-      if (j0 + r < {n}u) {{ vj = W[base + (j0 + r) * {n}u + k0 + q + p]; }}
-      li[p * {s}u + r] = vi; lj[p * {s}u + r] = vj;
+  let tx = lid % {TILE // 4}u; let ty = lid / {TILE // 4}u;
+  var c0 = {v}(0); var c1 = {v}(0); var c2 = {v}(0); var c3 = {v}(0);
+  for (var q = 0u; q < {NB}u; q = q + {kc}u) {{
+    for (var e = lid; e < {TILE // 4 * kc}u; e = e + {TILE * TILE // 16}u) {{
+      let r = e / {kc}u; let p = e % {kc}u; let col = k0 + q + p;
+      let ri = i0 + 4u * r; let rj = j0 + 4u * r;
+      var vi = {v}(0); var vj = {v}(0);
+{load}      li[p * {s}u + r] = vi; lj[p * {s}u + r] = vj;
     }}
     workgroupBarrier();
     for (var p = 0u; p < {kc}u; p = p + 1u) {{
-{loads}{fmas}    }}
+      let a = li[p * {s}u + ty]; let bv = lj[p * {s}u + tx];
+{fmas}    }}
     workgroupBarrier();
   }}
-{idx}{stores}"""
-    decls = f"var<workgroup> li: array<{T}, {kc * s}>;\nvar<workgroup> lj: array<{T}, {kc * s}>;\n"
-    return decls + _tiled_main(256, batch, n * n, body)
+  let i = i0 + 4u * ty; let j = j0 + 4u * tx;
+  let e = base + i * {n}u + j;
+{stores}"""
+    decls = f"var<workgroup> li: array<{v}, {kc * s}>;\nvar<workgroup> lj: array<{v}, {kc * s}>;\n"
+    return decls + _tiled_main(TILE * TILE // 16, batch, n * n, body)
 
 
-def _fit(start: int, cost) -> int:
-    """The largest of start, start/2, ... whose workgroup storage `cost(v)` fits WebGPU's default."""
-    v = start
-    while v > 1 and cost(v) > WG_STORAGE:
-        v //= 2
-    return v
-
-
-def _cholesky_blocked(dtype: DType, n: int, batch: int) -> Plan:
+def _cholesky(routine: Routine) -> Plan:
     """Right-looking by block columns of NB: per block, factor the diagonal block (one workgroup
     per matrix), solve the panel below it (row tiles x batch), update the trailing lower triangle
     (tiles x batch). Row-major throughout; float32/float64 work in place in the output (the first
     pass copies the lower triangle, zeros above), float16 in a float32 scratch that a last pass
-    rounds into the output. The block index is the passes' uniform, so passes of a kind share one
-    pipeline."""
+    rounds into the output. The block's offset is the passes' uniform, so the passes of a kind
+    share one pipeline."""
+    dtype = routine.type.input_dtypes[0]
+    shape = routine.type.input_shapes[0]
+    n = shape[-1]
+    batch = math.prod(shape[:-2])
+    if n == 0 or batch == 0:
+        return Plan(())
     ty, T, wd = _types(dtype)
     w = byte_width(wd)
     nn, total = n * n, batch * n * n
@@ -292,12 +237,13 @@ def _cholesky_blocked(dtype: DType, n: int, batch: int) -> Plan:
     init_body = f"  let e = gid % {nn}u;\n  W[gid] = select({T}(0), {_cvt(dtype, 'in0[gid]')}, {lower});\n"
     passes = [elementwise_pass(init_decls, ["in0", "W"], init_body, total, [("in", 0), work])]
 
-    rows = _fit(64, lambda r: (NB * (r + 1) + NB * NB) * w)
-    kc = _fit(NB, lambda k: 2 * k * (TILE + 1) * w)
+    kc = NB  # block columns per trailing-update step: two TILE x kc tiles in workgroup memory
+    while 2 * kc * (TILE + 4) * w > WG_STORAGE:
+        kc //= 2
     decls = storage(0, "W", T, False) + "\n" + _CHOL_UNI
     diag, panel, update = (
         decls + _chol_diag(T, n, batch),
-        decls + _chol_panel(T, n, batch, rows),
+        decls + _chol_panel(T, n, batch, PANEL_ROWS),
         decls + _chol_update(T, n, batch, kc),
     )
 
@@ -307,9 +253,9 @@ def _cholesky_blocked(dtype: DType, n: int, batch: int) -> Plan:
     for k0 in range(0, n, NB):
         kb = min(NB, n - k0)
         passes.append(run(diag, 1, k0, kb))
-        m = n - k0 - kb  # rows below the block (none for the last one)
+        m = n - k0 - kb  # rows below the block: none for the last one, so the others are NB wide
         if m:
-            passes.append(run(panel, -(-m // rows), k0, kb))
+            passes.append(run(panel, -(-m // PANEL_ROWS), k0, kb))
             nt = -(-m // TILE)
             passes.append(run(update, nt * (nt + 1) // 2, k0, kb))
     if wd == dtype:
