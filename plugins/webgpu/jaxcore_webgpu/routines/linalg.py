@@ -143,26 +143,51 @@ def _chol_diag(T: str, n: int, batch: int) -> str:
 
 def _chol_panel(T: str, n: int, batch: int, rows: int) -> str:
     """The panel below the diagonal block, `rows` rows a workgroup: each thread solves its row
-    against L_kk by forward substitution (L[i,j] = (A[i,j] - sum_p<j L[i,p] L[j,p]) / L[j,j])."""
+    against L_kk by forward substitution (L[i,j] = (A[i,j] - sum_p<j L[i,p] L[j,p]) / L[j,j]),
+    four columns at a time: the row is vec4s of 4 columns, and lk[g*NB + p] holds L[4g..4g+3, p],
+    so each earlier column p is one vec4 multiply-subtract; then the 4 x 4 triangle in the group.
+    Each column still subtracts p = 0, 1, ... in order."""
+    g4 = NB // 4
+    v = f"vec4<{T}>"
     body = f"""  let k0 = u.k0;
   let i = k0 + {NB}u + t * {rows}u + lid;
-  for (var e = lid; e < {NB * NB}u; e = e + {rows}u) {{
-    lk[e] = W[base + (k0 + e / {NB}u) * {n}u + k0 + e % {NB}u];
+  for (var e = lid; e < {g4 * NB}u; e = e + {rows}u) {{
+    let r = k0 + 4u * (e / {NB}u); let c = k0 + e % {NB}u;
+    lk[e] = {v}(W[base + r * {n}u + c], W[base + (r + 1u) * {n}u + c],
+                W[base + (r + 2u) * {n}u + c], W[base + (r + 3u) * {n}u + c]);
   }}
   workgroupBarrier();
   if (i < {n}u) {{
     let row = base + i * {n}u + k0;
-    var x: array<{T}, {NB}>;
-    for (var j = 0u; j < {NB}u; j = j + 1u) {{ x[j] = W[row + j]; }}
-    for (var j = 0u; j < {NB}u; j = j + 1u) {{
-      var v = x[j];
-      for (var p = 0u; p < j; p = p + 1u) {{ v = v - x[p] * lk[j * {NB}u + p]; }}
-      x[j] = v / lk[j * {NB}u + j];
+    var x: array<{v}, {g4}>;
+    for (var g = 0u; g < {g4}u; g = g + 1u) {{
+      let e = row + 4u * g;
+      x[g] = {v}(W[e], W[e + 1u], W[e + 2u], W[e + 3u]);
     }}
-    for (var j = 0u; j < {NB}u; j = j + 1u) {{ W[row + j] = x[j]; }}
+    for (var g = 0u; g < {g4}u; g = g + 1u) {{
+      let l = g * {NB}u;
+      var y = x[g];
+      for (var q = 0u; q < g; q = q + 1u) {{
+        let xq = x[q];
+        y = y - xq.x * lk[l + 4u * q];
+        y = y - xq.y * lk[l + 4u * q + 1u];
+        y = y - xq.z * lk[l + 4u * q + 2u];
+        y = y - xq.w * lk[l + 4u * q + 3u];
+      }}
+      let l0 = lk[l + 4u * g]; let l1 = lk[l + 4u * g + 1u]; let l2 = lk[l + 4u * g + 2u];
+      y.x = y.x / l0.x;
+      y.y = (y.y - y.x * l0.y) / l1.y;
+      y.z = (y.z - y.x * l0.z - y.y * l1.z) / l2.z;
+      y.w = (y.w - y.x * l0.w - y.y * l1.w - y.z * l2.w) / lk[l + 4u * g + 3u].w;
+      x[g] = y;
+    }}
+    for (var g = 0u; g < {g4}u; g = g + 1u) {{
+      let e = row + 4u * g;
+      W[e] = x[g].x; W[e + 1u] = x[g].y; W[e + 2u] = x[g].z; W[e + 3u] = x[g].w;
+    }}
   }}
 """
-    decls = f"var<workgroup> lk: array<{T}, {NB * NB}>;\n"
+    decls = f"var<workgroup> lk: array<{v}, {g4 * NB}>;\n"
     return decls + _tiled_main(rows, batch, n * n, body)
 
 
