@@ -112,33 +112,64 @@ def _tiled_main(wg: int, batch: int, nn: int, body: str) -> str:
 
 
 def _chol_diag(T: str, n: int, batch: int) -> str:
-    """Factor the diagonal block at (u.k0, u.k0), u.kb wide: a thread per row, holding its row;
-    the unblocked kernel's formulas, a column per step. A row is published to workgroup memory
-    as soon as its diagonal is known (thread j+1 finishes its diagonal in step j), so each step
-    needs one barrier."""
+    """Factor the diagonal block at (u.k0, u.k0), u.kb wide: a thread per row, holding its row
+    as vec4s of 4 columns; four columns per step, two barriers each. In step g every row below
+    subtracts the finished rows' earlier groups from its group-g columns (vec4 dot products), the
+    group's 4 rows publish theirs, every thread factors that 4 x 4 diagonal block (the same
+    values in each), and the rows below solve against it as the panel does; then each row
+    publishes its group g for the steps after."""
+    g4 = NB // 4
+    v = f"vec4<{T}>"
     body = f"""  let k0 = u.k0; let kb = u.kb;
   let row = base + (k0 + lid) * {n}u + k0;
   let mine = lid < kb;
-  var x: array<{T}, {NB}>;
-  if (mine) {{ for (var c = 0u; c <= lid; c = c + 1u) {{ x[c] = W[row + c]; }} }}
-  if (lid == 0u) {{ x[0] = sqrt(x[0]); lrow[0] = x[0]; }}
-  for (var j = 0u; j < kb; j = j + 1u) {{
-    workgroupBarrier();
-    if (mine && lid > j) {{
-      var v = x[j];
-      for (var p = 0u; p < j; p = p + 1u) {{ v = v - x[p] * lrow[j * {NB}u + p]; }}
-      x[j] = v / lrow[j * {NB}u + j];
-      if (lid == j + 1u) {{
-        var d = x[lid];
-        for (var p = 0u; p < lid; p = p + 1u) {{ d = d - x[p] * x[p]; }}
-        x[lid] = sqrt(d);
-        for (var p = 0u; p <= lid; p = p + 1u) {{ lrow[lid * {NB}u + p] = x[p]; }}
+  var x: array<{v}, {g4}>;
+  if (mine) {{ for (var c = 0u; c <= lid; c = c + 1u) {{ x[c / 4u][c % 4u] = W[row + c]; }} }}
+  for (var g = 0u; g < (kb + 3u) / 4u; g = g + 1u) {{
+    let g0 = 4u * g;
+    let below = mine && lid >= g0;  // a row of this group or under it
+    var y = x[g];
+    if (below) {{
+      for (var q = 0u; q < g; q = q + 1u) {{
+        let xq = x[q]; let r = g0 * {g4}u + q;
+        y = y - {v}(dot(lrow[r], xq), dot(lrow[r + {g4}u], xq),
+                    dot(lrow[r + {2 * g4}u], xq), dot(lrow[r + {3 * g4}u], xq));
       }}
+      if (lid < g0 + 4u) {{ ly[lid - g0] = y; }}
     }}
+    workgroupBarrier();
+    let a0 = ly[0]; let a1 = ly[1]; let a2 = ly[2]; let a3 = ly[3];
+    let l00 = sqrt(a0.x);
+    let l10 = a1.x / l00;
+    let l11 = sqrt(a1.y - l10 * l10);
+    let l20 = a2.x / l00;
+    let l21 = (a2.y - l20 * l10) / l11;
+    let l22 = sqrt(a2.z - l20 * l20 - l21 * l21);
+    let l30 = a3.x / l00;
+    let l31 = (a3.y - l30 * l10) / l11;
+    let l32 = (a3.z - l30 * l20 - l31 * l21) / l22;
+    let l33 = sqrt(a3.w - l30 * l30 - l31 * l31 - l32 * l32);
+    if (below) {{
+      let c = lid - g0;
+      if (c == 0u) {{ y = {v}(l00, 0, 0, 0); }}
+      else if (c == 1u) {{ y = {v}(l10, l11, 0, 0); }}
+      else if (c == 2u) {{ y = {v}(l20, l21, l22, 0); }}
+      else if (c == 3u) {{ y = {v}(l30, l31, l32, l33); }}
+      else {{
+        y.x = y.x / l00;
+        y.y = (y.y - y.x * l10) / l11;
+        y.z = (y.z - y.x * l20 - y.y * l21) / l22;
+        y.w = (y.w - y.x * l30 - y.y * l31 - y.z * l32) / l33;
+      }}
+      x[g] = y;
+      lrow[lid * {g4}u + g] = y;
+    }}
+    workgroupBarrier();
   }}
-  if (mine) {{ for (var c = 0u; c <= lid; c = c + 1u) {{ W[row + c] = x[c]; }} }}
+  if (mine) {{ for (var c = 0u; c <= lid; c = c + 1u) {{ W[row + c] = x[c / 4u][c % 4u]; }} }}
 """
-    return f"var<workgroup> lrow: array<{T}, {NB * NB}>;\n" + _tiled_main(NB, batch, n * n, body)
+    decls = f"var<workgroup> lrow: array<{v}, {NB * g4}>;\nvar<workgroup> ly: array<{v}, 4>;\n"
+    return decls + _tiled_main(NB, batch, n * n, body)
 
 
 def _chol_panel(T: str, n: int, batch: int, rows: int) -> str:
