@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from jaxcore_webgpu.codegen import WgslTarget, compile_kernel
@@ -119,20 +120,11 @@ def _browser_available() -> bool:
     return Path(CHROMIUM).exists()
 
 
-@pytest.mark.skipif(
-    not _browser_available() and not _browser_required(),
-    reason="needs chromium and playwright (apt-get install chromium; pip install playwright)",
-)
-def test_generated_wgsl_compiles_in_chromium(tmp_path: Path) -> None:
+def _evaluate(tmp_path: Path, js: str, arg: object, scripts: tuple[str, ...] = ()) -> dict:
+    """`js` (an async function of `arg`) evaluated in headless Chromium's WebGPU on SwiftShader,
+    after `scripts` are loaded into the page."""
     from playwright.sync_api import sync_playwright
 
-    target = WgslTarget(max_storage_buffers_per_stage=8)
-    codes: dict[str, str] = {}
-    for name, kernel in _kernels().items():
-        for i, prog in enumerate(compile_kernel(kernel, target).passes):
-            codes[f"{name}#{i}"] = prog.code
-    # The check itself must be able to fail: a shader Tint rejects comes back as an error.
-    canary = {"<canary>": "@compute @workgroup_size(1) fn main() { let x: u32 = 1i; }"}
     page = tmp_path / "index.html"
     page.write_text("<html><body>jaxcore</body></html>")
     args = [
@@ -146,9 +138,26 @@ def test_generated_wgsl_compiles_in_chromium(tmp_path: Path) -> None:
         try:
             pg = browser.new_page()
             pg.goto(page.as_uri())  # a secure context: about:blank has no navigator.gpu
-            errors = pg.evaluate(_JS, {**canary, **codes})
+            for script in scripts:
+                pg.add_script_tag(content=script)
+            return pg.evaluate(js, arg)
         finally:
             browser.close()
+
+
+@pytest.mark.skipif(
+    not _browser_available() and not _browser_required(),
+    reason="needs chromium and playwright (apt-get install chromium; pip install playwright)",
+)
+def test_generated_wgsl_compiles_in_chromium(tmp_path: Path) -> None:
+    target = WgslTarget(max_storage_buffers_per_stage=8)
+    codes: dict[str, str] = {}
+    for name, kernel in _kernels().items():
+        for i, prog in enumerate(compile_kernel(kernel, target).passes):
+            codes[f"{name}#{i}"] = prog.code
+    # The check itself must be able to fail: a shader Tint rejects comes back as an error.
+    canary = {"<canary>": "@compute @workgroup_size(1) fn main() { let x: u32 = 1i; }"}
+    errors = _evaluate(tmp_path, _JS, {**canary, **codes})
     assert errors.pop("<canary>", None), "Chromium accepted a shader with a type error"
     assert not errors, json.dumps(errors, indent=1)[:4000]
     assert len(codes) > 100
@@ -181,8 +190,9 @@ _RUN_JS = """async (jobs) => {
         entries: p.bindings.map(([b, kind, i]) => ({binding: b, resource: {buffer: pick[kind](i)}}))});
       const cp = enc.beginComputePass();
       cp.setPipeline(pipe); cp.setBindGroup(0, bg);
-      if (p.uniform) {  // the opaque zero: 16 zero bytes at @group(1) @binding(0)
-        const ub = dev.createBuffer({size: 16, usage: U.UNIFORM});
+      if (p.uniform) {  // 16 bytes at @group(1) @binding(0): given (base64), else the opaque zero
+        const ub = dev.createBuffer({size: 16, usage: U.UNIFORM | U.COPY_DST});
+        if (typeof p.uniform === "string") dev.queue.writeBuffer(ub, 0, b64(p.uniform));
         cp.setBindGroup(1, dev.createBindGroup({layout: pipe.getBindGroupLayout(1),
           entries: [{binding: 0, resource: {buffer: ub}}]}));
       }
@@ -195,7 +205,9 @@ _RUN_JS = """async (jobs) => {
     const bytes = new Uint8Array(rd.getMappedRange().slice(0, job.out_bytes));
     rd.unmap();
     const err = await dev.popErrorScope();
-    out[name] = err ? {error: err.message} : {data: btoa(String.fromCharCode(...bytes))};
+    let bin = "";  // in pieces: one call with every byte as an argument overflows the stack
+    for (let i = 0; i < bytes.length; i += 8192) bin += String.fromCharCode(...bytes.subarray(i, i + 8192));
+    out[name] = err ? {error: err.message} : {data: btoa(bin)};
   }
   return out;
 }"""
@@ -213,7 +225,6 @@ def test_generated_wgsl_runs_exactly_in_chromium(tmp_path: Path) -> None:
 
     import numpy as np
     import test_codegen as tc
-    from playwright.sync_api import sync_playwright
 
     target = WgslTarget(max_storage_buffers_per_stage=8)
     jobs, expect = {}, {}
@@ -267,22 +278,7 @@ def test_generated_wgsl_runs_exactly_in_chromium(tmp_path: Path) -> None:
         a[7] = np.nan
         add(f"reduce{op}", tc._reduce_kernel(F32, op, 3, 3000), [a], "Reduce" + op.value)
 
-    page = tmp_path / "index.html"
-    page.write_text("<html><body>jaxcore</body></html>")
-    args = [
-        "--no-sandbox",
-        "--enable-unsafe-webgpu",
-        "--use-angle=swiftshader",
-        "--enable-unsafe-swiftshader",
-    ]
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
-        try:
-            pg = browser.new_page()
-            pg.goto(page.as_uri())
-            results = pg.evaluate(_RUN_JS, jobs)
-        finally:
-            browser.close()
+    results = _evaluate(tmp_path, _RUN_JS, jobs)
     failures = []
     for name, (want, dtype, tol) in expect.items():
         r = results[name]
@@ -301,98 +297,86 @@ def test_generated_wgsl_runs_exactly_in_chromium(tmp_path: Path) -> None:
     assert not failures, "\n".join(failures)
 
 
-_ROUTINE_JS = """async (jobs) => {
-  const ad = await navigator.gpu.requestAdapter();
-  const dev = await ad.requestDevice();  // WebGPU's default limits
-  const U = GPUBufferUsage;
-  const b64 = (s) => Uint8Array.from(atob(s), c => c.charCodeAt(0));
-  const mk = (n) => dev.createBuffer({size: Math.max(16, Math.ceil(n / 16) * 16),
-                                      usage: U.STORAGE | U.COPY_SRC | U.COPY_DST});
-  const out = {};
-  for (const [name, job] of Object.entries(jobs)) {
-    dev.pushErrorScope("validation");
-    const ins = job.inputs.map(s => { const b = b64(s); const buf = mk(b.length);
-                                      dev.queue.writeBuffer(buf, 0, b); return buf; });
-    const outs = job.outs.map(n => mk(n));
-    const scratch = job.scratch.map(n => mk(n));
-    const enc = dev.createCommandEncoder();
-    for (const p of job.passes) {
-      const pipe = dev.createComputePipeline({layout: "auto",
-        compute: {module: dev.createShaderModule({code: p.code}), entryPoint: "main"}});
-      const pick = {in: i => ins[i], out: i => outs[i], scratch: i => scratch[i]};
-      const bg = dev.createBindGroup({layout: pipe.getBindGroupLayout(0),
-        entries: p.bindings.map(([kind, i], b) => ({binding: b, resource: {buffer: pick[kind](i)}}))});
-      const cp = enc.beginComputePass();
-      cp.setPipeline(pipe); cp.setBindGroup(0, bg); cp.dispatchWorkgroups(...p.grid); cp.end();
-    }
-    const reads = outs.map(o => dev.createBuffer({size: o.size, usage: U.MAP_READ | U.COPY_DST}));
-    outs.forEach((o, i) => enc.copyBufferToBuffer(o, 0, reads[i], 0, o.size));
-    dev.queue.submit([enc.finish()]);
-    const data = [];
-    for (const [i, rd] of reads.entries()) {
-      await rd.mapAsync(GPUMapMode.READ);
-      const bytes = new Uint8Array(rd.getMappedRange().slice(0, job.outs[i]));
-      rd.unmap();
-      let s = ""; for (const x of bytes) s += String.fromCharCode(x);
-      data.push(btoa(s));
-    }
-    const err = await dev.popErrorScope();
-    out[name] = err ? {error: err.message} : {data};
-  }
-  return out;
+_EXPORTED_JS = """async (jobs) => {
+  const dec = (s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
+  const enc = (b) => { let s = ""; for (let i = 0; i < b.length; i += 8192)
+    s += String.fromCharCode(...b.subarray(i, i + 8192)); return btoa(s); };
+  const device = await JaxcoreWebGPU.requestDevice();
+  const results = await JaxcoreWebGPU.runMany(device,
+    jobs.map((j) => ({program: j.program, inputs: j.inputs.map(dec)})));
+  return results.map((r) => ({...r, outputs: r.outputs ? r.outputs.map(enc) : null}));
 }"""
+
+
+def _run_exported(gpu, tmp_path: Path, cases: dict[str, tuple[Any, list[Any]]]) -> dict[str, list[Any]]:
+    """Each routine prepared on `gpu`, exported (jaxcore_webgpu.export) and run on its inputs in
+    the page by the shipped runner.js: {name: outputs as float32 arrays}; compiler messages fail."""
+    import base64
+
+    import numpy as np
+    from jaxcore_webgpu.export import export, runner_js
+
+    jobs = []
+    for routine, inputs in cases.values():
+        program = export(gpu, gpu.prepare_routine(routine))
+        jobs.append({"program": program, "inputs": [base64.b64encode(a.tobytes()).decode() for a in inputs]})
+    got = _evaluate(tmp_path, _EXPORTED_JS, jobs, (runner_js(),))
+    out = {}
+    for name, r in zip(cases, got):
+        assert r.get("ok") and not r.get("messages") and not r.get("error"), (name, r)
+        out[name] = [np.frombuffer(base64.b64decode(o), np.float32) for o in r["outputs"]]
+    return out
 
 
 @pytest.mark.skipif(
     not _browser_available() and not _browser_required(),
     reason="needs chromium and playwright (apt-get install chromium; pip install playwright)",
 )
-def test_fft_runs_in_chromium(tmp_path: Path) -> None:
+def test_blocked_cholesky_runs_in_chromium(gpu, tmp_path: Path) -> None:
+    """The blocked Cholesky's passes (block offsets in a uniform, barriers in loops, private
+    arrays, WebGPU's default workgroup limits) pass Tint and factor as the host does, NaNs too."""
+    import numpy as np
+
+    from jaxcore.host_routines import run_routine
+    from jaxcore.routine import Routine, Routines
+
+    n = 70  # three blocks: the last one partial
+    m = np.random.default_rng(0).uniform(-1, 1, (2, n, n))
+    a = (m @ m.transpose(0, 2, 1) + n * np.eye(n)).astype(np.float32)
+    a[1, 50, 50] = -1e4  # not positive definite from pivot 50 on
+    routine = Routine.build(Routines.Cholesky, [a.shape], ["float32"])
+    (got,) = _run_exported(gpu, tmp_path, {"cholesky": (routine, [a])})["cholesky"]
+    got = got.reshape(a.shape)
+    want = np.empty_like(a)
+    run_routine(routine, [a], [want])
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(
+    not _browser_available() and not _browser_required(),
+    reason="needs chromium and playwright (apt-get install chromium; pip install playwright)",
+)
+def test_fft_runs_in_chromium(gpu, tmp_path: Path) -> None:
     """The Fft plans (one workgroup pass, four-step, Bluestein, a direct DFT) compile under Tint
     and WebGPU's default limits, and their results match numpy in the browser too."""
-    import base64
-
     import numpy as np
-    from jaxcore_webgpu.routines.fft import plan_fft
-    from playwright.sync_api import sync_playwright
 
     from jaxcore.routine import FftParams, Routine, Routines
 
     rng = np.random.default_rng(3)
-    jobs, want = {}, {}
+    cases, want = {}, {}
     for n, inverse in ((8, False), (360, True), (4096, False), (8192, True), (1009, False), (17, True)):
         x = rng.normal(0, 1, (2, 3, n)).astype(np.float32)
+        name = f"{n}{'i' if inverse else ''}"
         r = Routine.build(Routines.Fft, [x.shape[1:]] * 2, ["float32"] * 2, FftParams.default(n, inverse))
-        plan = plan_fft(r)
-        jobs[f"{n}{'i' if inverse else ''}"] = {
-            "inputs": [base64.b64encode(a.tobytes()).decode() for a in x],
-            "outs": [x[0].nbytes] * 2,
-            "scratch": list(plan.scratch),
-            "passes": [
-                {"code": p.code, "grid": list(p.grid), "bindings": list(p.bindings)} for p in plan.passes
-            ],
-        }
+        cases[name] = (r, [x[0], x[1]])
         z = x[0].astype(np.float64) + 1j * x[1]
-        want[f"{n}{'i' if inverse else ''}"] = np.fft.ifft(z) if inverse else np.fft.fft(z)
-    page = tmp_path / "index.html"
-    page.write_text("<html><body>jaxcore</body></html>")
-    args = [
-        "--no-sandbox",
-        "--enable-unsafe-webgpu",
-        "--use-angle=swiftshader",
-        "--enable-unsafe-swiftshader",
-    ]
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
-        try:
-            pg = browser.new_page()
-            pg.goto(page.as_uri())
-            got = pg.evaluate(_ROUTINE_JS, jobs)
-        finally:
-            browser.close()
+        want[name] = np.fft.ifft(z) if inverse else np.fft.fft(z)
+    got = _run_exported(gpu, tmp_path, cases)
     for name, w in want.items():
-        assert "error" not in got[name], (name, got[name])
-        re, im = (np.frombuffer(base64.b64decode(s), np.float32).reshape(w.shape) for s in got[name]["data"])
+        re, im = (o.reshape(w.shape) for o in got[name])
         np.testing.assert_allclose(
             re + 1j * im.astype(np.float64), w, rtol=0, atol=1e-5 * np.abs(w).max(), err_msg=name
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from jaxcore.host_routines import run_routine
 from jaxcore.routine import FftParams, Routine, Routines, ScatterParams, TriangularSolveParams
 
 RNG = np.random.default_rng(7)
@@ -116,6 +117,75 @@ def test_cholesky_not_positive_definite_gives_nan(gpu):
     a = np.array([[1.0, 2.0], [2.0, 1.0]], np.float32)
     (got,) = run(gpu, Routines.Cholesky, [a], ["float32"])
     assert got[0, 0] == 1 and got[1, 0] == 2 and np.isnan(got[1, 1]) and got[0, 1] == 0
+
+
+def _spd(batch, n, dtype):
+    """Positive definite matrices, with garbage above the diagonal (which Cholesky never reads)."""
+    m = RNG.uniform(-1, 1, (batch, n, n))
+    a = np.tril(m @ m.transpose(0, 2, 1) + n * np.eye(n))
+    return (a + np.triu(RNG.uniform(-9, 9, (batch, n, n)), 1)).astype(dtype)
+
+
+def _host_cholesky(a, dtype):
+    """The host reference (the cpu plugin's Cholesky): LAPACK, or the column algorithm if not PD."""
+    r = Routine.build(Routines.Cholesky, [a.shape], [dtype])
+    out = np.empty(a.shape, NP[dtype])
+    run_routine(r, [a], [out])
+    return out
+
+
+@pytest.mark.parametrize("batch,n", [(1, 33), (2, 64), (3, 100), (2, 129), (1, 200)])
+def test_cholesky_blocked_matches_numpy(gpu, batch, n):
+    """Past one 32-column block: a partial last block and partial trailing tiles unless n % 32 == 0."""
+    a = _spd(batch, n, np.float32)
+    (got,) = run(gpu, Routines.Cholesky, [a], ["float32"])
+    lower = np.tril(a.astype(np.float64))
+    want = np.linalg.cholesky(lower + np.tril(lower, -1).transpose(0, 2, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert (np.triu(got, 1) == 0).all()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64"])
+def test_cholesky_blocked_float16_float64(gpu, dtype):
+    """float16 works in float32 and rounds on store, as the host does; float64 stays float64."""
+    if dtype not in {str(d) for d in gpu.capabilities.dtypes}:
+        pytest.skip(f"no {dtype} on this adapter")
+    a = _spd(2, 100, NP[dtype])
+    (got,) = run(gpu, Routines.Cholesky, [a], [dtype])
+    want = _host_cholesky(a, dtype)
+    tol = 2e-3 if dtype == "float16" else 1e-12
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+    assert (np.triu(got, 1) == 0).all()
+
+
+def test_cholesky_blocked_not_positive_definite_nan_pattern(gpu):
+    """NaN where the host's column algorithm puts it: a negative pivot in a later block (NaN from
+    it on), a NaN below the diagonal (its row, then everything from its row's pivot on), a zero
+    pivot (0 on the diagonal, 0/0 below it)."""
+    n = 150
+    a = _spd(3, n, np.float32)
+    a[0, 90, 90] = -1e4
+    a[1, 40, 7] = np.nan
+    a[2] = np.eye(n)
+    a[2, 100, 99] = 1  # s at (100, 100) is 1 - 1*1 = 0
+    (got,) = run(gpu, Routines.Cholesky, [a], ["float32"])
+    want = _host_cholesky(a, "float32")
+    assert np.isnan(want).any(axis=(1, 2)).all() and want[2, 100, 100] == 0
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-4)
+
+
+def test_cholesky_blocked_passes_share_pipelines(gpu):
+    """The block offset is a uniform: a 200x200 plan (7 blocks, 20 passes) has 4 distinct shaders."""
+    from jaxcore_webgpu.routines import plan_routine
+
+    plan = plan_routine(Routine.build(Routines.Cholesky, [(2, 200, 200)], ["float32"]), gpu.target)
+    assert len(plan.passes) == 1 + 7 + 6 + 6
+    assert len({p.code for p in plan.passes}) == 4
+    for code in {p.code for p in plan.passes[1:]}:  # the diagonal, panel and update passes
+        uniforms = [p.uniform for p in plan.passes if p.code == code]
+        assert len(set(uniforms)) == len(uniforms) > 1
 
 
 def test_triangular_solve_batched(gpu):

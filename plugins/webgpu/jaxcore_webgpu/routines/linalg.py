@@ -1,11 +1,17 @@
 """TriangularSolve, Cholesky, LU and JacobiEigh in WGSL.
 
-Matrices are worked on in a scratch copy in the work dtype (float16 runs in float32 and rounds on
-store, as the host reference does); each routine's last step writes every output element.
+Matrices are worked on in a copy in the work dtype (float16 runs in float32 and rounds on store,
+as the host reference does): a scratch buffer, or for Cholesky in float32/float64 the output
+itself; each routine's passes write every output element.
 
-- Cholesky: one workgroup per matrix, a column per step (left-looking: every row of the column's
-  dot product in parallel, then the pivot's sqrt and the division), the formulas of the
-  reference's column algorithm, so a non-positive-definite pivot gives NaN in the same places.
+- Cholesky: blocked right-looking, by block columns of NB, three passes a block: the diagonal
+  block factored by one workgroup per matrix (a thread per row), the panel below it by forward
+  substitution (a thread per row), the trailing lower triangle updated in TILE x TILE tiles
+  (4 x 4 outputs a thread). Each element gets the reference column algorithm's formulas
+  (s = A[i,j] - sum_p L[i,p] L[j,p], L[j,j] = sqrt(s_jj), L[i,j] = s / L[j,j]) over the same
+  dependencies, only the subtraction order differs, so a non-positive-definite pivot gives NaN in
+  the same places. The block's offset is the passes' uniform, so all diagonal passes share one
+  pipeline, as do the panels and the updates.
 - TriangularSolve: one thread per right-hand-side row, back substitution over the upper triangle.
 - LU: one workgroup per matrix; per column, thread 0 finds the first largest |value| (a NaN never
   wins, a NaN diagonal stays), the rows swap in parallel, the multipliers and the trailing update
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from jaxcore.dtype import DType
+from jaxcore.dtype import DType, byte_width
 from jaxcore.routine import JacobiEighParams, Routine, Routines, TriangularSolveParams
 from jaxcore_webgpu.program import Pass, Plan
 from jaxcore_webgpu.routines.common import (
@@ -28,12 +34,19 @@ from jaxcore_webgpu.routines.common import (
     helpers,
     nbytes,
     storage,
+    u32s,
     wgsl_type,
     work_dtype,
 )
 
 LOCAL = 256
 SYNC = "storageBarrier(); workgroupBarrier();"
+
+NB = 32  # block width of the blocked Cholesky (a diagonal block is a workgroup's rows)
+TILE = 32  # trailing-update tile (TILE x TILE outputs per workgroup, 4 x 4 a thread)
+PANEL_ROWS = 64  # panel rows per workgroup (a thread per row)
+WG_STORAGE = 16384  # WebGPU's default workgroup storage limit: the WGSL must run in browsers too
+_CHOL_UNI = "struct U { k0: u32, kb: u32, tiles: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
 
 
 def _types(dtype: DType) -> tuple[str, str, DType]:
@@ -84,7 +97,187 @@ def plan_linalg(routine: Routine) -> Plan:
     raise ValueError(name)
 
 
+def _tiled_main(wg: int, batch: int, nn: int, body: str) -> str:
+    """An entry point of `u.tiles` workgroups per matrix, folded into x and y: gives `b` (the
+    matrix), `t` (the workgroup's tile), `base` (the matrix's first element) and `lid`."""
+    return (
+        f"@compute @workgroup_size({wg}, 1, 1)\n"
+        "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n"
+        "        @builtin(local_invocation_index) lid: u32) {\n"
+        "  let wgi = wid.x + wid.y * nwg.x;\n"
+        f"  if (wgi >= u.tiles * {batch}u) {{ return; }}\n"
+        "  let b = wgi / u.tiles;\n  let t = wgi % u.tiles;\n"
+        f"  let base = b * {nn}u;\n" + body + "}\n"
+    )
+
+
+def _chol_diag(T: str, n: int, batch: int) -> str:
+    """Factor the diagonal block at (u.k0, u.k0), u.kb wide: a thread per row, holding its row
+    as vec4s of 4 columns; four columns per step, two barriers each. In step g every row below
+    subtracts the finished rows' earlier groups from its group-g columns (vec4 dot products), the
+    group's 4 rows publish theirs, every thread factors that 4 x 4 diagonal block (the same
+    values in each), and the rows below solve against it as the panel does; then each row
+    publishes its group g for the steps after."""
+    g4 = NB // 4
+    v = f"vec4<{T}>"
+    body = f"""  let k0 = u.k0; let kb = u.kb;
+  let row = base + (k0 + lid) * {n}u + k0;
+  let mine = lid < kb;
+  var x: array<{v}, {g4}>;
+  if (mine) {{ for (var c = 0u; c <= lid; c = c + 1u) {{ x[c / 4u][c % 4u] = W[row + c]; }} }}
+  for (var g = 0u; g < (kb + 3u) / 4u; g = g + 1u) {{
+    let g0 = 4u * g;
+    let below = mine && lid >= g0;  // a row of this group or under it
+    var y = x[g];
+    if (below) {{
+      for (var q = 0u; q < g; q = q + 1u) {{
+        let xq = x[q]; let r = g0 * {g4}u + q;
+        y = y - {v}(dot(lrow[r], xq), dot(lrow[r + {g4}u], xq),
+                    dot(lrow[r + {2 * g4}u], xq), dot(lrow[r + {3 * g4}u], xq));
+      }}
+      if (lid < g0 + 4u) {{ ly[lid - g0] = y; }}
+    }}
+    workgroupBarrier();
+    let a0 = ly[0]; let a1 = ly[1]; let a2 = ly[2]; let a3 = ly[3];
+    let l00 = sqrt(a0.x);
+    let l10 = a1.x / l00;
+    let l11 = sqrt(a1.y - l10 * l10);
+    let l20 = a2.x / l00;
+    let l21 = (a2.y - l20 * l10) / l11;
+    let l22 = sqrt(a2.z - l20 * l20 - l21 * l21);
+    let l30 = a3.x / l00;
+    let l31 = (a3.y - l30 * l10) / l11;
+    let l32 = (a3.z - l30 * l20 - l31 * l21) / l22;
+    let l33 = sqrt(a3.w - l30 * l30 - l31 * l31 - l32 * l32);
+    if (below) {{
+      let c = lid - g0;
+      if (c == 0u) {{ y = {v}(l00, 0, 0, 0); }}
+      else if (c == 1u) {{ y = {v}(l10, l11, 0, 0); }}
+      else if (c == 2u) {{ y = {v}(l20, l21, l22, 0); }}
+      else if (c == 3u) {{ y = {v}(l30, l31, l32, l33); }}
+      else {{
+        y.x = y.x / l00;
+        y.y = (y.y - y.x * l10) / l11;
+        y.z = (y.z - y.x * l20 - y.y * l21) / l22;
+        y.w = (y.w - y.x * l30 - y.y * l31 - y.z * l32) / l33;
+      }}
+      x[g] = y;
+      lrow[lid * {g4}u + g] = y;
+    }}
+    workgroupBarrier();
+  }}
+  if (mine) {{ for (var c = 0u; c <= lid; c = c + 1u) {{ W[row + c] = x[c / 4u][c % 4u]; }} }}
+"""
+    decls = f"var<workgroup> lrow: array<{v}, {NB * g4}>;\nvar<workgroup> ly: array<{v}, 4>;\n"
+    return decls + _tiled_main(NB, batch, n * n, body)
+
+
+def _chol_panel(T: str, n: int, batch: int, rows: int) -> str:
+    """The panel below the diagonal block, `rows` rows a workgroup: each thread solves its row
+    against L_kk by forward substitution (L[i,j] = (A[i,j] - sum_p<j L[i,p] L[j,p]) / L[j,j]),
+    four columns at a time: the row is vec4s of 4 columns, and lk[g*NB + p] holds L[4g..4g+3, p],
+    so each earlier column p is one vec4 multiply-subtract; then the 4 x 4 triangle in the group.
+    Each column still subtracts p = 0, 1, ... in order."""
+    g4 = NB // 4
+    v = f"vec4<{T}>"
+    body = f"""  let k0 = u.k0;
+  let i = k0 + {NB}u + t * {rows}u + lid;
+  for (var e = lid; e < {g4 * NB}u; e = e + {rows}u) {{
+    let r = k0 + 4u * (e / {NB}u); let c = k0 + e % {NB}u;
+    lk[e] = {v}(W[base + r * {n}u + c], W[base + (r + 1u) * {n}u + c],
+                W[base + (r + 2u) * {n}u + c], W[base + (r + 3u) * {n}u + c]);
+  }}
+  workgroupBarrier();
+  if (i < {n}u) {{
+    let row = base + i * {n}u + k0;
+    var x: array<{v}, {g4}>;
+    for (var g = 0u; g < {g4}u; g = g + 1u) {{
+      let e = row + 4u * g;
+      x[g] = {v}(W[e], W[e + 1u], W[e + 2u], W[e + 3u]);
+    }}
+    for (var g = 0u; g < {g4}u; g = g + 1u) {{
+      let l = g * {NB}u;
+      var y = x[g];
+      for (var q = 0u; q < g; q = q + 1u) {{
+        let xq = x[q];
+        y = y - xq.x * lk[l + 4u * q];
+        y = y - xq.y * lk[l + 4u * q + 1u];
+        y = y - xq.z * lk[l + 4u * q + 2u];
+        y = y - xq.w * lk[l + 4u * q + 3u];
+      }}
+      let l0 = lk[l + 4u * g]; let l1 = lk[l + 4u * g + 1u]; let l2 = lk[l + 4u * g + 2u];
+      y.x = y.x / l0.x;
+      y.y = (y.y - y.x * l0.y) / l1.y;
+      y.z = (y.z - y.x * l0.z - y.y * l1.z) / l2.z;
+      y.w = (y.w - y.x * l0.w - y.y * l1.w - y.z * l2.w) / lk[l + 4u * g + 3u].w;
+      x[g] = y;
+    }}
+    for (var g = 0u; g < {g4}u; g = g + 1u) {{
+      let e = row + 4u * g;
+      W[e] = x[g].x; W[e + 1u] = x[g].y; W[e + 2u] = x[g].z; W[e + 3u] = x[g].w;
+    }}
+  }}
+"""
+    decls = f"var<workgroup> lk: array<{v}, {g4 * NB}>;\n"
+    return decls + _tiled_main(rows, batch, n * n, body)
+
+
+def _chol_update(T: str, n: int, batch: int, kc: int) -> str:
+    """A[i,j] -= sum_p L[i,p] L[j,p] over the block's NB columns, for one TILE x TILE tile of the
+    trailing lower triangle (tile t of the row-major lower triangle of tiles; above-diagonal
+    elements of a diagonal tile are not stored). The block's columns come through workgroup
+    memory `kc` at a time as vec4s of 4 rows; each thread keeps a 4 x 4 block of outputs (rows
+    4ty.., columns 4tx..) in registers, so a step is two vec4 loads and four vec4 multiply-adds."""
+    s = TILE // 4 + 1  # vec4 column stride of `li`, `lj` (padded: the load writes across columns)
+    v = f"vec4<{T}>"
+    xyzw = "xyzw"
+    load = "".join(
+        f"      if (ri + {d}u < {n}u) {{ vi.{xyzw[d]} = W[base + (ri + {d}u) * {n}u + col]; }}\n"
+        f"      if (rj + {d}u < {n}u) {{ vj.{xyzw[d]} = W[base + (rj + {d}u) * {n}u + col]; }}\n"
+        for d in range(4)
+    )
+    fmas = "".join(f"      c{d} = c{d} + a.{xyzw[d]} * bv;\n" for d in range(4))
+    stores = "".join(
+        f"  if (i + {r}u < {n}u && j + {c}u <= i + {r}u) {{ W[e + {r * n + c}u] -= c{r}.{xyzw[c]}; }}\n"
+        for r in range(4)
+        for c in range(4)
+    )
+    body = f"""  var ti = u32((sqrt(8.0 * f32(t) + 1.0) - 1.0) * 0.5);
+  loop {{ if (ti * (ti + 1u) / 2u <= t) {{ break; }} ti = ti - 1u; }}
+  loop {{ if ((ti + 1u) * (ti + 2u) / 2u > t) {{ break; }} ti = ti + 1u; }}
+  let tj = t - ti * (ti + 1u) / 2u;
+  let k0 = u.k0;
+  let i0 = k0 + {NB}u + ti * {TILE}u;
+  let j0 = k0 + {NB}u + tj * {TILE}u;
+  let tx = lid % {TILE // 4}u; let ty = lid / {TILE // 4}u;
+  var c0 = {v}(0); var c1 = {v}(0); var c2 = {v}(0); var c3 = {v}(0);
+  for (var q = 0u; q < {NB}u; q = q + {kc}u) {{
+    for (var e = lid; e < {TILE // 4 * kc}u; e = e + {TILE * TILE // 16}u) {{
+      let r = e / {kc}u; let p = e % {kc}u; let col = k0 + q + p;
+      let ri = i0 + 4u * r; let rj = j0 + 4u * r;
+      var vi = {v}(0); var vj = {v}(0);
+{load}      li[p * {s}u + r] = vi; lj[p * {s}u + r] = vj;
+    }}
+    workgroupBarrier();
+    for (var p = 0u; p < {kc}u; p = p + 1u) {{
+      let a = li[p * {s}u + ty]; let bv = lj[p * {s}u + tx];
+{fmas}    }}
+    workgroupBarrier();
+  }}
+  let i = i0 + 4u * ty; let j = j0 + 4u * tx;
+  let e = base + i * {n}u + j;
+{stores}"""
+    decls = f"var<workgroup> li: array<{v}, {kc * s}>;\nvar<workgroup> lj: array<{v}, {kc * s}>;\n"
+    return decls + _tiled_main(TILE * TILE // 16, batch, n * n, body)
+
+
 def _cholesky(routine: Routine) -> Plan:
+    """Right-looking by block columns of NB: per block, factor the diagonal block (one workgroup
+    per matrix), solve the panel below it (row tiles x batch), update the trailing lower triangle
+    (tiles x batch). Row-major throughout; float32/float64 work in place in the output (the first
+    pass copies the lower triangle, zeros above), float16 in a float32 scratch that a last pass
+    rounds into the output. The block's offset is the passes' uniform, so the passes of a kind
+    share one pipeline."""
     dtype = routine.type.input_dtypes[0]
     shape = routine.type.input_shapes[0]
     n = shape[-1]
@@ -92,48 +285,41 @@ def _cholesky(routine: Routine) -> Plan:
     if n == 0 or batch == 0:
         return Plan(())
     ty, T, wd = _types(dtype)
-    nn = n * n
-    decls = (
-        header([dtype])
-        + storage(0, "in0", ty, True)
-        + "\n"
-        + storage(1, "out0", ty, False)
-        + "\n"
-        + storage(2, "W", T, False)
-        + "\n"
+    w = byte_width(wd)
+    nn, total = n * n, batch * n * n
+    work: tuple[str, int] = ("out", 0) if wd == dtype else ("scratch", 0)
+    init_decls = header([dtype]) + storage(0, "in0", ty, True) + "\n" + storage(1, "W", T, False) + "\n"
+    lower = f"e % {n}u <= e / {n}u"
+    init_body = f"  let e = gid % {nn}u;\n  W[gid] = select({T}(0), {_cvt(dtype, 'in0[gid]')}, {lower});\n"
+    passes = [elementwise_pass(init_decls, ["in0", "W"], init_body, total, [("in", 0), work])]
+
+    kc = NB  # block columns per trailing-update step: two TILE x kc tiles in workgroup memory
+    while 2 * kc * (TILE + 4) * w > WG_STORAGE:
+        kc //= 2
+    decls = storage(0, "W", T, False) + "\n" + _CHOL_UNI
+    diag, panel, update = (
+        decls + _chol_diag(T, n, batch),
+        decls + _chol_panel(T, n, batch, PANEL_ROWS),
+        decls + _chol_update(T, n, batch, kc),
     )
-    # W holds L column-major (W[c*n + r] = L[r, c]): a column's rows are adjacent, so the threads
-    # of a step read and write consecutive addresses.
-    body = f"""  let base = b * {nn};
-  for (var e = lid; e < {nn}; e = e + {LOCAL}) {{
-    let i = e / {n}; let j = e % {n};
-    var v = {T}(0);
-    if (j <= i) {{ v = {_cvt(dtype, "in0[base + e]")}; }}
-    W[base + j * {n} + i] = v;
-  }}
-  {SYNC}
-  for (var j = 0; j < {n}; j = j + 1) {{
-    for (var i = j + lid; i < {n}; i = i + {LOCAL}) {{
-      var s = W[base + j * {n} + i];
-      for (var p = 0; p < j; p = p + 1) {{ s = s - W[base + p * {n} + i] * W[base + p * {n} + j]; }}
-      W[base + j * {n} + i] = s;
-    }}
-    {SYNC}
-    let d = sqrt(W[base + j * {n} + j]);
-    {SYNC}
-    for (var i = j + lid; i < {n}; i = i + {LOCAL}) {{
-      let e = base + j * {n} + i;
-      if (i == j) {{ W[e] = d; }} else {{ W[e] = W[e] / d; }}
-    }}
-    {SYNC}
-  }}
-  for (var e = lid; e < {nn}; e = e + {LOCAL}) {{
-    let i = e / {n}; let j = e % {n};
-    out0[base + e] = {_out(dtype, f"W[base + j * {n} + i]")};
-  }}
-"""
-    p = _group_pass(decls, ["in0", "out0", "W"], body, batch, [("in", 0), ("out", 0), ("scratch", 0)])
-    return Plan((p,), (nbytes(wd, batch * nn),))
+
+    def run(code: str, tiles: int, k0: int, kb: int) -> Pass:
+        return Pass(code, fold(tiles * batch), (work,), uniform=u32s(k0, kb, tiles))
+
+    for k0 in range(0, n, NB):
+        kb = min(NB, n - k0)
+        passes.append(run(diag, 1, k0, kb))
+        m = n - k0 - kb  # rows below the block: none for the last one, so the others are NB wide
+        if m:
+            passes.append(run(panel, -(-m // PANEL_ROWS), k0, kb))
+            nt = -(-m // TILE)
+            passes.append(run(update, nt * (nt + 1) // 2, k0, kb))
+    if wd == dtype:
+        return Plan(tuple(passes))
+    fin_decls = header([dtype]) + storage(0, "W", T, True) + "\n" + storage(1, "out0", ty, False) + "\n"
+    fin_body = f"  out0[gid] = {_out(dtype, 'W[gid]')};\n"
+    passes.append(elementwise_pass(fin_decls, ["W", "out0"], fin_body, total, [("scratch", 0), ("out", 0)]))
+    return Plan(tuple(passes), (nbytes(wd, total),))
 
 
 def _triangular_solve(routine: Routine) -> Plan:
