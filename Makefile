@@ -31,7 +31,7 @@ test: system-deps $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest tests $(sort $(wildcard plugins/*/tests))
+	$(BIN)/python -m pytest tests $(sort $(wildcard plugins/*/tests)) --durations=25
 
 # every distribution (core and each plugin) as a wheel in dist/
 wheels: $(STAMP)

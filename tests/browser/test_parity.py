@@ -24,6 +24,12 @@ import pytest
 DECLARABLE = ("WebGPU does not have", "which this adapter lacks", "exceeds this adapter's")
 
 
+def _area(test: str) -> str:
+    """The conformance area of a recorded case's test id (test_views_matmul[...] -> views)."""
+    name = test.rsplit("::", 1)[-1]
+    return name.split("_")[1] if name.startswith("test_") and "_" in name[5:] else name
+
+
 @pytest.mark.parity
 @pytest.mark.parametrize(
     "device",
@@ -85,6 +91,8 @@ def test_parity(device: str, browser: Any, recorded: dict[str, Any], request: py
         f"known findings {sum(len(v) for v in findings.values())}, failed {len(failures)}; "
         f"{seconds:.1f} s in the browser (launch {browser.launch_s:.1f} s)"
     )
+    areas = collections.Counter(_area(c.test) for c in cases)
+    lines.append("  by area: " + ", ".join(f"{a} {n}" for a, n in areas.most_common()))
     for why, n in unsupported.most_common():
         lines.append(f"  unsupported-declared: {n} x {why}")
     for fid, cs in sorted(findings.items()):

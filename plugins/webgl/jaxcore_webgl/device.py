@@ -142,6 +142,12 @@ class Device:
         self.live_textures += 1
         return tex, fbo
 
+    def alloc_grid(self, w: int, h: int) -> Texture:
+        """A w x h texture addressed by fragment position, not by word (a render target of
+        `draw_targets`; its `shift` is unused)."""
+        tex, fbo = self._take(w, h)
+        return Texture(tex, fbo, w, h, 0, w * h * TEXEL_BYTES)
+
     def free(self, t: Texture) -> None:
         """Back to the pool: GL orders the commands, so draws still reading it run first."""
         self._give(t.w, t.h, t.tex, t.fbo)
@@ -350,17 +356,18 @@ class Device:
         gl.glViewport(0, 0, out.w, rows)
         gl.glDrawArrays(gl.GL_TRIANGLES, 0, 3)
 
-    def draw_targets(self, prog: Program, inputs: list[Texture], targets: list[int], w: int, h: int) -> None:
-        """Run `prog` over w x h fragments writing output r into texture `targets[r]` (same dims)."""
+    def draw_targets(self, prog: Program, inputs: list[Texture], targets: list[Texture]) -> None:
+        """Run `prog` over every fragment of `targets` (same dims), writing output r into `targets[r]`."""
         gl = self.gl
-        key = tuple(targets)
+        w, h = targets[0].w, targets[0].h
+        key = tuple(t.tex for t in targets)
         fbo = self._mrt.get(key)
         if fbo is None:
             fbo = int(gl.glGenFramebuffers(1))
             gl.glBindFramebuffer(gl.GL_DRAW_FRAMEBUFFER, fbo)
-            for r, tex in enumerate(targets):
+            for r, t in enumerate(targets):
                 gl.glFramebufferTexture2D(
-                    gl.GL_DRAW_FRAMEBUFFER, gl.GL_COLOR_ATTACHMENT0 + r, gl.GL_TEXTURE_2D, tex, 0
+                    gl.GL_DRAW_FRAMEBUFFER, gl.GL_COLOR_ATTACHMENT0 + r, gl.GL_TEXTURE_2D, t.tex, 0
                 )
             bufs = np.array([gl.GL_COLOR_ATTACHMENT0 + r for r in range(len(targets))], np.uint32)
             gl.glDrawBuffers(len(targets), bufs)

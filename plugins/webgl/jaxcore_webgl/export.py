@@ -15,7 +15,8 @@ programs it links (no GL call is made):
 - `vertex` and `shaders`: the GLSL ES 3.00 sources (one vertex shader, a fragment shader per
   program); each pass names its shader, the textures it samples (unit i is uniform `in{i}`, and
   `sh{i}` is log2 of that texture's width), the texture it renders into, how many texels it covers
-  (the first `ceil(texels / width)` rows) and its integer uniforms;
+  (the first `ceil(texels / width)` rows) and its integer uniforms; a pass with `targets` writes
+  colour attachment r into texture `targets[r]` (several render targets, all the same size);
 - `textures`: every texture by id: the inputs and outputs of the executable (`role`, `index`) and
   the temporaries of a routine (`width` x `height`). Input textures take the size of the bytes given
   (a width of 2^ceil(log2 ceil(sqrt(texels))), as the plugin lays them out); outputs and
@@ -78,6 +79,11 @@ class _Replay:
     def alloc(self, nbytes: int) -> _Tex:
         return self.texture(nbytes, "temp")
 
+    def alloc_grid(self, w: int, h: int) -> _Tex:
+        t = _Tex(len(self.textures), w, h, 0, w * h * TEXEL_BYTES)
+        self.textures.append({"id": t.id, "role": "temp", "bytes": t.nbytes, "width": w, "height": h})
+        return t
+
     def free(self, t: _Tex) -> None:
         pass  # the runner frees every texture at the end
 
@@ -94,21 +100,37 @@ class _Replay:
         raise ExportError("an aliased output in the replay (export never aliases)")
 
     def draw(self, prog: Any, inputs: list[_Tex], out: _Tex, texels: int, ints: dict[str, int] | None = None):
-        src = self.sources.get(id(prog))
-        if src is None:
-            raise ExportError("a draw uses a program whose source the backend does not hold")
-        if src not in self._index:
-            self._index[src] = len(self.shaders)
-            self.shaders.append(src)
         self.passes.append(
             {
-                "shader": self._index[src],
+                "shader": self._shader(prog),
                 "inputs": [t.id for t in inputs],
                 "output": out.id,
                 "texels": int(texels),
                 "ints": {k: int(v) for k, v in (ints or {}).items()},
             }
         )
+
+    def draw_targets(self, prog: Any, inputs: list[_Tex], targets: list[_Tex]) -> None:
+        """A pass writing colour attachment r into `targets[r]` over all their w x h fragments."""
+        self.passes.append(
+            {
+                "shader": self._shader(prog),
+                "inputs": [t.id for t in inputs],
+                "output": targets[0].id,
+                "targets": [t.id for t in targets],
+                "texels": targets[0].w * targets[0].h,
+                "ints": {},
+            }
+        )
+
+    def _shader(self, prog: Any) -> int:
+        src = self.sources.get(id(prog))
+        if src is None:
+            raise ExportError("a draw uses a program whose source the backend does not hold")
+        if src not in self._index:
+            self._index[src] = len(self.shaders)
+            self.shaders.append(src)
+        return self._index[src]
 
 
 def _io(src: Any) -> tuple[list[tuple[int, str | None]], list[tuple[int, str]], dict[str, Any]]:

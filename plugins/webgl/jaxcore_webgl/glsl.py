@@ -199,7 +199,10 @@ class GLSLLanguage(CStyleLanguage):
             if src == BOOL:
                 return f"({operand} ? 1.0 : 0.0)"
             # an int through float and back must round: the opaque identity stops int(float(x)) -> x
-            v = x if src in FLOATS else _opaque(r, f"float({x})")
+            if src == U32:  # two exact halves, one rounding: ANGLE on SwiftShader rounds float(uint) apart
+                v = _opaque(r, f"(float({operand} >> 16u) * 65536.0 + float({operand} & 0xffffu))")
+            else:
+                v = x if src in FLOATS else _opaque(r, f"float({x})")
             return _f16(r, v) if dst == F16 else v
         if src in FLOATS:
             return f"{r.need('jx_f2i' if dst == I32 else 'jx_f2u')}({x})"
@@ -320,10 +323,12 @@ def store_f16_main(size: int, out_shift: int) -> list[str]:
         f"  int t = (int(gl_FragCoord.y) << {out_shift}) + (int(gl_FragCoord.x) & {(1 << out_shift) - 1});",
         "  uvec4 r = uvec4(0u);",
     ]
-    for c in range(4):
-        lo = f"(8 * t + {2 * c} < {size} ? compute(8 * t + {2 * c}) : 0u)"
-        hi = f"(8 * t + {2 * c + 1} < {size} ? compute(8 * t + {2 * c + 1}) : 0u)"
-        main.append(f"  r[{c}] = {lo} | ({hi} << 16);")
+    main += [
+        "  for (int c = 0; c < 8; c++) {  // a loop: compute() is inlined once, not eight times",
+        "    int g = 8 * t + c;",
+        f"    if (g < {size}) r[c >> 1] |= compute(g) << uint(16 * (c & 1));",
+        "  }",
+    ]
     return [*main, "  o = r;", "}"]
 
 
@@ -408,9 +413,16 @@ def assemble(
         f"  int t = (int(gl_FragCoord.y) << {out_shift}) + (int(gl_FragCoord.x) & {(1 << out_shift) - 1});",
         "  uvec4 r = uvec4(0u);",
     ]
-    for c in range(4):  # written out: a loop here would count against llvmpipe's loop budget
-        word = LANG.store_word(out_dt, f"compute(4 * t + {c})")
-        main.append(f"  if (4 * t + {c} < {size}) r[{c}] = {word};")
+    # A loop, not four written-out calls: GLSL compilers inline every call, so four calls compile
+    # compute() (and every helper it inlines) four times, and the compile takes ~6x longer on
+    # llvmpipe and in ANGLE. Its four back-edges are nothing against llvmpipe's loop budget.
+    word = LANG.store_word(out_dt, "compute(g)")
+    main += [
+        "  for (int c = 0; c < 4; c++) {",
+        "    int g = 4 * t + c;",
+        f"    if (g < {size}) r[c] = {word};",
+        "  }",
+    ]
     main += ["  o = r;", "}"]
     code = "\n".join([*decls, *fn, *main])
     return HEADER + LANG.render_helpers(helpers) + code + "\n"

@@ -164,10 +164,9 @@ class MatmulExe:
 
     def run(self, dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
         w, h = self.grid
-        temps = [dev._take(w, h) for _ in range(TARGETS)]
+        blocks = [dev.alloc_grid(w, h) for _ in range(TARGETS)]
         try:
-            dev.draw_targets(self.block, inputs, [t for t, _ in temps], w, h)
-            blocks = [Texture(t, f, w, h, 0, w * h * TEXEL_BYTES) for t, f in temps]
+            dev.draw_targets(self.block, inputs, blocks)
             out = outputs[0]
             if out in inputs:  # render elsewhere (no feedback loop), then take its storage
                 tmp = dev.alloc(out.nbytes)
@@ -176,8 +175,8 @@ class MatmulExe:
             else:
                 dev.draw(self.gather, [*inputs, *blocks], out, self.texels)
         finally:
-            for t, f in temps:  # GL orders the commands: the gather pass reads them first
-                dev._give(w, h, t, f)
+            for t in blocks:  # GL orders the commands: the gather pass reads them first
+                dev.free(t)
 
 
 def plan(kernel: Kernel, dev: Device, max_units: int, out_shift: int) -> MatmulExe | None:

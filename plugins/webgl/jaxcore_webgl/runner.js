@@ -188,9 +188,24 @@
           if (loc !== null) gl.uniform1i(loc, v);
         }
         const out = texs[p.output];
-        gl.bindFramebuffer(gl.DRAW_FRAMEBUFFER, out.fbo);
+        let mrt = null;
+        if (p.targets) {
+          // several render targets: attachment r is texture targets[r]
+          mrt = gl.createFramebuffer();
+          gl.bindFramebuffer(gl.DRAW_FRAMEBUFFER, mrt);
+          p.targets.forEach((id, r) => {
+            gl.framebufferTexture2D(gl.DRAW_FRAMEBUFFER, gl.COLOR_ATTACHMENT0 + r, gl.TEXTURE_2D, texs[id].tex, 0);
+          });
+          gl.drawBuffers(p.targets.map((_, r) => gl.COLOR_ATTACHMENT0 + r));
+        } else {
+          gl.bindFramebuffer(gl.DRAW_FRAMEBUFFER, out.fbo);
+        }
         gl.viewport(0, 0, out.w, Math.ceil(p.texels / out.w));
         gl.drawArrays(gl.TRIANGLES, 0, 3);
+        if (mrt) {
+          gl.bindFramebuffer(gl.DRAW_FRAMEBUFFER, null);
+          gl.deleteFramebuffer(mrt);
+        }
         // unbind the units, so a later pass that renders into one of these textures is no feedback loop
         p.inputs.forEach((_, i) => {
           gl.activeTexture(gl.TEXTURE0 + i);

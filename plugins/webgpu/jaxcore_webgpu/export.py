@@ -121,13 +121,9 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
             bindings.append({"binding": b, "buffer": [kind, int(i)], "type": layout.get(b, "storage")})
         uniform = None
         if p.uniform_group is not None:
-            data = getattr(p, "uniform", None)
-            if data is None:
-                raise ExportError(
-                    "a pass binds a uniform block whose bytes the compiled plan does not keep "
-                    "(jaxcore_webgpu.program.CompiledPass needs a `uniform` field)"
-                )
-            data = bytes(data) + b"\0" * (-len(data) % 16)
+            if p.uniform is None:
+                raise ExportError("a pass binds a uniform block whose bytes the compiled plan does not keep")
+            data = p.uniform
             uniform = base64.b64encode(data).decode()
         passes.append(
             {

@@ -47,6 +47,7 @@ class CompiledPass:
     grid: tuple[int, int, int]
     bindings: tuple[Binding, ...]
     uniform_group: Any = None  # a bind group for group 1, made once
+    uniform: bytes | None = None  # its bytes (what an export ships), padded to 16
     pipeline_id: Any = field(init=False)  # the native handle: the runtime calls wgpu-native directly
 
     def __post_init__(self) -> None:
@@ -149,7 +150,7 @@ class PipelineCache:
         passes = []
         for p in plan.passes:
             pipe = self.pipeline(p.code, p.entry)
-            ugroup = None
+            ugroup, data = None, None
             if p.uniform is not None:
                 data = bytes(p.uniform) + b"\0" * (-len(p.uniform) % 16)
                 ubuf = self.device.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.UNIFORM)
@@ -157,7 +158,7 @@ class PipelineCache:
                     layout=pipe.get_bind_group_layout(1),
                     entries=[{"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": len(data)}}],
                 )
-            passes.append(CompiledPass(pipe, pipe.get_bind_group_layout(0), p.grid, p.bindings, ugroup))
+            passes.append(CompiledPass(pipe, pipe.get_bind_group_layout(0), p.grid, p.bindings, ugroup, data))
         return CompiledPlan(tuple(passes), tuple(plan.scratch), tuple(p.code for p in plan.passes))
 
 
