@@ -31,25 +31,7 @@ def _area(test: str) -> str:
 
 
 @pytest.mark.parity
-@pytest.mark.parametrize(
-    "device",
-    [
-        pytest.param(
-            "webgpu",
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="F1 (SwiftShader flushes f32 subnormals) and differences since; see FINDINGS.md",
-            ),
-        ),
-        pytest.param(
-            "webgl",
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="6 of 1366 differ: MRT matmul export lacks _take; a u32->f32 cast rounds apart",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("device", ["webgpu", "webgl"])
 def test_parity(device: str, browser: Any, recorded: dict[str, Any], request: pytest.FixtureRequest) -> None:
     cases = recorded[device]
     assert cases, f"the conformance run dispatched nothing on {device} ({recorded['how'][device]})"

@@ -80,7 +80,14 @@ uint jx_hb(uint w, int k) { return (w >> uint(k << 4)) & 0xffffu; }
 _def(
     "jx_h",
     """
-float jx_h(uint w, int k) { vec2 v = unpackHalf2x16(w); return k == 0 ? v.x : v.y; }
+float jx_h(uint w, int k) {
+  uint h = (w >> uint(k << 4)) & 0xffffu;
+  // a NaN from its bits (sign and payload, as numpy widens it): NVIDIA's unpackHalf2x16 drops the sign
+  if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0u)
+    return uintBitsToFloat(((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13));
+  vec2 v = unpackHalf2x16(w);
+  return k == 0 ? v.x : v.y;
+}
 """,
 )
 # Float comparisons on bits: exact whatever the driver does with NaN and denormals.
