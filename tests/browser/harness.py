@@ -36,7 +36,8 @@ CHROMIUM_ARGS = [
     "--disable-gpu-sandbox",
 ]
 INSTALL_HINT = "apt-get install -y chromium && pip install 'playwright>=1.40'  (never `playwright install`)"
-BATCH_PROGRAMS = 64  # programs per page.evaluate
+BATCH_PROGRAMS = {"webgpu": 64, "webgl": 16}  # programs per page.evaluate (webgl: a timed-out
+# batch runs again a case at a time, FINDINGS.md F5)
 BATCH_BYTES = 6 << 20  # input+output bytes per page.evaluate
 
 
@@ -49,6 +50,34 @@ def in_ci() -> bool:
 
 class BrowserUnavailable(RuntimeError):
     """No browser to run in (the message says what is missing and how to get it)."""
+
+
+class BrowserTimeout(RuntimeError):
+    """A page call ran past its time (a shader compile that takes minutes: FINDINGS.md F5)."""
+
+
+def _chromium_pids() -> list[int]:
+    """The Chromium processes this test process started (its descendants), from /proc."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            names[int(d.name)] = (d / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        parents[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    mine, me = set(), os.getpid()
+    for pid in parents:
+        p, seen = pid, 0
+        while p > 1 and seen < 64:
+            p, seen = parents.get(p, 0), seen + 1
+            if p == me:
+                mine.add(pid)
+                break
+    return [p for p in mine if "chrom" in Path(names.get(p, "")).name]
 
 
 def chromium_path() -> str:
@@ -83,11 +112,12 @@ class _Thread:
                 box.append((False, e))
             done.set()
 
-    def call(self, fn: Callable[[], T]) -> T:
+    def call(self, fn: Callable[[], T], timeout: float | None = None) -> T:
         box: list[tuple[bool, Any]] = []
         done = threading.Event()
         self._jobs.put((fn, box, done))
-        done.wait()
+        if not done.wait(timeout):
+            raise BrowserTimeout(f"the browser did not answer within {timeout:.0f} s")
         ok, value = box[0]
         if not ok:
             raise value
@@ -111,8 +141,36 @@ class Browser:
     launch_s: float
     console: list[str] = field(default_factory=list)
 
-    def evaluate(self, js: str, arg: Any = None) -> Any:
-        return self.thread.call(lambda: self.page.evaluate(js, arg))
+    workdir: Path | None = None
+    restarts: int = 0
+
+    def evaluate(self, js: str, arg: Any = None, timeout: float | None = None) -> Any:
+        """`js` evaluated in the page; past `timeout` the browser is killed and started again
+        (a stuck compile cannot be interrupted otherwise) and BrowserTimeout is raised."""
+        try:
+            return self.thread.call(lambda: self.page.evaluate(js, arg), timeout)
+        except BrowserTimeout:
+            self.restart()
+            raise
+
+    def restart(self) -> None:
+        """Kill this Chromium and open a fresh one in its place (a new thread, page and context)."""
+        import signal
+
+        for pid in _chromium_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        old = self.thread
+        try:
+            old.call(self.playwright.stop, 30)
+        except BaseException:
+            pass  # the old thread is abandoned (a daemon); a new one drives the new browser
+        fresh = launch(self.workdir or Path("."))
+        self.thread, self.playwright, self.browser = fresh.thread, fresh.playwright, fresh.browser
+        self.page, self.console = fresh.page, fresh.console
+        self.restarts += 1
 
     def close(self) -> None:
         def stop() -> None:
@@ -163,20 +221,20 @@ def _launch(thread: _Thread, workdir: Path) -> Browser:
     for script in (webgpu_runner(), webgl_runner(), (HERE / "page.js").read_text()):
         page.add_script_tag(content=script)
     info = page.evaluate("() => jaxcoreParity.info()")
-    return Browser(thread, pw, browser, page, info, time.perf_counter() - t0, console)
+    return Browser(thread, pw, browser, page, info, time.perf_counter() - t0, console, workdir)
 
 
 def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode()
 
 
-def batches(cases: list[Any]) -> list[list[Any]]:
+def batches(cases: list[Any], most: int = 64) -> list[list[Any]]:
     out: list[list[Any]] = []
     cur: list[Any] = []
     size = 0
     for c in cases:
         n = sum(map(len, c.inputs)) + sum(len(o or b"") for o in c.outputs)
-        if cur and (len(cur) >= BATCH_PROGRAMS or size + n > BATCH_BYTES):
+        if cur and (len(cur) >= most or size + n > BATCH_BYTES):
             out.append(cur)
             cur, size = [], 0
         cur.append(c)
@@ -186,18 +244,39 @@ def batches(cases: list[Any]) -> list[list[Any]]:
     return out
 
 
+BATCH_SECONDS = 40.0  # one page call of a batch; past it the batch runs again a case at a time
+CASE_SECONDS = 30.0  # one case alone; past it the case is reported as timed out (F5)
+TIMED_OUT = "timed out in the browser"
+
+
+def _run_batch(b: Browser, device: str, batch: list[Any], timeout: float) -> list[dict[str, Any]]:
+    jobs = [{"program": c.program, "inputs": [_b64(x) for x in c.inputs]} for c in batch]
+    got = b.evaluate(f"(jobs) => jaxcoreParity.{device}(jobs)", jobs, timeout)
+    if got.get("lost"):
+        raise RuntimeError(f"{device}: the browser lost its device: {got['lost']}")
+    out = []
+    for r in got["results"]:
+        if r.get("outputs") is not None:
+            r["outputs"] = [base64.b64decode(o) for o in r["outputs"]]
+        out.append(r)
+    return out
+
+
 def run_cases(b: Browser, device: str, cases: list[Any]) -> list[dict[str, Any]]:
-    """Run every case's program on its inputs in the page; results in order."""
+    """Run every case's program on its inputs in the page; results in order. A case the browser
+    takes more than CASE_SECONDS over gets {"timed_out": seconds} (the browser is restarted)."""
     results: list[dict[str, Any]] = []
-    for batch in batches(cases):
-        jobs = [{"program": c.program, "inputs": [_b64(x) for x in c.inputs]} for c in batch]
-        got = b.evaluate(f"(jobs) => jaxcoreParity.{device}(jobs)", jobs)
-        if got.get("lost"):
-            raise RuntimeError(f"{device}: the browser lost its device: {got['lost']}")
-        for r in got["results"]:
-            if r.get("outputs") is not None:
-                r["outputs"] = [base64.b64decode(o) for o in r["outputs"]]
-            results.append(r)
+    for batch in batches(cases, BATCH_PROGRAMS[device]):
+        try:
+            results += _run_batch(b, device, batch, BATCH_SECONDS)
+            continue
+        except BrowserTimeout:
+            pass
+        for c in batch:
+            try:
+                results += _run_batch(b, device, [c], CASE_SECONDS)
+            except BrowserTimeout:
+                results.append({"timed_out": CASE_SECONDS})
     return results
 
 

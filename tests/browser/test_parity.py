@@ -45,6 +45,9 @@ def test_parity(device: str, browser: Any, recorded: dict[str, Any], request: py
     failures: list[str] = [f"{c.test}: export failed: {c.export_error}" for c in export_failures]
     matched = 0
     for case, result in zip(runnable, results):
+        if result.get("timed_out"):  # a compile that takes minutes (FINDINGS.md F5)
+            findings["F5"].append(case)
+            continue
         why = result.get("unsupported")
         if why:
             if not any(k in why for k in DECLARABLE):
@@ -71,7 +74,7 @@ def test_parity(device: str, browser: Any, recorded: dict[str, Any], request: py
     lines.append(
         f"  run in the browser {ran}, matched {matched}, declared unsupported {sum(unsupported.values())}, "
         f"known findings {sum(len(v) for v in findings.values())}, failed {len(failures)}; "
-        f"{seconds:.1f} s in the browser (launch {browser.launch_s:.1f} s)"
+        f"{seconds:.1f} s in the browser (launch {browser.launch_s:.1f} s, restarts {browser.restarts})"
     )
     areas = collections.Counter(_area(c.test) for c in cases)
     lines.append("  by area: " + ", ".join(f"{a} {n}" for a, n in areas.most_common()))
