@@ -20,7 +20,6 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -28,15 +27,12 @@ from _common import setup_path
 
 setup_path()
 
-import jaxcore  # noqa: E402
-from jaxcore import AluExp, AluOp, AluVar, DType, Kernel, tracing  # noqa: E402
+from _gpu import Gpu, Torch, check, gi, host_time  # noqa: E402
+
+from jaxcore import AluExp, AluOp, AluVar, DType, Kernel  # noqa: E402
 from jaxcore.kernel import Reduction  # noqa: E402
 
 F32 = DType.float32
-
-
-def gi(gid: int, length: int, index: AluExp) -> AluExp:
-    return AluExp.global_index(F32, gid, length, index)
 
 
 @dataclass
@@ -55,99 +51,6 @@ class Row:
             return "-"
         v = self.work / s
         return f"{v / 1e9:.1f} G{self.unit}/s" if self.unit != "µs" else f"{s * 1e6:.2f} µs"
-
-
-class Torch:
-    """PyTorch on CUDA, if present: the context stays open for the whole run."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.torch = None
-        if not enabled:
-            return
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.zeros(1, device="cuda")
-                self.torch = torch
-        except Exception:
-            self.torch = None
-
-    def time(self, fn: Callable[[], object], reps: int) -> float:
-        torch = self.torch
-        fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b) / 1e3)
-        return statistics.median(times)
-
-
-def host_time(fn: Callable[[], object], reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
-class Gpu:
-    def __init__(self) -> None:
-        self.be = jaxcore.get_backend("webgpu")
-        self.slots: list[int] = []
-
-    def put(self, x: np.ndarray) -> int:
-        s = self.be.malloc(x.nbytes, np.ascontiguousarray(x).tobytes())
-        self.slots.append(s)
-        return s
-
-    def empty(self, nbytes: int) -> int:
-        s = self.be.malloc(nbytes)
-        self.slots.append(s)
-        return s
-
-    def get(self, slot: int) -> np.ndarray:
-        return np.frombuffer(self.be.read(slot), np.float32)
-
-    def free(self) -> None:
-        for s in self.slots:
-            self.be.dec_ref(s)
-        self.slots.clear()
-        self.be.finish()
-
-    def time(self, run: Callable[[], None], reps: int) -> float:
-        """Median device time of one `run` (the sum of its dispatches' GPU timestamps)."""
-        run()
-        self.be.finish()
-        if not self.be.capabilities.device_timestamps:
-            t = time.perf_counter()
-            for _ in range(reps):
-                run()
-            self.be.finish()
-            return (time.perf_counter() - t) / reps
-        per_run = []
-        for _ in range(reps):
-            tracing.start_trace()
-            run()
-            events = tracing.stop_trace()
-            per_run.append(
-                sum(e["args"]["device_time_us"] for e in events if e.get("cat") in ("kernel", "reduction"))
-            )
-        return statistics.median(per_run) / 1e6
-
-
-def check(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5, atol: float = 1e-6) -> str:
-    if got.shape != want.shape:
-        return f"shape {got.shape} != {want.shape}"
-    bad = ~np.isclose(got, want, rtol=rtol, atol=atol)
-    return "ok" if not bad.any() else f"WRONG ({int(bad.sum())} of {bad.size} differ)"
 
 
 def fma(g: Gpu, t: Torch, n: int, reps: int) -> Row:

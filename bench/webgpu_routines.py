@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -27,8 +25,9 @@ from _common import setup_path
 
 setup_path()
 
-import jaxcore  # noqa: E402
-from jaxcore import AluExp, AluOp, AluVar, DType, Kernel, tracing  # noqa: E402
+from _gpu import Gpu, Torch, check, gi, host_time  # noqa: E402
+
+from jaxcore import AluExp, AluOp, AluVar, DType, Kernel  # noqa: E402
 from jaxcore.kernel import Reduction  # noqa: E402
 from jaxcore.routine import FftParams, Routine, Routines, ScatterParams  # noqa: E402
 
@@ -52,100 +51,6 @@ class Row:
         if self.unit == "FLOP":
             return f"{v / 1e12:.2f} TFLOP/s" if v >= 1e11 else f"{v / 1e9:.2f} GFLOP/s"
         return f"{v / 1e9:.3f} G{self.unit}/s"
-
-
-class Torch:
-    def __init__(self, enabled: bool) -> None:
-        self.torch = None
-        if not enabled:
-            return
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.zeros(1, device="cuda")
-                torch.backends.cuda.matmul.allow_tf32 = False
-                torch.backends.cudnn.allow_tf32 = False
-                self.torch = torch
-        except Exception:
-            self.torch = None
-
-    def time(self, fn: Callable[[], object], reps: int) -> float:
-        torch = self.torch
-        fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b) / 1e3)
-        return statistics.median(times)
-
-
-def host_time(fn: Callable[[], object], reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
-class Gpu:
-    def __init__(self) -> None:
-        self.be = jaxcore.get_backend("webgpu")
-        self.slots: list[int] = []
-
-    def put(self, x: np.ndarray) -> int:
-        s = self.be.malloc(x.nbytes, np.ascontiguousarray(x).tobytes())
-        self.slots.append(s)
-        return s
-
-    def empty(self, nbytes: int) -> int:
-        s = self.be.malloc(nbytes)
-        self.slots.append(s)
-        return s
-
-    def get(self, slot: int, dtype=np.float32) -> np.ndarray:
-        return np.frombuffer(self.be.read(slot), dtype)
-
-    def free(self) -> None:
-        for s in self.slots:
-            self.be.dec_ref(s)
-        self.slots.clear()
-        self.be.finish()
-
-    def time(self, run: Callable[[], None], reps: int) -> float:
-        run()
-        self.be.finish()
-        if not self.be.capabilities.device_timestamps:
-            t = time.perf_counter()
-            for _ in range(reps):
-                run()
-            self.be.finish()
-            return (time.perf_counter() - t) / reps
-        per_run = []
-        for _ in range(reps):
-            tracing.start_trace()
-            run()
-            events = tracing.stop_trace()
-            per_run.append(sum(e["args"].get("device_time_us", 0.0) for e in events if e.get("ph") == "X"))
-        return statistics.median(per_run) / 1e6
-
-
-def check(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str:
-    if got.shape != want.shape:
-        return f"shape {got.shape} != {want.shape}"
-    bad = ~np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
-    return "ok" if not bad.any() else f"WRONG ({int(bad.sum())} of {bad.size} differ)"
-
-
-def gi(gid: int, length: int, index: AluExp) -> AluExp:
-    return AluExp.global_index(F32, gid, length, index)
 
 
 def matmul(g: Gpu, t: Torch, n: int, reps: int) -> Row:
