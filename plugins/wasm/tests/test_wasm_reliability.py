@@ -420,7 +420,8 @@ def _chain_ref(depth: int, xs: np.ndarray) -> np.ndarray:
 
 def test_emitter_ranges_and_affine_forms_do_not_recurse() -> None:
     # under Python's default recursion limit: the wasm side walks the expression with a stack
-    from jaxcore_wasm import codegen, matmul, toolchain
+    from jaxcore.matmul_shape import affine
+    from jaxcore_wasm import codegen, toolchain
     from jaxcore_wasm.emitter import Emitter, Ranges
     from jaxcore_wasm.irtext import Fn, Module
 
@@ -435,7 +436,7 @@ def test_emitter_ranges_and_affine_forms_do_not_recurse() -> None:
     em = Emitter(mod, fn, ["%in0"], {"gidx": "%g"}, Ranges({"gidx": (0, 63)}))
     assert em.value(e).startswith("%") and len(fn.lines) > 2 * DEEP
     assert Ranges({"gidx": (0, 63)}).get(idx) == (DEEP, DEEP + 63)
-    assert matmul._affine(idx, ("gidx",)) == {"gidx": 1, "": DEEP}
+    assert affine(idx, ("gidx",)) == {"gidx": 1, "": DEEP}  # the core's matmul detection (wasm uses it)
     assert codegen.depth(e) > 2 * DEEP
 
 
