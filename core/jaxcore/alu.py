@@ -25,6 +25,9 @@ import numpy as np
 
 from jaxcore.dtype import DType, byte_width, const_value, is_float
 
+# `arg` of a float32 Add/Sub/Mul/Reciprocal whose operands and result are never subnormal.
+NORMAL_RANGE = "normal"
+
 
 class AluOp(enum.StrEnum):
     Add = "Add"
@@ -156,7 +159,9 @@ class AluExp:
 
     `arg` by op: Const -> number; Special -> (name, n); Variable -> name; GlobalIndex ->
     (gid, length); GlobalView -> (gid, ShapeTracker); BitCombine -> "and"|"or"|"xor";
-    BitShift -> "shl"|"shr"; Threefry2x32 -> "xor"|0|1.
+    BitShift -> "shl"|"shr"; Threefry2x32 -> "xor"|0|1; Add, Sub, Mul, Reciprocal on float32 ->
+    None or NORMAL_RANGE, a promise that every operand and the result are zero or normal (never
+    subnormal), so a target that flushes subnormals may use its native op (legalize.divide_rn).
     """
 
     op: AluOp

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jaxcore.alu import AluExp, AluOp
+from jaxcore.alu import NORMAL_RANGE, AluExp, AluOp
 from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, is_float, to_numpy
 
 
@@ -169,20 +169,30 @@ def _u32(v: int) -> AluExp:
     return _c(DType.uint32, v)
 
 
+def _n(op: AluOp, a: AluExp, b: AluExp | float) -> AluExp:
+    """float32 `a op b` whose operands and result are zero or normal (NORMAL_RANGE): inside
+    divide_rn every value is a scaled mantissa near 1 or an exact residual above 2^-60, so a
+    target that flushes subnormals may compute it natively instead of through its exact helpers."""
+    f32 = DType.float32
+    bb = b if isinstance(b, AluExp) else _c(f32, b)
+    return AluExp(op, f32, (a, bb), NORMAL_RANGE)
+
+
 def _split(x: AluExp) -> tuple[AluExp, AluExp]:
     """Veltkamp: x = hi + lo with 12-bit halves, so their products are exact."""
-    c = x * 4097.0
-    hi = c - (c - x)
-    return hi, x - hi
+    c = _n(AluOp.Mul, x, 4097.0)
+    hi = _n(AluOp.Sub, c, _n(AluOp.Sub, c, x))
+    return hi, _n(AluOp.Sub, x, hi)
 
 
 def _residual(x: AluExp, y: AluExp, q: AluExp) -> AluExp:
     """x - q*y, exactly, for x, y, q in [0.25, 4] (Dekker's product, no fused multiply-add)."""
-    p = q * y
+    add, sub, mul = (lambda a, b, op=op: _n(op, a, b) for op in (AluOp.Add, AluOp.Sub, AluOp.Mul))
+    p = mul(q, y)
     qh, ql = _split(q)
     yh, yl = _split(y)
-    err = ((qh * yh - p) + qh * yl + ql * yh) + ql * yl
-    return (x - p) - err
+    err = add(add(add(sub(mul(qh, yh), p), mul(qh, yl)), mul(ql, yh)), mul(ql, yl))
+    return sub(sub(x, p), err)
 
 
 def _mantissa_exponent(x: AluExp) -> tuple[AluExp, AluExp]:
@@ -212,9 +222,9 @@ def divide_rn(a: AluExp, b: AluExp) -> AluExp:
     f32, u32, i32 = DType.float32, DType.uint32, DType.int32
     ma, ea = _mantissa_exponent(a)
     mb, eb = _mantissa_exponent(b)
-    y = AluExp.reciprocal(mb)
-    q0 = ma * y
-    q1 = q0 + _residual(ma, mb, q0) * y
+    y = AluExp(AluOp.Reciprocal, f32, (mb,), NORMAL_RANGE)
+    q0 = _n(AluOp.Mul, ma, y)
+    q1 = _n(AluOp.Add, q0, _n(AluOp.Mul, _residual(ma, mb, q0), y))
     r1 = _residual(ma, mb, q1)
     up = AluExp.cmplt(_c(f32, 0.0), r1)
     q1b = AluExp.bitcast(u32, q1)

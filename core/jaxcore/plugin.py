@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar, pending
+from jaxcore.alu import NORMAL_RANGE, AluExp, AluGroup, AluOp, AluVar, pending
 from jaxcore.backend import (
     API_VERSION,
     Backend,
@@ -109,6 +109,7 @@ __all__ = [
     "API_VERSION",
     "INT32_MAX",
     "INT32_MIN",
+    "NORMAL_RANGE",
     "UINT32_MAX",
     "AluExp",
     "AluGroup",

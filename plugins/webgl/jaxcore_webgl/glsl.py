@@ -22,7 +22,7 @@ import numpy as np
 
 from jaxcore.cstyle import CStyleLanguage, ExpRenderer, OpRender, strip_parens
 from jaxcore.legalize import TargetTraits, legalize
-from jaxcore.plugin import INT32_MIN, AluExp, AluOp, DType, Kernel, UnsupportedOpError
+from jaxcore.plugin import INT32_MIN, NORMAL_RANGE, AluExp, AluOp, DType, Kernel, UnsupportedOpError
 from jaxcore_webgl import glsl_lib
 
 HEADER = "#version 300 es\nprecision highp float;\nprecision highp int;\nprecision highp usampler2D;\n"
@@ -76,6 +76,8 @@ def _arith(op: str, sym: str) -> OpRender:
     """+ - * on every dtype: float32 through the denormal-exact helpers, float16 rounded after."""
 
     def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+        if e.dtype == F32 and e.arg == NORMAL_RANGE:  # never subnormal: the helpers' own fast path
+            return f"({a[0]} {sym} {_opaque(r, a[1])})"
         if e.dtype == F32:
             return f"{r.need('jx_' + op)}({strip_parens(a[0])}, {strip_parens(a[1])})"
         if e.dtype == F16:  # the opaque operand stops x * 0.0 -> 0.0 and friends
@@ -123,6 +125,8 @@ def _unary(helper: str, f16_spelling: str | None = None) -> OpRender:
 
     def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
         x = strip_parens(a[0])
+        if e.op == AluOp.Reciprocal and e.dtype == F32 and e.arg == NORMAL_RANGE:
+            return f"(1.0 / {_opaque(r, x)})"  # never subnormal: jx_div's own fast path
         if e.dtype == F16:
             if f16_spelling is not None:
                 return f16_spelling.format(x=x, o=_opaque(r, x), f16=r.need("jx_f16"))
