@@ -215,3 +215,27 @@ def test_float_idiv_is_the_truncated_correctly_rounded_quotient() -> None:
         want = np.trunc(a / b)
     _same(got.view(np.uint32)[~np.isnan(want)], want.view(np.uint32)[~np.isnan(want)])
     assert np.isnan(got[np.isnan(want)]).all()
+
+
+def test_the_normal_range_promise_holds_inside_float_idiv() -> None:
+    """Every node the Idiv expansion marks NORMAL_RANGE sees and gives only zeros and normal floats
+    (a flushing device computes them natively), on subnormal, huge, zero, inf and NaN operands."""
+    from jaxcore.alu import NORMAL_RANGE
+
+    rng = np.random.default_rng(11)
+    n = 4000
+    a = np.concatenate([rng.standard_normal(n) * 10.0 ** rng.uniform(-45, 38, n), _VALUES[F32]]).astype(
+        np.float32
+    )
+    b = np.concatenate([rng.standard_normal(n) * 10.0 ** rng.uniform(-45, 38, n), _VALUES[F32][::-1]]).astype(
+        np.float32
+    )
+    x, y = AluExp.variable(F32, "a"), AluExp.variable(F32, "b")
+    tree = legalize(AluExp(AluOp.Idiv, F32, (x, y)), NOTHING_NATIVE)
+    marked = [e for e in tree.nodes() if e.arg == NORMAL_RANGE]
+    assert len(marked) > 20
+    tiny = np.finfo(np.float32).tiny
+    for e in marked:
+        for part in (e, *e.src):
+            v = np.abs(_flat_eval(part, {"a": a, "b": b}).astype(np.float64))
+            assert not ((v > 0) & (v < tiny)).any(), f"{part.op} gives a subnormal"
