@@ -810,3 +810,21 @@ def _nbytes(shape: tuple[int, ...], dtype: DType) -> int:
     for d in shape:
         n *= d
     return n * byte_width(dtype)
+
+
+class HostMemory:
+    """BaseBackend's four storage hooks over host bytes (a bytearray per buffer), for backends
+    whose memory is the host's: interpreters, test doubles, a new device's first step. Mix it in
+    before the base: `class MyBackend(HostMemory, BaseBackend)`."""
+
+    def _alloc(self, size: int) -> bytearray:
+        return bytearray(size)  # contents unspecified by the contract; zeroed here
+
+    def _free(self, handle: bytearray) -> None:
+        pass  # the garbage collector frees it
+
+    def _copyin(self, handle: bytearray, data: memoryview) -> None:
+        handle[:] = data
+
+    def _copyout(self, handle: bytearray, start: int, count: int) -> bytes:
+        return bytes(handle[start : start + count])

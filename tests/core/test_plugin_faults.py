@@ -22,7 +22,7 @@ import pytest
 
 import jaxcore
 from jaxcore import registry
-from jaxcore.backend import API_VERSION, BaseBackend, Capabilities
+from jaxcore.backend import API_VERSION, BaseBackend, Capabilities, HostMemory
 from jaxcore.dtype import DType
 from jaxcore.registry import Registry
 from jaxcore.settings import Settings
@@ -149,24 +149,12 @@ def test_init_and_get_backend_are_bounded_by_a_hanging_factory(tmp_path: Path) -
 # ---- in process --------------------------------------------------------------------------------
 
 
-class _Host(BaseBackend):
+class _Host(HostMemory, BaseBackend):
     capabilities = Capabilities(dtypes=frozenset({DType.float32}), routines=frozenset(), max_args=4)
 
     def __init__(self, name: str) -> None:
         super().__init__()
         self.name = name
-
-    def _alloc(self, size: int) -> bytearray:
-        return bytearray(size)
-
-    def _free(self, handle: bytearray) -> None:
-        pass
-
-    def _copyin(self, handle: bytearray, data: memoryview) -> None:
-        handle[:] = data
-
-    def _copyout(self, handle: bytearray, start: int, count: int) -> bytes:
-        return bytes(handle[start : start + count])
 
     def _compile_kernel(self, kernel: Any) -> None:
         return None

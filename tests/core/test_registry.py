@@ -14,7 +14,7 @@ import pytest
 
 import jaxcore
 from jaxcore import registry
-from jaxcore.backend import API_VERSION, BaseBackend, Capabilities
+from jaxcore.backend import API_VERSION, BaseBackend, Capabilities, HostMemory
 from jaxcore.dtype import DType
 from jaxcore.registry import DeviceUnavailable, PluginError, Registry
 from jaxcore.settings import Settings
@@ -23,20 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 
-class _Hooks(BaseBackend):
+class _Hooks(HostMemory, BaseBackend):
     """Every required hook present (host bytes; kernels are never run here)."""
-
-    def _alloc(self, size: int) -> bytearray:
-        return bytearray(size)
-
-    def _free(self, handle: bytearray) -> None:
-        pass
-
-    def _copyin(self, handle: bytearray, data: memoryview) -> None:
-        handle[:] = data
-
-    def _copyout(self, handle: bytearray, start: int, count: int) -> bytes:
-        return bytes(handle[start : start + count])
 
     def _compile_kernel(self, kernel: Any) -> None:
         return None

@@ -16,6 +16,7 @@ from jaxcore.plugin import (
     Capabilities,
     DType,
     Executable,
+    HostMemory,
     Interpreter,
     Kernel,
     Routine,
@@ -29,7 +30,7 @@ from jaxcore.plugin import (
 _FOLD = {"Add": "add", "Mul": "mul", "Min": "min", "Max": "max"}
 
 
-class ExampleBackend(BaseBackend):
+class ExampleBackend(HostMemory, BaseBackend):  # storage: a bytearray per buffer (HostMemory)
     name = "example"
     capabilities = Capabilities(
         dtypes=frozenset({DType.float32, DType.int32, DType.bool}),
@@ -37,19 +38,6 @@ class ExampleBackend(BaseBackend):
         max_args=4,
         description="example plugin: numpy interpreter, float32/int32/bool, Sort only",
     )
-
-    # ---- storage: a buffer is a bytearray ----
-    def _alloc(self, size: int) -> bytearray:
-        return bytearray(size)
-
-    def _free(self, handle: bytearray) -> None:
-        pass
-
-    def _copyin(self, handle: bytearray, data: memoryview) -> None:
-        handle[:] = data
-
-    def _copyout(self, handle: bytearray, start: int, count: int) -> bytes:
-        return bytes(handle[start : start + count])
 
     # ---- compile: the core's untuned plan is enough for an interpreter ----
     def _compile_kernel(self, kernel: Kernel) -> Any:
