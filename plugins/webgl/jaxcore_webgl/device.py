@@ -331,6 +331,17 @@ class Device:
         return len(self._programs)
 
     # ---- draws --------------------------------------------------------------------------------
+    def _use(self, prog: Program, inputs: list[Texture]) -> None:
+        """Make `prog` current with `inputs` on texture units 0.. (and their width shifts set)."""
+        gl = self.gl
+        gl.glUseProgram(prog.prog)
+        for i, t in enumerate(inputs):
+            gl.glActiveTexture(gl.GL_TEXTURE0 + i)
+            gl.glBindTexture(gl.GL_TEXTURE_2D, t.tex)
+            loc = prog.shifts[i]
+            if loc >= 0:
+                gl.glUniform1i(loc, t.shift)
+
     def draw(
         self,
         prog: Program,
@@ -341,13 +352,7 @@ class Device:
     ) -> None:
         """Run `prog` over the first `texels` texels of `out`, with `inputs` on units 0.."""
         gl = self.gl
-        gl.glUseProgram(prog.prog)
-        for i, t in enumerate(inputs):
-            gl.glActiveTexture(gl.GL_TEXTURE0 + i)
-            gl.glBindTexture(gl.GL_TEXTURE_2D, t.tex)
-            loc = prog.shifts[i]
-            if loc >= 0:
-                gl.glUniform1i(loc, t.shift)
+        self._use(prog, inputs)
         if ints:
             for name, v in ints.items():
                 gl.glUniform1i(prog.uniforms[name], v)
@@ -375,13 +380,7 @@ class Device:
             if status != gl.GL_FRAMEBUFFER_COMPLETE:
                 raise RuntimeError(f"webgl: {len(targets)}-target framebuffer incomplete (0x{status:x})")
             self._mrt[key] = fbo
-        gl.glUseProgram(prog.prog)
-        for i, t in enumerate(inputs):
-            gl.glActiveTexture(gl.GL_TEXTURE0 + i)
-            gl.glBindTexture(gl.GL_TEXTURE_2D, t.tex)
-            loc = prog.shifts[i]
-            if loc >= 0:
-                gl.glUniform1i(loc, t.shift)
+        self._use(prog, inputs)
         gl.glBindFramebuffer(gl.GL_DRAW_FRAMEBUFFER, fbo)
         gl.glViewport(0, 0, w, h)
         gl.glDrawArrays(gl.GL_TRIANGLES, 0, 3)
