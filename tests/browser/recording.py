@@ -87,25 +87,20 @@ class Recorder:
                     known[slot] = bytes(memoryview(initial_data).cast("B"))
             return slot
 
-        def read(slot: int, start: int = 0, count: int | None = None) -> bytes:
-            data = read0(slot, start, count)
-            if not rec.active:
-                return data
-            with rec._lock:
-                if slot in pending:
-                    whole = start == 0 and len(data) == backend.size_of(slot)
-                    settle(slot, data if whole else None)
+        def host_read(slot: int, start: int, data: bytes) -> bytes:
+            """What the host read of `slot` settles (its full contents, when it read them all)."""
+            if rec.active:
+                with rec._lock:
+                    if slot in pending:
+                        whole = start == 0 and len(data) == backend.size_of(slot)
+                        settle(slot, data if whole else None)
             return data
 
+        def read(slot: int, start: int = 0, count: int | None = None) -> bytes:
+            return host_read(slot, start, read0(slot, start, count))
+
         async def read_async(slot: int, start: int = 0, count: int | None = None) -> bytes:
-            data = await read_async0(slot, start, count)
-            if not rec.active:
-                return data
-            with rec._lock:
-                if slot in pending:
-                    whole = start == 0 and len(data) == backend.size_of(slot)
-                    settle(slot, data if whole else None)
-            return data
+            return host_read(slot, start, await read_async0(slot, start, count))
 
         def dec_ref(slot: int) -> None:
             if not rec.active:
