@@ -203,8 +203,8 @@ class GLSLLanguage(CStyleLanguage):
             if src == BOOL:
                 return f"({operand} ? 1.0 : 0.0)"
             # an int through float and back must round: the opaque identity stops int(float(x)) -> x
-            if src == U32:  # two exact halves, one rounding: ANGLE on SwiftShader rounds float(uint) apart
-                v = _opaque(r, f"(float({operand} >> 16u) * 65536.0 + float({operand} & 0xffffu))")
+            if src == U32:  # two exact halves, one rounding (ANGLE rounds float(uint) apart)
+                v = _opaque(r, f"{r.need('jx_u2f')}({x})")
             else:
                 v = x if src in FLOATS else _opaque(r, f"float({x})")
             return _f16(r, v) if dst == F16 else v

@@ -70,6 +70,14 @@ float jx_f16(float x) { return unpackHalf2x16(jx_ph(x)).x; }
 """,
     ("jx_ph",),
 )
+# uint -> float from two exact 16-bit halves and one rounding: ANGLE on SwiftShader rounds
+# float(uint) apart from the contract's nearest-even.
+_def(
+    "jx_u2f",
+    """
+float jx_u2f(uint x) { return float(x >> 16u) * 65536.0 + float(x & 0xffffu); }
+""",
+)
 # float16 moves stay on the bits: NVIDIA's unpackHalf2x16/packHalf2x16 canonicalise NaN payloads.
 _def(
     "jx_hb",
