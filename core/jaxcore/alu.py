@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import math
+import struct
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -560,7 +561,10 @@ def _lift(x: AluExp | float | int | bool, like: AluExp | float | int | bool) -> 
 def _arg_key(e: AluExp) -> str:
     a = e.arg
     if e.op == AluOp.Const:
-        return float(a).hex() if isinstance(a, float) else f"i{int(a)}"
+        if isinstance(a, float):
+            # float.hex spells every NaN "nan": a NaN's sign and payload are part of the constant
+            return a.hex() if a == a else f"nan{struct.unpack('<Q', struct.pack('<d', a))[0]:x}"
+        return f"i{int(a)}"
     if e.op == AluOp.GlobalView:
         return f"{a[0]}:{a[1].key()!r}"
     return repr(a)

@@ -21,7 +21,7 @@ from typing import ClassVar
 from jaxcore.alu import AluExp, AluOp
 from jaxcore.backend import UnsupportedOpError
 from jaxcore.dtype import DType, is_float
-from jaxcore.legalize import TargetTraits
+from jaxcore.legalize import OPAQUE, TargetTraits
 
 # code_for_op entries: (renderer, node, rendered operands) -> expression text.
 OpRender = Callable[["ExpRenderer", AluExp, list[str]], str]
@@ -100,6 +100,11 @@ class CStyleLanguage:
     def render_where(self, r: ExpRenderer, c: str, t: str, f: str) -> str:
         return f"({c} ? {t} : {f})"
 
+    def render_opaque(self, r: ExpRenderer, dtype: DType, x: str) -> str:
+        """`x` through an identity the compiler cannot fold (see `legalize.opaque`); a dialect whose
+        traits set `folds_float_identities` must spell it."""
+        raise UnsupportedOpError(AluOp.Bitcast, dtype, self.name, "no opaque identity in this dialect")
+
     def render_bit(self, r: ExpRenderer, e: AluExp, a: list[str]) -> str:
         if e.op == AluOp.BitShift:
             return f"({a[0]} {'<<' if e.arg == 'shl' else '>>'} {a[1]})"
@@ -128,6 +133,8 @@ class CStyleLanguage:
         if op == AluOp.Cast:
             return self.render_cast(r, e.dtype, e.src[0].dtype, args[0])
         if op == AluOp.Bitcast:
+            if e.arg == OPAQUE:
+                return self.render_opaque(r, e.dtype, args[0])
             if e.dtype == e.src[0].dtype:
                 return args[0]
             return self.render_bitcast(r, e.dtype, e.src[0].dtype, args[0])

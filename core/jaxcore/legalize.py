@@ -45,6 +45,23 @@ class TargetTraits:
     exact_transcendentals: bool = False  # built-in sin/cos/exp/log/... meet the tolerance table
     # Replace f32/f16 transcendentals by AluExp trees (jaxcore.expansions) instead of dialect helpers.
     expand_transcendentals: bool = False
+    # The driver simplifies float arithmetic as if there were no NaN, infinity or -0 (x * 0 -> 0,
+    # x - x -> 0, x + 0 -> x): an operand that would let it is passed through `opaque`.
+    folds_float_identities: bool = False
+
+
+OPAQUE = "opaque"
+
+
+def opaque(x: AluExp) -> AluExp:
+    """`x`, through an identity the target's compiler cannot see through (a same-dtype Bitcast
+    marked "opaque", which a dialect renders with a value only known at run time, e.g. a uniform
+    that is always 0): so `x * opaque(0.0)` stays a multiplication."""
+    return AluExp(AluOp.Bitcast, x.dtype, (x,), OPAQUE)
+
+
+def _zero_const(e: AluExp) -> bool:
+    return e.op == AluOp.Const and e.arg == 0
 
 
 def _c(dtype: DType, v: float | int) -> AluExp:
@@ -127,12 +144,21 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
         return _and(e, _ne(_or(is_nan(a, t), is_nan(b, t)), AluExp.bool_(True)))
     if op == AluOp.Cast:
         return _cast(e, t)
+    if t.folds_float_identities and is_float(dt) and op in _FOLDABLE:
+        a, b = e.src
+        if a == b or _zero_const(b) or a in b.src:  # x - x, x / x, x * 0, x + 0, x - (x - y)
+            return AluExp(op, dt, (a, opaque(b)), e.arg)
+        if _zero_const(a) or b in a.src:  # 0 * x, 0 + x, 0 - x; (x + y) - y (reassociated)
+            return AluExp(op, dt, (opaque(a), b), e.arg)
     if op == AluOp.BitShift and not t.shift_masks_count:
         a, b = e.src
         if b.op == AluOp.Const and 0 <= b.arg < 32:
             return None
         return AluExp(AluOp.BitShift, dt, (a, AluExp.bit_and(b, _c(b.dtype, 31))), e.arg)
     return None
+
+
+_FOLDABLE = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv})
 
 
 def _trunc(q: AluExp) -> AluExp:

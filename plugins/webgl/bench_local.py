@@ -1,10 +1,15 @@
-"""Quick numbers for the webgl device next to numpy: a*b+c (bandwidth), a naive matmul through the
-generic reduction kernel, and Sort. Sizes from the environment: BENCH_N (a*b+c elements, default
-2^24), BENCH_M (matmul size, default 512), BENCH_SORT (default 2^20)."""
+"""Quick numbers for the webgl device next to numpy, as a table: matmul float32 through the 4x4-block
+path (GFLOP/s, checked against numpy), `a*b+c` over float32 (GB/s, 16 bytes per element) and Sort
+of float32 (ms against numpy's). `--small` sizes it for llvmpipe; `--generic` also times matmul
+through the generic reduction kernel (JAXCORE_WEBGL_MATMUL=0 routes every matmul there).
+
+Timing: each figure is the best of a few repetitions of `reps` back-to-back dispatches followed by
+one read of a single word (which waits for them), so per-call readback does not dominate.
+"""
 
 from __future__ import annotations
 
-import os
+import argparse
 import time
 from collections.abc import Callable
 
@@ -17,49 +22,136 @@ from jaxcore.kernel import Kernel, Reduction
 from jaxcore.routine import Routine, Routines
 
 
-def timeit(f: Callable[[], object], reps: int = 3) -> float:
+def best(f: Callable[[], object], reps: int, tries: int = 3) -> float:
+    """Seconds per call of `f` (`reps` calls per try, the best try)."""
     f()
-    t = time.perf_counter()
-    for _ in range(reps):
-        f()
-    return (time.perf_counter() - t) / reps
+    times = []
+    for _ in range(tries):
+        t = time.perf_counter()
+        for _ in range(reps):
+            f()
+        times.append((time.perf_counter() - t) / reps)
+    return min(times)
 
 
-def main() -> None:
-    b = jaxcore.get_backend("webgl")
-    print(b.capabilities.description)
-    n = int(os.environ.get("BENCH_N", 1 << 24))
-    x = np.random.rand(n).astype(np.float32)
-    ins = [b.malloc(4 * n, x.tobytes()) for _ in range(3)]
-    out = b.malloc(4 * n)
-    exe = b.prepare_kernel(map_kernel(["float32"] * 3, n, lambda p, q, r: AluExp.add(AluExp.mul(p, q), r)))
-    dt = timeit(lambda: (b.dispatch(exe, ins, [out]), b.read(out, 0, 4)))
-    tn = timeit(lambda: x * x + x)
-    print(f"a*b+c {n} f32: {dt * 1e3:.1f} ms = {16 * n / dt / 1e9:.2f} GB/s (numpy {tn * 1e3:.1f} ms)")
-    m = int(os.environ.get("BENCH_M", 512))
-    a_ = np.random.rand(m, m).astype(np.float32)
-    b_ = np.random.rand(m, m).astype(np.float32)
-    ia, ib, oc = b.malloc(a_.nbytes, a_.tobytes()), b.malloc(b_.nbytes, b_.tobytes()), b.malloc(a_.nbytes)
+def matmul_kernel(m: int) -> Kernel:
     g, r = AluVar.gidx, AluVar.ridx
     row, col = AluExp.idiv(g, AluExp.i32(m)), AluExp.mod(g, AluExp.i32(m))
     item = AluExp.mul(
         AluExp.global_index("float32", 0, m * m, AluExp.add(AluExp.mul(row, AluExp.i32(m)), r)),
         AluExp.global_index("float32", 1, m * m, AluExp.add(AluExp.mul(r, AluExp.i32(m)), col)),
     )
-    mm = b.prepare_kernel(Kernel(2, m * m, item, Reduction("float32", AluOp.Add, m)))
-    dt = timeit(lambda: (b.dispatch(mm, [ia, ib], [oc]), b.read(oc, 0, 4)), 2)
+    return Kernel(2, m * m, item, Reduction("float32", AluOp.Add, m))
+
+
+def bench_matmul(b, m: int, reps: int, rows: list[tuple[str, str, str]], generic: bool = False) -> None:
+    from jaxcore_webgl import matmul
+
+    rng = np.random.default_rng(0)
+    a_ = rng.standard_normal((m, m), dtype=np.float32)
+    b_ = rng.standard_normal((m, m), dtype=np.float32)
+    ia, ib, oc = b.malloc(a_.nbytes, a_.tobytes()), b.malloc(b_.nbytes, b_.tobytes()), b.malloc(a_.nbytes)
+    exe = b.prepare_kernel(matmul_kernel(m))
+    path = "4x4 block" if matmul.uses_blocks(exe) else "generic"
+
+    def go() -> None:
+        for _ in range(reps):
+            b.dispatch(exe, [ia, ib], [oc])
+        b.read(oc, 0, 4)
+
+    if generic:  # the same kernel through the plugin's generic reduction shader, drawn directly
+        from jaxcore_webgl import glsl
+        from jaxcore_webgl.device import texture_dims
+
+        k = matmul_kernel(m)
+        src = glsl.kernel_shader(k, texture_dims(k.bytes, b.info.max_texture_size)[2])
+        prog = b.thread.call(lambda: b.device.program(src, 2))
+        ta, tb, tc = (b._buffer(s).handle for s in (ia, ib, oc))
+        path = "generic"
+
+        def go() -> None:
+            for _ in range(reps):
+                b.thread.post(lambda: b.device.draw(prog, [ta, tb], tc, -(-k.bytes // 16)))
+            b.read(oc, 0, 4)
+
+    dt = best(go, 1, 2) / reps
     got = np.frombuffer(b.read(oc), np.float32).reshape(m, m)
-    err = np.abs(got - a_ @ b_).max()
-    gflops = 2 * m**3 / dt / 1e9
-    print(f"matmul {m} (generic kernel): {dt * 1e3:.1f} ms = {gflops:.2f} GFLOP/s, max err {err:.1e}")
-    k = int(os.environ.get("BENCH_SORT", 1 << 20))
+    tn = best(lambda: a_ @ b_, 1, 2)
+    want = a_.astype(np.float64) @ b_.astype(np.float64)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    rows.append(
+        (
+            f"matmul f32 {m} ({path})",
+            f"{2 * m**3 / dt / 1e9:.1f} GFLOP/s ({dt * 1e3:.2f} ms, rel err {err:.1e})",
+            f"{2 * m**3 / tn / 1e9:.1f} GFLOP/s",
+        )
+    )
+    for s in (ia, ib, oc):
+        b.dec_ref(s)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--small", action="store_true", help="sizes for llvmpipe (a CPU rasteriser)")
+    ap.add_argument("--generic", action="store_true", help="also time matmul through the generic kernel")
+    ap.add_argument("--sizes", type=str, default=None, help="matmul sizes, comma-separated")
+    args = ap.parse_args()
+    small = args.small
+    b = jaxcore.get_backend("webgl")
+    print(b.capabilities.description)
+    rows: list[tuple[str, str, str]] = []
+    sizes = (
+        [int(s) for s in args.sizes.split(",")]
+        if args.sizes
+        else ([128, 256] if small else [1024, 2048, 4096])
+    )
+    for m in sizes:
+        bench_matmul(b, m, 1 if small or m >= 4096 else 3, rows)
+    if args.generic:
+        bench_matmul(b, sizes[0], 1, rows, generic=True)
+
+    n = 1 << (20 if small else 26)
+    x = np.random.rand(n).astype(np.float32)
+    ins = [b.malloc(4 * n, x.tobytes()) for _ in range(3)]
+    out = b.malloc(4 * n)
+    exe = b.prepare_kernel(map_kernel(["float32"] * 3, n, lambda p, q, r: AluExp.add(AluExp.mul(p, q), r)))
+    reps = 2 if small else 10
+
+    def fma() -> None:
+        for _ in range(reps):
+            b.dispatch(exe, ins, [out])
+        b.read(out, 0, 4)
+
+    dt = best(fma, 1) / reps
+    ok = np.array_equal(np.frombuffer(b.read(out), np.float32), x * x + x)
+    tn = best(lambda: x * x + x, 1)
+    rows.append(
+        (
+            f"a*b+c f32 {n}",
+            f"{16 * n / dt / 1e9:.1f} GB/s ({dt * 1e3:.2f} ms, exact={ok})",
+            f"{16 * n / tn / 1e9:.1f} GB/s",
+        )
+    )
+    for s in (*ins, out):
+        b.dec_ref(s)
+
+    k = 1 << (16 if small else 20)
     s = np.random.rand(k).astype(np.float32)
     si, so = b.malloc(4 * k, s.tobytes()), b.malloc(4 * k)
     srt = b.prepare_routine(Routine.build(Routines.Sort, [(k,)], ["float32"]))
-    dt = timeit(lambda: (b.dispatch(srt, [si], [so]), b.read(so, 0, 4)), 2)
+    dt = best(lambda: (b.dispatch(srt, [si], [so]), b.read(so, 0, 4)), 1)
     ok = np.array_equal(np.frombuffer(b.read(so), np.float32), np.sort(s))
-    tn = timeit(lambda: np.sort(s))
-    print(f"sort {k} f32: {dt * 1e3:.0f} ms (numpy {tn * 1e3:.1f} ms, {dt / tn:.0f}x), correct={ok}")
+    tn = best(lambda: np.sort(s), 1)
+    rows.append(
+        (f"sort f32 {k}", f"{dt * 1e3:.1f} ms ({dt / tn:.1f}x numpy, correct={ok})", f"{tn * 1e3:.2f} ms")
+    )
+
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    print(f"{'workload':<{w0}} | {'webgl':<{w1}} | numpy")
+    print(f"{'-' * w0}-+-{'-' * w1}-+-------")
+    for r in rows:
+        print(f"{r[0]:<{w0}} | {r[1]:<{w1}} | {r[2]}")
 
 
 if __name__ == "__main__":

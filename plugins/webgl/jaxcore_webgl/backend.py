@@ -23,7 +23,7 @@ from jaxcore.plugin import (
     UnsupportedOpError,
     current_settings,
 )
-from jaxcore_webgl import glsl, linalg, routines, scatter
+from jaxcore_webgl import glsl, linalg, matmul, routines, scatter
 from jaxcore_webgl.context import REQUIRED_EXTENSIONS, ContextError, GLThread
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
 
@@ -115,11 +115,16 @@ class WebGLBackend(BaseBackend):
         return self.thread.call(lambda: dev.download_end(pending))
 
     # ---- kernels -------------------------------------------------------------------------------
-    def _compile_kernel(self, kernel: Kernel) -> KernelExe:
+    def _compile_kernel(self, kernel: Kernel) -> KernelExe | matmul.MatmulExe:
         for node in kernel.nodes():
             if node.dtype not in DTYPES:
                 raise UnsupportedOpError(node.op, node.dtype, self.name)
         w, _, shift = texture_dims(kernel.bytes, self.info.max_texture_size)
+        if current_settings().plugin_flag("webgl", "matmul", True):
+            units = self.info.max_texture_units
+            blocked = self.thread.call(lambda: matmul.plan(kernel, self.device, units, shift))
+            if blocked is not None:
+                return blocked
         src = glsl.kernel_shader(kernel, shift)
         texels = -(-kernel.bytes // TEXEL_BYTES) if kernel.size else 0
         prog = self.thread.call(lambda: self.device.program(src, kernel.nargs))

@@ -103,6 +103,11 @@ class Device:
         gl.glPixelStorei(gl.GL_UNPACK_ALIGNMENT, 4)
         self.pooled_bytes = 0
         self.live_textures = 0
+        # several render targets per draw (WebGL2 guarantees 4): the matmul block pass
+        self.max_draw_buffers = min(
+            int(gl.glGetIntegerv(gl.GL_MAX_DRAW_BUFFERS)), int(gl.glGetIntegerv(gl.GL_MAX_COLOR_ATTACHMENTS))
+        )
+        self._mrt: dict[tuple[int, ...], int] = {}  # framebuffers over several textures, by texture ids
 
     # ---- textures --------------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> Texture:
@@ -148,6 +153,9 @@ class Device:
     def trim(self) -> None:
         """Delete every pooled texture (on out-of-memory, and at close)."""
         gl = self.gl
+        for fbo in self._mrt.values():
+            gl.glDeleteFramebuffers(1, [fbo])
+        self._mrt.clear()
         for items in self._pool.values():
             for tex, fbo in items:
                 gl.glDeleteFramebuffers(1, [fbo])
@@ -340,6 +348,35 @@ class Device:
         rows = -(-texels // out.w)
         gl.glBindFramebuffer(gl.GL_DRAW_FRAMEBUFFER, out.fbo)
         gl.glViewport(0, 0, out.w, rows)
+        gl.glDrawArrays(gl.GL_TRIANGLES, 0, 3)
+
+    def draw_targets(self, prog: Program, inputs: list[Texture], targets: list[int], w: int, h: int) -> None:
+        """Run `prog` over w x h fragments writing output r into texture `targets[r]` (same dims)."""
+        gl = self.gl
+        key = tuple(targets)
+        fbo = self._mrt.get(key)
+        if fbo is None:
+            fbo = int(gl.glGenFramebuffers(1))
+            gl.glBindFramebuffer(gl.GL_DRAW_FRAMEBUFFER, fbo)
+            for r, tex in enumerate(targets):
+                gl.glFramebufferTexture2D(
+                    gl.GL_DRAW_FRAMEBUFFER, gl.GL_COLOR_ATTACHMENT0 + r, gl.GL_TEXTURE_2D, tex, 0
+                )
+            bufs = np.array([gl.GL_COLOR_ATTACHMENT0 + r for r in range(len(targets))], np.uint32)
+            gl.glDrawBuffers(len(targets), bufs)
+            status = gl.glCheckFramebufferStatus(gl.GL_DRAW_FRAMEBUFFER)
+            if status != gl.GL_FRAMEBUFFER_COMPLETE:
+                raise RuntimeError(f"webgl: {len(targets)}-target framebuffer incomplete (0x{status:x})")
+            self._mrt[key] = fbo
+        gl.glUseProgram(prog.prog)
+        for i, t in enumerate(inputs):
+            gl.glActiveTexture(gl.GL_TEXTURE0 + i)
+            gl.glBindTexture(gl.GL_TEXTURE_2D, t.tex)
+            loc = prog.shifts[i]
+            if loc >= 0:
+                gl.glUniform1i(loc, t.shift)
+        gl.glBindFramebuffer(gl.GL_DRAW_FRAMEBUFFER, fbo)
+        gl.glViewport(0, 0, w, h)
         gl.glDrawArrays(gl.GL_TRIANGLES, 0, 3)
 
     def swap(self, dst: Texture, src: Texture) -> None:

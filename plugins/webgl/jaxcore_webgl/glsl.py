@@ -197,7 +197,8 @@ class GLSLLanguage(CStyleLanguage):
         if dst in FLOATS:
             if src == BOOL:
                 return f"({x} ? 1.0 : 0.0)"
-            v = x if src == F32 else f"float({x})"
+            # an int through float and back must round: the opaque identity stops int(float(x)) -> x
+            v = x if src in FLOATS else _opaque(r, f"float({x})")
             return _f16(r, v) if dst == F16 else v
         if src in FLOATS:
             return f"{r.need('jx_f2i' if dst == I32 else 'jx_f2u')}({x})"
@@ -277,6 +278,54 @@ def _hoist(top: ExpRenderer, exp: AluExp) -> None:
         top.bind(node)
 
 
+def f16_bits_literal(value: float) -> str:
+    return f"{int(np.array(value, np.float16).view(np.uint16))}u"
+
+
+def render_f16_bits(r: ExpRenderer, e: AluExp) -> str:
+    """The 16 bits of float16 expression `e`. Values that are only moved (loads, Where's branches,
+    constants, same-width bitcasts) stay on the raw bits, so NaN payloads survive drivers whose
+    unpackHalf2x16/packHalf2x16 canonicalise them; only computed values go through a float.
+    A node used more than once is bound to a `uint` let, like `ExpRenderer.render` does."""
+    key = "f16bits:" + e.key()
+    hit = r._lookup(key)
+    if hit is not None:
+        return hit
+    if e.op == AluOp.GlobalIndex and e.dtype == F16:
+        i = strip_parens(r.render(e.src[0]))
+        s = f"{r.need('jx_hb')}(ld{e.arg[0]}(({i}) >> 1), ({i}) & 1)"
+    elif e.op == AluOp.Where and e.dtype == F16:
+        c = r.render(e.src[0])
+        s = f"({c} ? {render_f16_bits(r, e.src[1])} : {render_f16_bits(r, e.src[2])})"
+    elif e.op == AluOp.Const and e.dtype == F16:
+        return f16_bits_literal(float(e.arg))
+    elif e.op in (AluOp.Bitcast, AluOp.Cast) and e.src[0].dtype == F16:
+        return render_f16_bits(r, e.src[0])
+    else:
+        s = f"{r.need('jx_hbits')}({strip_parens(r.render(e))})"
+    if r.uses.get(e.key(), 0) > 1:
+        name = r.fresh()
+        r.lines.append(f"uint {name} = {strip_parens(s)};")
+        r.names[key] = name
+        s = name
+    return s
+
+
+def store_f16_main(size: int, out_shift: int) -> list[str]:
+    """main() for a float16 output: `compute` returns each element's 16 bits, two per word."""
+    main = [
+        "layout(location = 0) out uvec4 o;",
+        "void main() {",
+        f"  int t = (int(gl_FragCoord.y) << {out_shift}) + (int(gl_FragCoord.x) & {(1 << out_shift) - 1});",
+        "  uvec4 r = uvec4(0u);",
+    ]
+    for c in range(4):
+        lo = f"(8 * t + {2 * c} < {size} ? compute(8 * t + {2 * c}) : 0u)"
+        hi = f"(8 * t + {2 * c + 1} < {size} ? compute(8 * t + {2 * c + 1}) : 0u)"
+        main.append(f"  r[{c}] = {lo} | ({hi} << 16);")
+    return [*main, "  o = r;", "}"]
+
+
 def kernel_shader(kernel: Kernel, out_shift: int) -> str:
     """The fragment shader computing `kernel` into an output texture of width 2^out_shift."""
     out_dt = kernel.dtype
@@ -288,7 +337,7 @@ def kernel_shader(kernel: Kernel, out_shift: int) -> str:
     red = kernel.reduction
     if red is None:
         top.count(exp)
-        result = strip_parens(top.render(exp))
+        result = strip_parens(render_f16_bits(top, exp) if out_dt == F16 else top.render(exp))
         body += [f"  {line}" for line in top.lines]
     else:
         if red.dtype not in LANG.type_map:
@@ -317,17 +366,41 @@ def kernel_shader(kernel: Kernel, out_shift: int) -> str:
         epi = legalize(red.epilogue.rewrite_global_views(), GLSL_TRAITS)
         after = top.child()
         after.count(epi)
-        result = strip_parens(after.render(epi))
+        result = strip_parens(render_f16_bits(after, epi) if out_dt == F16 else after.render(epi))
         body += [f"  {line}" for line in after.lines]
+    return assemble(kernel.nargs, body, result, out_dt, kernel.size, out_shift, top.used_helpers)
+
+
+def input_decls(nargs: int) -> list[str]:
+    """The input samplers and their word loaders `ld{i}(word index)`."""
     decls = []
-    for i in range(kernel.nargs):
+    for i in range(nargs):
         decls.append(f"uniform highp usampler2D in{i};\nuniform int sh{i};")
         decls.append(
             f"uint ld{i}(int w) {{ int t = w >> 2; "
             f"return texelFetch(in{i}, ivec2(t & ((1 << sh{i}) - 1), t >> sh{i}), 0)[w & 3]; }}"
         )
-    fn = [f"{LANG.type_name(out_dt)} compute(int gidx) {{", *body, f"  return {result};", "}"]
-    size = kernel.size
+    return decls
+
+
+def assemble(
+    nargs: int,
+    body: list[str],
+    result: str,
+    out_dt: DType,
+    size: int,
+    out_shift: int,
+    helpers: set[str],
+    extra_decls: tuple[str, ...] = (),
+) -> str:
+    """The whole fragment shader: `compute(gidx)` (body lines, then `return result`) evaluated for
+    the four words of this fragment's output texel (float16: `compute` returns 16 bits)."""
+    decls = [*input_decls(nargs), *extra_decls]
+    ret = "uint" if out_dt == F16 else LANG.type_name(out_dt)
+    fn = [f"{ret} compute(int gidx) {{", *body, f"  return {result};", "}"]
+    if out_dt == F16:
+        code = "\n".join([*decls, *fn, *store_f16_main(size, out_shift)])
+        return HEADER + LANG.render_helpers(helpers) + code + "\n"
     main = [
         "layout(location = 0) out uvec4 o;",
         "void main() {",
@@ -335,14 +408,8 @@ def kernel_shader(kernel: Kernel, out_shift: int) -> str:
         "  uvec4 r = uvec4(0u);",
     ]
     for c in range(4):  # written out: a loop here would count against llvmpipe's loop budget
-        if out_dt == F16:
-            lo = f"(8 * t + {2 * c} < {size} ? compute(8 * t + {2 * c}) : 0.0)"
-            hi = f"(8 * t + {2 * c + 1} < {size} ? compute(8 * t + {2 * c + 1}) : 0.0)"
-            ph = top.need("jx_ph")  # not packHalf2x16 on the pair: its Inf/NaN spill (glsl_lib)
-            main.append(f"  r[{c}] = {ph}({lo}) | ({ph}({hi}) << 16);")
-        else:
-            word = LANG.store_word(out_dt, f"compute(4 * t + {c})")
-            main.append(f"  if (4 * t + {c} < {size}) r[{c}] = {word};")
+        word = LANG.store_word(out_dt, f"compute(4 * t + {c})")
+        main.append(f"  if (4 * t + {c} < {size}) r[{c}] = {word};")
     main += ["  o = r;", "}"]
     code = "\n".join([*decls, *fn, *main])
-    return HEADER + LANG.render_helpers(top.used_helpers) + code + "\n"
+    return HEADER + LANG.render_helpers(helpers) + code + "\n"

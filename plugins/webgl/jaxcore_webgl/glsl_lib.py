@@ -70,6 +70,20 @@ float jx_f16(float x) { return unpackHalf2x16(jx_ph(x)).x; }
 """,
     ("jx_ph",),
 )
+# float16 moves stay on the bits: NVIDIA's unpackHalf2x16/packHalf2x16 canonicalise NaN payloads.
+_def(
+    "jx_hb",
+    """
+uint jx_hb(uint w, int k) { return (w >> uint(k << 4)) & 0xffffu; }
+""",
+)
+_def(
+    "jx_hbits",
+    """
+uint jx_hbits(float x) { return jx_ph(x); }
+""",
+    ("jx_ph",),
+)
 _def(
     "jx_h",
     """

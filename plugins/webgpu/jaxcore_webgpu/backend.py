@@ -83,7 +83,12 @@ def _bound(nbytes: int) -> int:
 class WebGpuBackend(QueuedBackend):
     name = "webgpu"
 
-    def __init__(self, gpu: Gpu) -> None:
+    def __init__(self, gpu: Gpu | None = None) -> None:
+        """A backend on `gpu`, or on a device of its own from the configured adapter (`open_device`)."""
+        if gpu is None:
+            from jaxcore_webgpu.device import open_device
+
+            gpu = open_device()
         self.gpu = gpu
         self.device = gpu.device
         self.queue = gpu.device.queue

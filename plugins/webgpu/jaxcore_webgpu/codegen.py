@@ -17,7 +17,9 @@ passes share. The runtime owns devices, buffers and pipelines; all it needs is h
   at least `b.nbytes`, and at least 16 bytes: a binding may be declared `array<vec4<T>>`, still
   counted here in scalars); bool is stored as i32 0/1; every binding is declared and statically used
   by the shader, so `layout="auto"` and an explicit layout from `bindings` both work;
-- no uniforms: sizes are baked into the WGSL (`program.uniforms` is empty); `program.enables`
+- sizes are baked into the WGSL (`program.uniforms` is empty); the one uniform block is
+  `program.uniform` (16 zero bytes at `@group(1) @binding(0)`, or None), the opaque zero that keeps
+  the driver from folding `x * 0.0` (`jaxcore.legalize.opaque`); `program.enables`
   lists the features the device must have been created with (`"shader-f16"`, `"shader-f64"`).
 
 Strategies (chosen by the tuner from how the reads move in memory):
@@ -94,6 +96,9 @@ class ShaderProgram:
     bindings: tuple[Binding, ...]
     uniforms: tuple[()] = ()
     enables: tuple[str, ...] = ()
+    # Bytes of the uniform block at @group(1) @binding(0), when the shader declares one: only the
+    # always-zero `jc_zero` of the opaque identity (legalize.opaque), so all zeros.
+    uniform: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -172,7 +177,8 @@ class _Program:
         feats = tuple(("shader-f16" if e == "f16" else e) for e in enables)
         if "f64" in self.lang.features:
             feats += ("shader-f64",)
-        return ShaderProgram(code, "main", (wg, 1, 1), grid, tuple(self.bindings), (), feats)
+        uniform = bytes(16) if "jc_zero" in self.lang.helper_order(self.root.used_helpers) else None
+        return ShaderProgram(code, "main", (wg, 1, 1), grid, tuple(self.bindings), (), feats, uniform)
 
 
 def _dtypes_used(*exps: AluExp | None) -> set[DType]:

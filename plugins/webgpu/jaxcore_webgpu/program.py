@@ -173,7 +173,8 @@ def plan_from_shaders(shader_plan: Any) -> Plan:
             )
         if getattr(prog, "uniforms", ()):
             raise ValueError("the runtime binds no uniforms for compiled kernels")
-        passes.append(Pass(prog.code, _grid3(prog.grid), tuple((b.kind, b.index) for b in order), prog.entry))
+        binds = tuple((b.kind, b.index) for b in order)
+        passes.append(Pass(prog.code, _grid3(prog.grid), binds, prog.entry, prog.uniform))
     return Plan(tuple(passes), tuple(shader_plan.scratch))
 
 

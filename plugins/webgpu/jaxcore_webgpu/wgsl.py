@@ -27,7 +27,9 @@ import numpy as np
 from jaxcore.alu import AluExp, AluOp
 from jaxcore.backend import UnsupportedOpError
 from jaxcore.cstyle import CStyleLanguage, ExpRenderer, OpRender, strip_parens
-from jaxcore.dtype import INT32_MIN, DType, is_float
+from jaxcore.dtype import INT32_MIN, DType, is_float, to_numpy
+from jaxcore.dtype import bitcast as bitcast_values
+from jaxcore.dtype import cast as cast_values
 from jaxcore.legalize import TargetTraits
 from jaxcore_webgpu import wgsl_helpers
 
@@ -42,6 +44,7 @@ WGSL_TRAITS = TargetTraits(
     shift_masks_count=False,  # WGSL masks, but naga/SPIR-V paths differ; one AND is cheap
     native_float_to_bool=False,
     exact_transcendentals=False,
+    folds_float_identities=True,  # Mesa's NIR folds x * 0.0 -> 0.0 and x - x -> 0.0 (no SPIR-V exact)
 )
 
 _TRANSCENDENTAL = {
@@ -207,7 +210,7 @@ class WGSLLanguage(CStyleLanguage):
         v = float(value)
         sfx = {DType.float32: "f32", DType.float16: "f16", DType.float64: "f64"}[dtype]
         if math.isnan(v):
-            return self._special_float(r, "nan", sfx)
+            return self._nan(r, v, dtype, sfx)
         if math.isinf(v):
             s = self._special_float(r, "inf", sfx)
             return s if v > 0 else f"(-{s})"
@@ -227,10 +230,36 @@ class WGSLLanguage(CStyleLanguage):
             s = f"{v!r}lf"
         return s if v >= 0 else f"({s})"
 
+    def _nan(self, r: ExpRenderer, v: float, dtype: DType, sfx: str) -> str:
+        """A NaN constant with its sign and payload (a constant's bits are the contract's, unlike a
+        computed NaN's), from a run-time bitcast: a NaN const-expression is a WGSL error."""
+        if dtype == DType.float32:
+            bits = int(np.array(v, np.float64).astype(np.float32).view(np.uint32))
+            if bits != 0x7FC00000:
+                return f"{r.need('jc_bits_f32')}({bits}u)"
+        # float16 and float64: canonical (naga has no f64 bitcast, and rejects vec2<f16> ones)
+        return self._special_float(r, "nan", sfx)
+
     def _special_float(self, r: ExpRenderer, kind: str, sfx: str) -> str:
         if sfx == "f64":
             return f"f64({r.need(f'jc_{kind}_f32')}())"
         return f"{r.need(f'jc_{kind}_{sfx}')}()"
+
+    def render_op(self, r: ExpRenderer, e: AluExp, args: list[str]) -> str:
+        if e.op in (AluOp.Cast, AluOp.Bitcast) and e.arg is None and e.src[0].op == AluOp.Const:
+            # A cast of a constant is the constant in the new dtype, converted by the contract here:
+            # naga's const-evaluator cannot convert an f64 literal (`f32(5.0lf)` is rejected), and
+            # a bitcast to a NaN must keep its bits (render_const spells them at run time).
+            (c,) = e.src
+            convert = cast_values if e.op == AluOp.Cast else bitcast_values
+            value = convert(np.array([c.arg], dtype=to_numpy(c.dtype)), c.dtype, e.dtype)[0]
+            return self.render_const(r, value.item(), e.dtype)
+        if e.op == AluOp.Where and e.dtype == DType.float32 and any(s.op == AluOp.Const for s in e.src[1:]):
+            return self._select_bits(e, args)
+        return super().render_op(r, e, args)
+
+    def render_opaque(self, r: ExpRenderer, dtype: DType, x: str) -> str:
+        return f"{r.need('jc_o_' + self.type_name(dtype))}({strip_parens(x)})"
 
     def render_cast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
         if dst == DType.bool:
@@ -240,25 +269,23 @@ class WGSLLanguage(CStyleLanguage):
     def render_bitcast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
         return f"bitcast<{self.type_name(dst)}>({strip_parens(x)})"
 
-    def render_op(self, r: ExpRenderer, e: AluExp, args: list[str]) -> str:
-        if e.op == AluOp.Where and e.dtype == DType.float32 and any(s.op == AluOp.Const for s in e.src[1:]):
-            # A select with a float constant operand picks between bit patterns, the constants
-            # written as u32 literals: Chromium's WebGPU (Tint, SwiftShader) lost the sign of zero
-            # constants in such selects (+0.0 for bitcast<f32>(0x80000000u), -0.0 for 0.0f),
-            # even through bitcast<u32>(); an integer literal in an integer select keeps every bit.
-            # Nested ones stay in u32 (one bitcast per chain: Tint limits the parser's nesting depth).
-            def bits(src: AluExp, text: str) -> str:
-                if src.op == AluOp.Const:
-                    v = float(src.arg)
-                    return "2143289344u" if math.isnan(v) else f"{int(np.float32(v).view(np.uint32))}u"
-                text = strip_parens(text)
-                if src.op == AluOp.Where and text.startswith(_BITS_SELECT) and _one_call(text):
-                    return text[len("bitcast<f32>(") : -1]  # a nested bit select stays in u32
-                return f"bitcast<u32>({text})"
+    def _select_bits(self, e: AluExp, args: list[str]) -> str:
 
-            c = strip_parens(args[0])
-            return f"bitcast<f32>(select({bits(e.src[2], args[2])}, {bits(e.src[1], args[1])}, {c}))"
-        return super().render_op(r, e, args)
+        # A select with a float constant operand picks between bit patterns, the constants
+        # written as u32 literals: Chromium's WebGPU (Tint, SwiftShader) lost the sign of zero
+        # constants in such selects (+0.0 for bitcast<f32>(0x80000000u), -0.0 for 0.0f),
+        # even through bitcast<u32>(); an integer literal in an integer select keeps every bit.
+        # Nested ones stay in u32 (one bitcast per chain: Tint limits the parser's nesting depth).
+        def bits(src: AluExp, text: str) -> str:
+            if src.op == AluOp.Const:
+                return f"{int(np.array(src.arg, dtype=np.float32).view(np.uint32))}u"  # NaN payloads too
+            text = strip_parens(text)
+            if src.op == AluOp.Where and text.startswith(_BITS_SELECT) and _one_call(text):
+                return text[len("bitcast<f32>(") : -1]  # a nested bit select stays in u32
+            return f"bitcast<u32>({text})"
+
+        c = strip_parens(args[0])
+        return f"bitcast<f32>(select({bits(e.src[2], args[2])}, {bits(e.src[1], args[1])}, {c}))"
 
     def render_where(self, r: ExpRenderer, c: str, t: str, f: str) -> str:
         return f"select({strip_parens(f)}, {strip_parens(t)}, {strip_parens(c)})"

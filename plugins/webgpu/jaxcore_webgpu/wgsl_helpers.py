@@ -56,10 +56,21 @@ H["jc_nan_f32"] = ("fn jc_nan_f32() -> f32 { let b = 0x7fc00000u; return bitcast
 H["jc_inf_f32"] = ("fn jc_inf_f32() -> f32 { let b = 0x7f800000u; return bitcast<f32>(b); }", ())
 H["jc_nan_f16"] = ("fn jc_nan_f16() -> f16 { return f16(jc_nan_f32()); }", ("jc_nan_f32",))
 H["jc_inf_f16"] = ("fn jc_inf_f16() -> f16 { return f16(jc_inf_f32()); }", ("jc_inf_f32",))
+# Bits as a float32 at run time (a parameter is no const-expression, so a NaN is allowed).
+H["jc_bits_f32"] = ("fn jc_bits_f32(b: u32) -> f32 { return bitcast<f32>(b); }", ())
 H["jc_isnan_f32"] = (
     "fn jc_isnan_f32(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }",
     (),
 )
+
+# An identity the driver cannot see through (legalize.opaque): `jc_zero` is a uniform the runtime
+# binds as zeros, so `x * jc_o_f32(0.0f)` is not folded to 0 (wrong for NaN, Inf and -0).
+H["jc_zero"] = ("@group(1) @binding(0) var<uniform> jc_zero: vec4<u32>;", ())
+for _t, _one in (("f32", "1.0f"), ("f16", "1.0h"), ("f64", "1.0lf")):
+    H[f"jc_o_{_t}"] = (
+        f"fn jc_o_{_t}(x: {_t}) -> {_t} {{ return select(x, {_one}, jc_zero.x != 0u); }}",
+        ("jc_zero",),
+    )
 
 H["jc_fmod_f32"] = (
     """
@@ -101,8 +112,12 @@ H["jc_fmod_f64"] = (
 fn jc_fmod_f64(a: f64, b: f64) -> f64 {
   let x0 = abs(a);
   let y = abs(b);
-  if (!(x0 == x0) || !(y == y) || y == 0.0lf || x0 - x0 != 0.0lf) { return f64(jc_nan_f32()); }
-  if (y - y != 0.0lf || x0 < y) { return a; }
+  // NaN by its bits and infinity by an ordered compare with a finite bound: `y == y` and
+  // `x - x != 0` are folded away by drivers that assume no NaN (lavapipe), and a NaN lane then
+  // never leaves the loops below (taking its neighbours' results with it).
+  let dmax = 1.7976931348623157e308lf;
+  if (jc_isnan_f32(f32(x0)) || jc_isnan_f32(f32(y)) || y == 0.0lf || x0 > dmax) { return f64(jc_nan_f32()); }
+  if (y > dmax || x0 < y) { return a; }
   // t = y 2^k with t <= x < 2t, then subtract the binary digits of the quotient, high to low:
   // every step is exact (t and x share t's exponent range), as in long division.
   var x = x0;
@@ -116,7 +131,7 @@ fn jc_fmod_f64(a: f64, b: f64) -> f64 {
   return select(x, -x, a < 0.0lf);
 }
 """,
-    ("jc_nan_f32",),
+    ("jc_nan_f32", "jc_isnan_f32"),
 )
 
 H["jc_mul32"] = (

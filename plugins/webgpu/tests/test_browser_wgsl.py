@@ -180,7 +180,13 @@ _RUN_JS = """async (jobs) => {
       const bg = dev.createBindGroup({layout: pipe.getBindGroupLayout(0),
         entries: p.bindings.map(([b, kind, i]) => ({binding: b, resource: {buffer: pick[kind](i)}}))});
       const cp = enc.beginComputePass();
-      cp.setPipeline(pipe); cp.setBindGroup(0, bg); cp.dispatchWorkgroups(...p.grid); cp.end();
+      cp.setPipeline(pipe); cp.setBindGroup(0, bg);
+      if (p.uniform) {  // the opaque zero: 16 zero bytes at @group(1) @binding(0)
+        const ub = dev.createBuffer({size: 16, usage: U.UNIFORM});
+        cp.setBindGroup(1, dev.createBindGroup({layout: pipe.getBindGroupLayout(1),
+          entries: [{binding: 0, resource: {buffer: ub}}]}));
+      }
+      cp.dispatchWorkgroups(...p.grid); cp.end();
     }
     const rd = dev.createBuffer({size: res.size, usage: U.MAP_READ | U.COPY_DST});
     enc.copyBufferToBuffer(res, 0, rd, 0, res.size);
@@ -232,6 +238,7 @@ def test_generated_wgsl_runs_exactly_in_chromium(tmp_path: Path) -> None:
                     "code": p.code,
                     "grid": list(p.grid),
                     "bindings": [[b.binding, b.kind, b.index] for b in p.bindings],
+                    "uniform": p.uniform is not None,
                 }
                 for p in plan.passes
             ],

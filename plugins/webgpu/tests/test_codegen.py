@@ -101,6 +101,15 @@ class Harness:
                 continue
             cp.set_pipeline(pipe)
             cp.set_bind_group(0, bg)
+            if prog.uniform is not None:  # the opaque zero (codegen's module doc)
+                ubuf = self.device.create_buffer_with_data(data=prog.uniform, usage=wgpu.BufferUsage.UNIFORM)
+                ug = self.device.create_bind_group(
+                    layout=pipe.get_bind_group_layout(1),
+                    entries=[
+                        {"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": len(prog.uniform)}}
+                    ],
+                )
+                cp.set_bind_group(1, ug)
             cp.dispatch_workgroups(*prog.grid)
         cp.end()
         self.device.queue.submit([enc.finish()])
@@ -705,3 +714,18 @@ def test_empty_kernels(gpu: Harness) -> None:
     np.testing.assert_array_equal(got, np.full(5, -np.inf, np.float32))
     plan = compile_kernel(Kernel(1, 0, gv(F32, 0, 0) + 1.0), gpu.target)
     assert all(0 in p.grid for p in plan.passes)
+
+
+def test_zero_and_repeated_operands_are_opaque_to_the_driver():
+    """x * 0 and x - x are not folded (NaN, Inf, -0): the zero goes through the uniform jc_zero."""
+    from jaxcore_webgpu.codegen import WgslTarget, compile_kernel
+
+    from jaxcore import AluExp, AluVar, DType, Kernel
+
+    x = AluExp.global_index(DType.float32, 0, 4, AluVar.gidx)
+    for exp in (x * 0.0, x - x, 0.0 - x, (x + x) - x):
+        prog = compile_kernel(Kernel(1, 4, exp), WgslTarget()).passes[0]
+        assert "jc_o_f32(" in prog.code and "var<uniform> jc_zero" in prog.code
+        assert prog.uniform == bytes(16)
+    prog = compile_kernel(Kernel(1, 4, x * 2.0), WgslTarget()).passes[0]
+    assert "jc_zero" not in prog.code and prog.uniform is None

@@ -324,3 +324,15 @@ def test_prepare_kernel_async_builds_pipelines_while_the_loop_runs(gpu):
         asyncio.run(
             gpu.prepare_kernel_async(Kernel(40, 1, AluExp.global_index(DType.float32, 39, 1, AluVar.gidx)))
         )
+
+
+def test_read_async_checks_its_arguments_as_read_does(gpu):
+    slot = gpu.malloc(np.int64(16), bytes(range(16)))
+    try:
+        got = asyncio.run(gpu.read_async(np.int32(slot), np.uint8(3), np.int64(5)))
+        assert got == bytes(range(3, 8))
+        for start, count in ((True, None), (0, True), (1.0, None)):
+            with pytest.raises(TypeError, match="read (start|count) must be an integer"):
+                asyncio.run(gpu.read_async(slot, start, count))
+    finally:
+        gpu.dec_ref(slot)
