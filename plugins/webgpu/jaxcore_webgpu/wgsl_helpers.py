@@ -423,7 +423,8 @@ H["jc_floor_f32"] = (
 fn jc_floor_f32(x: f32) -> f32 {
   let b = bitcast<u32>(x);
   if ((b & 0x7fffffffu) - 1u < 0x007fffffu) {  // subnormal: +0 or -1
-    return bitcast<f32>(select(0u, 0xbf800000u, b >= 0x80000000u));
+    // (on the bits, not a select of two constants: lavapipe folds that to -b2f(c), -0 for +0)
+    return bitcast<f32>((b >> 31u) * 0xbf800000u);
   }
   return floor(x);
 }
@@ -435,7 +436,7 @@ H["jc_ceil_f32"] = (
 fn jc_ceil_f32(x: f32) -> f32 {
   let b = bitcast<u32>(x);
   if ((b & 0x7fffffffu) - 1u < 0x007fffffu) {  // subnormal: 1 or -0
-    return bitcast<f32>(select(0x3f800000u, 0x80000000u, b >= 0x80000000u));
+    return bitcast<f32>((b & 0x80000000u) | (((b >> 31u) ^ 1u) * 0x3f800000u));
   }
   return ceil(x);
 }
