@@ -131,14 +131,61 @@ def test_f4_where_with_one_float_constant_keeps_zero_sign(device: str, browser: 
 SUBNORMALS = np.array([1e-40, -1e-40, 1.4e-45, 1e-38, 2.0**-149, -3e-39], np.float32)
 
 
-@pytest.mark.xfail(strict=True, reason="F1 open: the WGSL dialect relies on subnormals (FINDINGS.md)")
 def test_f1_webgpu_float32_subnormal_add(browser: Any) -> None:
+    """Subnormal float32 operands and results survive a flushing WebGPU (SwiftShader)."""
     n = len(SUBNORMALS)
     zero = np.zeros(n, np.float32)
     k = Kernel(2, n, AluExp(AluOp.Add, F32, (_load(F32, 0, n), _load(F32, 1, n))))
     got, native = in_browser(browser, "webgpu", k, [SUBNORMALS, zero])
     assert native == (SUBNORMALS + zero).tobytes()  # lavapipe keeps them
     assert got == native, f"browser {np.frombuffer(got, np.float32).tolist()}"
+
+
+F1_X = np.array(
+    [1e-40, -1e-40, 1.4e-45, 1e-38, 2.0**-149, -3e-39, 1.5e-38, 3e-39, 1.0, 0.0, -0.0, 2.0**-70], np.float32
+)
+F1_Y = np.array(
+    [3e-39, 1e-40, -1.4e-45, -1.1e-38, 0.5, 2.0, -1.4e-38, 1e-39, 3.4e38, 1e-40, 5.0, 2.0**-70], np.float32
+)
+_F1_BINARY = {
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "Min": np.minimum,
+    "Max": np.maximum,
+}
+_F1_UNARY = {"Floor": np.floor, "Ceil": np.ceil, "Sqrt": np.sqrt, "Reciprocal": lambda x: np.float32(1) / x}
+
+
+@pytest.mark.parametrize("op", [*_F1_BINARY, *_F1_UNARY, "Cmplt", "Cast<bool>", "Log", "Exp"])
+def test_f1_webgpu_float32_subnormal_ops(op: str, browser: Any) -> None:
+    """Every float32 op F1 listed, on subnormal operands and results, exact (Log/Exp to 2 ulp)."""
+    n = len(F1_X)
+    x, y = _load(F32, 0, n), _load(F32, 1, n)
+    with np.errstate(all="ignore"):
+        if op in _F1_BINARY:
+            exp, want = AluExp(AluOp[op], F32, (x, y)), _F1_BINARY[op](F1_X, F1_Y)
+        elif op in _F1_UNARY:
+            exp, want = AluExp(AluOp[op], F32, (x,)), _F1_UNARY[op](F1_X).astype(np.float32)
+        elif op == "Cmplt":
+            exp, want = AluExp(AluOp.Cmplt, DType.bool, (x, y)), (F1_X < F1_Y).astype(np.int32)
+        elif op == "Cast<bool>":
+            exp, want = AluExp(AluOp.Cast, DType.bool, (x,)), (F1_X != 0).astype(np.int32)
+        elif op == "Log":
+            exp, want = AluExp(AluOp.Log, F32, (x,)), np.log(np.abs(F1_X) + np.float32(0)).astype(np.float32)
+        else:  # exp(log(y) - 1): results down in the subnormals
+            arg = np.float32(-88.0) - np.arange(n, dtype=np.float32) * np.float32(1.3)
+            exp, want = AluExp(AluOp.Exp, F32, (y,)), np.exp(arg.astype(np.float64)).astype(np.float32)
+    ins = [np.abs(F1_X) if op == "Log" else F1_X, arg if op == "Exp" else F1_Y]
+    got, native = in_browser(browser, "webgpu", Kernel(2, n, exp), ins)
+    for raw, who in ((got, "browser"), (native, "native")):
+        v = np.frombuffer(raw, want.dtype)
+        if op in ("Log", "Exp"):
+            ok = np.allclose(v, want, rtol=3e-7, atol=2.0**-148)
+        else:  # bit for bit (NaN payloads are free, as in the contract)
+            nan = np.isnan(want) if want.dtype == np.float32 else np.zeros(n, bool)
+            ok = bool(np.isnan(v[nan]).all()) and v[~nan].tobytes() == want[~nan].tobytes()
+        assert ok, f"{who} {v.tolist()} numpy {want.tolist()}"
 
 
 # ---- F2 (webgpu): the sign of a zero chosen by select() among float constants ----------------

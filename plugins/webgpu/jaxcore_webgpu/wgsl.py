@@ -74,7 +74,33 @@ def _transcendental(name: str) -> OpRender:
     return render
 
 
+def _exact(r: ExpRenderer, e: AluExp) -> bool:
+    """Whether this float32 node needs the subnormal-exact spelling (see `WGSLLanguage`)."""
+    dt = e.src[0].dtype if e.op in (AluOp.Cmplt, AluOp.Cmpne) else e.dtype
+    return dt == DType.float32 and getattr(r.lang, "exact_subnormals", True)
+
+
+def _binary(helper: str, native: OpRender) -> OpRender:
+    """float32 through `helper` (exact on subnormals), everything else as `native`."""
+
+    def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+        if _exact(r, e):
+            return f"{r.need(helper)}({strip_parens(a[0])}, {strip_parens(a[1])})"
+        return native(r, e, a)
+
+    return render
+
+
+def _unary(helper: str, native: OpRender) -> OpRender:
+    def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+        return f"{r.need(helper)}({strip_parens(a[0])})" if _exact(r, e) else native(r, e, a)
+
+    return render
+
+
 def _idiv(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+    if _exact(r, e):
+        return f"trunc({r.need('jc_div_f32')}({strip_parens(a[0])}, {strip_parens(a[1])}))"
     if is_float(e.dtype):
         return f"trunc({a[0]} / {a[1]})"
     return f"({a[0]} / {a[1]})"
@@ -95,6 +121,8 @@ def _mod(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
 
 
 def _reciprocal(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+    if _exact(r, e):
+        return f"{r.need('jc_div_f32')}(1.0f, {strip_parens(a[0])})"
     return f"({r.lang.render_const(r, 1.0, e.dtype)} / {a[0]})"
 
 
@@ -108,6 +136,8 @@ def _threefry(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
 def _cmpne(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
     if e.arg == "isnan":  # legalize's non-bit NaN test
         return f"{r.need('jc_isnan_f32')}(f32({strip_parens(a[0])}))"
+    if _exact(r, e):
+        return f"{r.need('jc_ne_f32')}({strip_parens(a[0])}, {strip_parens(a[1])})"
     return f"({a[0]} != {a[1]})"
 
 
@@ -146,6 +176,15 @@ class WGSLLanguage(CStyleLanguage):
     traits = WGSL_TRAITS
     code_for_op = {
         **CStyleLanguage.code_for_op,
+        **{
+            op: _binary(f"jc_{op.name.lower()}_f32", CStyleLanguage.code_for_op[op])
+            for op in (AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Min, AluOp.Max)
+        },
+        AluOp.Cmplt: _binary("jc_lt_f32", CStyleLanguage.code_for_op[AluOp.Cmplt]),
+        **{
+            op: _unary(f"jc_{op.name.lower()}_f32", CStyleLanguage.code_for_op[op])
+            for op in (AluOp.Sqrt, AluOp.Floor, AluOp.Ceil)
+        },
         AluOp.Idiv: _idiv,
         AluOp.Mod: _mod,
         AluOp.Reciprocal: _reciprocal,
@@ -154,6 +193,12 @@ class WGSLLanguage(CStyleLanguage):
         **{op: _transcendental(n) for op, n in _TRANSCENDENTAL.items()},
     }
     helpers = wgsl_helpers.HELPERS
+    # WGSL lets an implementation flush float32 subnormals (Chromium on SwiftShader, Direct3D, some
+    # Metal paths do); the contract keeps them. With this on, float32 + - * /, comparisons,
+    # min/max, floor/ceil/sqrt and float -> bool are spelled through the helpers that are exact
+    # on a flushing device (the native op, then an exact slow path only when an operand is
+    # subnormal or the result underflows). Exported browser programs need it on.
+    exact_subnormals: bool = True
     features: set[str]  # {"f64"} when the program uses float64; the code generator sets it per program
 
     def render_const(self, r: ExpRenderer, value: float | int, dtype: DType) -> str:

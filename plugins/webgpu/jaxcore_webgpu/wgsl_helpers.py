@@ -232,10 +232,10 @@ fn jc_exp_f32(x: f32) -> f32 {
   let e = (p * (r * r) + r) + 1.0f;
   let ki = i32(k);
   let k1 = ki / 2;
-  return (e * jc_pow2i_f32(k1)) * jc_pow2i_f32(ki - k1);
+  return jc_mul_f32(e * jc_pow2i_f32(k1), jc_pow2i_f32(ki - k1));  // exact into the subnormals
 }
 """,
-    ("jc_isnan_f32", "jc_inf_f32", "jc_pow2i_f32"),
+    ("jc_isnan_f32", "jc_inf_f32", "jc_pow2i_f32", "jc_mul_f32"),
 )
 
 H["jc_log_f32"] = (
@@ -246,8 +246,11 @@ fn jc_log_f32(x0: f32) -> f32 {
   if ((bits & 0x7fffffffu) == 0u) { return -jc_inf_f32(); }
   if (bits == 0x7f800000u) { return x0; }
   var e: i32 = 0;
-  if (bits < 0x00800000u) { bits = bitcast<u32>(x0 * 16777216.0f); e = -24; }
-  if (bits == 0u) { return -jc_inf_f32(); }  // a subnormal the device flushed to zero
+  if (bits < 0x00800000u) {  // subnormal: normalised on the bits (a device may flush x0 * 2^24)
+    let s = countLeadingZeros(bits) - 8u;
+    bits = ((bits << s) & 0x007fffffu) | 0x00800000u;
+    e = -i32(s);
+  }
   e = e + i32(bits >> 23u) - 126;
   var m = bitcast<f32>((bits & 0x007fffffu) | 0x3f000000u);
   if (m < 0.707106781186547524f) { e = e - 1; m = (m + m) - 1.0f; } else { m = m - 1.0f; }
@@ -268,6 +271,7 @@ H["jc_atan_f32"] = (
     """
 fn jc_atan_f32(x0: f32) -> f32 {
   if (jc_isnan_f32(x0)) { return x0; }
+  if ((bitcast<u32>(x0) & 0x7fffffffu) < 0x39800000u) { return x0; }  // |x| < 2^-12 (and subnormals)
   var x = abs(x0);
   var y = 0.0f;
   if (x > 2.414213562373095f) { y = 1.57079632679489662f; x = -1.0f / x; }
@@ -286,6 +290,7 @@ H["jc_asin_f32"] = (
 fn jc_asin_f32(x0: f32) -> f32 {
   let a = abs(x0);
   if (jc_isnan_f32(x0) || a > 1.0f) { return jc_nan_f32(); }
+  if ((bitcast<u32>(x0) & 0x7fffffffu) < 0x39800000u) { return x0; }  // |x| < 2^-12 (and subnormals)
   var z: f32;
   var x: f32;
   let big = a > 0.5f;
@@ -328,12 +333,13 @@ H["jc_erf_f32"] = (
     """
 fn jc_erf_f32(x: f32) -> f32 {
   if (jc_isnan_f32(x)) { return x; }
+  if ((bitcast<u32>(x) & 0x7fffffffu) < 0x32000000u) { return jc_mul_f32(x, 1.1283791670955126f); }
   if (abs(x) < 0.5f) { return jc_erf_small_f32(x); }
   let v = 1.0f - jc_erfc_pos_f32(abs(x));
   return select(v, -v, x < 0.0f);
 }
 """,
-    ("jc_erfc_pos_f32", "jc_isnan_f32", "jc_erf_small_f32"),
+    ("jc_erfc_pos_f32", "jc_isnan_f32", "jc_erf_small_f32", "jc_mul_f32"),
 )
 H["jc_erfc_f32"] = (
     """
@@ -345,6 +351,272 @@ fn jc_erfc_f32(x: f32) -> f32 {
 }
 """,
     ("jc_erfc_pos_f32", "jc_isnan_f32", "jc_erf_small_f32"),
+)
+
+
+# ---- float32 on an implementation that flushes subnormals -----------------------------------
+# WGSL lets an implementation flush subnormal inputs and results to zero (Chromium's WebGPU on
+# SwiftShader does, Direct3D and some Metal paths too); the contract keeps them. So float32
+# comparisons, min/max, floor/ceil and the float -> bool test work on the bits, and + - * / take
+# the native result unless an operand is subnormal or the result underflows (a test on the
+# exponent bits), where an exact slow path computes on the integer mantissas and builds the
+# result's bits: nothing there is a float op a device could flush. `(m - 1u) < 0x7fffffu` is
+# "m is a nonzero subnormal magnitude" in one compare.
+H["jc_isden_f32"] = (
+    "fn jc_isden_f32(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) - 1u < 0x007fffffu; }",
+    (),
+)
+H["jc_key_f32"] = (
+    """
+// An unsigned key in float order (negatives reversed below positives).
+fn jc_key_f32(x: f32) -> u32 {
+  let b = bitcast<u32>(x);
+  return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
+}
+""",
+    (),
+)
+H["jc_lt_f32"] = (
+    """
+fn jc_lt_f32(a: f32, b: f32) -> bool {
+  let ua = bitcast<u32>(a) & 0x7fffffffu;
+  let ub = bitcast<u32>(b) & 0x7fffffffu;
+  if (ua > 0x7f800000u || ub > 0x7f800000u || (ua | ub) == 0u) { return false; }
+  return jc_key_f32(a) < jc_key_f32(b);
+}
+""",
+    ("jc_key_f32",),
+)
+H["jc_ne_f32"] = (
+    """
+fn jc_ne_f32(a: f32, b: f32) -> bool {
+  let ua = bitcast<u32>(a);
+  let ub = bitcast<u32>(b);
+  if ((ua & 0x7fffffffu) > 0x7f800000u || (ub & 0x7fffffffu) > 0x7f800000u) { return true; }
+  return ua != ub && ((ua | ub) & 0x7fffffffu) != 0u;
+}
+""",
+    (),
+)
+H["jc_min_f32"] = (
+    """
+fn jc_min_f32(a: f32, b: f32) -> f32 {
+  if (jc_isnan_f32(a)) { return a; }
+  if (jc_isnan_f32(b)) { return b; }
+  return select(a, b, jc_lt_f32(b, a));
+}
+""",
+    ("jc_isnan_f32", "jc_lt_f32"),
+)
+H["jc_max_f32"] = (
+    """
+fn jc_max_f32(a: f32, b: f32) -> f32 {
+  if (jc_isnan_f32(a)) { return a; }
+  if (jc_isnan_f32(b)) { return b; }
+  return select(a, b, jc_lt_f32(a, b));
+}
+""",
+    ("jc_isnan_f32", "jc_lt_f32"),
+)
+H["jc_floor_f32"] = (
+    """
+fn jc_floor_f32(x: f32) -> f32 {
+  let b = bitcast<u32>(x);
+  if ((b & 0x7fffffffu) - 1u < 0x007fffffu) {  // subnormal: +0 or -1
+    // (on the bits, not a select of two constants: lavapipe folds that to -b2f(c), -0 for +0)
+    return bitcast<f32>((b >> 31u) * 0xbf800000u);
+  }
+  return floor(x);
+}
+""",
+    (),
+)
+H["jc_ceil_f32"] = (
+    """
+fn jc_ceil_f32(x: f32) -> f32 {
+  let b = bitcast<u32>(x);
+  if ((b & 0x7fffffffu) - 1u < 0x007fffffu) {  // subnormal: 1 or -0
+    return bitcast<f32>((b & 0x80000000u) | (((b >> 31u) ^ 1u) * 0x3f800000u));
+  }
+  return ceil(x);
+}
+""",
+    (),
+)
+H["jc_sqrt_f32"] = (
+    """
+fn jc_sqrt_f32(x: f32) -> f32 {
+  let b = bitcast<u32>(x);
+  if ((b & 0x7fffffffu) - 1u < 0x007fffffu) {
+    // x = m 2^-149 = (2m) 2^-150: sqrt(x) = sqrt(2m) 2^-75 (2m is an exact integer below 2^24)
+    if (b >= 0x80000000u) { return jc_nan_f32(); }
+    return sqrt(f32(b) * 2.0f) * 2.6469779601696886e-23f;
+  }
+  return sqrt(x);
+}
+""",
+    ("jc_nan_f32",),
+)
+H["jc_unpack_f32"] = (
+    """
+struct JcUnpack32 { m: u32, e: i32 }
+
+// A finite nonzero x as m 2^(e - 23) with m in [2^23, 2^24) (subnormals normalised on the bits).
+fn jc_unpack_f32(x: f32) -> JcUnpack32 {
+  let b = bitcast<u32>(x) & 0x7fffffffu;
+  let be = i32(b >> 23u);
+  if (be == 0) {
+    let s = countLeadingZeros(b) - 8u;
+    return JcUnpack32(b << s, -126 - i32(s));
+  }
+  return JcUnpack32((b & 0x007fffffu) | 0x00800000u, be - 127);
+}
+""",
+    (),
+)
+H["jc_pack_f32"] = (
+    """
+fn jc_shr64(v: vec2<u32>, n: i32) -> vec2<u32> {  // v = (high word, low word)
+  if (n <= 0) { return v; }
+  if (n >= 64) { return vec2<u32>(0u, 0u); }
+  if (n >= 32) { return vec2<u32>(0u, v.x >> u32(n - 32)); }
+  return vec2<u32>(v.x >> u32(n), (v.y >> u32(n)) | (v.x << u32(32 - n)));
+}
+
+fn jc_shl64(v: vec2<u32>, n: i32) -> vec2<u32> {
+  if (n <= 0) { return v; }
+  if (n >= 64) { return vec2<u32>(0u, 0u); }
+  if (n >= 32) { return vec2<u32>(v.y << u32(n - 32), 0u); }
+  return vec2<u32>((v.x << u32(n)) | (v.y >> u32(32 - n)), v.y << u32(n));
+}
+
+// sign | (v as a 64-bit integer) * 2^e, rounded to nearest even (subnormals and overflow
+// included), built as bits.
+fn jc_pack_f32(sign: u32, v: vec2<u32>, e: i32) -> f32 {
+  if (v.x == 0u && v.y == 0u) { return bitcast<f32>(sign); }
+  var p = 31 - i32(countLeadingZeros(v.y));
+  if (v.x != 0u) { p = 63 - i32(countLeadingZeros(v.x)); }
+  var ex = p + e;
+  var drop = p - 23;
+  if (ex < -126) { drop = -149 - e; }
+  var q: u32;
+  if (drop <= 0) {
+    q = v.y << u32(-drop);
+  } else {
+    q = jc_shr64(v, drop).y;
+    let h = jc_shr64(v, drop - 1);
+    let sticky = any(jc_shl64(h, drop - 1) != v);
+    if ((h.y & 1u) != 0u && (sticky || (q & 1u) != 0u)) { q = q + 1u; }
+  }
+  if (ex < -126) { return bitcast<f32>(sign | q); }
+  if (q >= 0x01000000u) { q = q >> 1u; ex = ex + 1; }
+  if (ex > 127) { return bitcast<f32>(sign | 0x7f800000u); }
+  return bitcast<f32>(sign | (u32(ex + 127) << 23u) | (q & 0x007fffffu));
+}
+""",
+    (),
+)
+H["jc_mul_f32"] = (
+    """
+fn jc_mul_slow_f32(a: f32, b: f32) -> f32 {
+  let sign = (bitcast<u32>(a) ^ bitcast<u32>(b)) & 0x80000000u;
+  let ua = jc_unpack_f32(a);
+  let ub = jc_unpack_f32(b);
+  let p = jc_mul32(ua.m, ub.m);  // (low, high): the product is p 2^(ea + eb - 46)
+  return jc_pack_f32(sign, vec2<u32>(p.y, p.x), ua.e + ub.e - 46);
+}
+
+fn jc_mul_f32(a: f32, b: f32) -> f32 {
+  let r = a * b;
+  let aa = bitcast<u32>(a) & 0x7fffffffu;
+  let ab = bitcast<u32>(b) & 0x7fffffffu;
+  let den = aa - 1u < 0x007fffffu || ab - 1u < 0x007fffffu;
+  if (!den && ((bitcast<u32>(r) & 0x7f800000u) != 0u || aa == 0u || ab == 0u)) { return r; }
+  if (aa > 0x7f800000u || ab > 0x7f800000u) { return r; }
+  let sign = (bitcast<u32>(a) ^ bitcast<u32>(b)) & 0x80000000u;
+  if (aa == 0x7f800000u || ab == 0x7f800000u) {
+    return bitcast<f32>(select(sign | 0x7f800000u, 0x7fc00000u, aa == 0u || ab == 0u));
+  }
+  if (aa == 0u || ab == 0u) { return bitcast<f32>(sign); }
+  return jc_mul_slow_f32(a, b);
+}
+""",
+    ("jc_unpack_f32", "jc_pack_f32", "jc_mul32"),
+)
+H["jc_div_f32"] = (
+    """
+fn jc_div_slow_f32(a: f32, b: f32) -> f32 {
+  let sign = (bitcast<u32>(a) ^ bitcast<u32>(b)) & 0x80000000u;
+  let ua = jc_unpack_f32(a);
+  let ub = jc_unpack_f32(b);
+  // long division: 26 quotient bits (ma / mb in (1/2, 2)), the remainder as a sticky bit
+  var q = 0u;
+  var r = ua.m;
+  for (var i = 0; i < 26; i = i + 1) {
+    q = q << 1u;
+    if (r >= ub.m) { r = r - ub.m; q = q | 1u; }
+    r = r << 1u;
+  }
+  q = (q << 1u) | select(0u, 1u, r != 0u);
+  return jc_pack_f32(sign, vec2<u32>(0u, q), ua.e - ub.e - 26);
+}
+
+fn jc_div_f32(a: f32, b: f32) -> f32 {
+  let r = a / b;
+  let aa = bitcast<u32>(a) & 0x7fffffffu;
+  let ab = bitcast<u32>(b) & 0x7fffffffu;
+  let den = aa - 1u < 0x007fffffu || ab - 1u < 0x007fffffu;
+  if (!den && ((bitcast<u32>(r) & 0x7f800000u) != 0u || aa == 0u)) { return r; }
+  if (aa > 0x7f800000u || ab > 0x7f800000u) { return r; }
+  let sign = (bitcast<u32>(a) ^ bitcast<u32>(b)) & 0x80000000u;
+  if (aa == 0x7f800000u) { return bitcast<f32>(select(sign | 0x7f800000u, 0x7fc00000u, ab == 0x7f800000u)); }
+  if (ab == 0x7f800000u) { return bitcast<f32>(sign); }
+  if (ab == 0u) { return bitcast<f32>(select(sign | 0x7f800000u, 0x7fc00000u, aa == 0u)); }
+  if (aa == 0u) { return bitcast<f32>(sign); }
+  return jc_div_slow_f32(a, b);
+}
+""",
+    ("jc_unpack_f32", "jc_pack_f32"),
+)
+H["jc_add_f32"] = (
+    """
+// x 2^24, exactly, for |x| < 2^-100 (a subnormal from its bits).
+fn jc_up24_f32(x: f32) -> f32 {
+  let b = bitcast<u32>(x);
+  if ((b & 0x7fffffffu) - 1u >= 0x007fffffu) { return x * 16777216.0f; }
+  let m = f32(b & 0x007fffffu) * 2.350988701644575e-38f;  // m 2^-125
+  return select(m, -m, b >= 0x80000000u);
+}
+
+fn jc_add_f32(a: f32, b: f32) -> f32 {
+  let r = a + b;
+  let ua = bitcast<u32>(a);
+  let ub = bitcast<u32>(b);
+  let aa = ua & 0x7fffffffu;
+  let ab = ub & 0x7fffffffu;
+  let den = aa - 1u < 0x007fffffu || ab - 1u < 0x007fffffu;
+  if (!den && ((bitcast<u32>(r) & 0x7f800000u) != 0u || ua == (ub ^ 0x80000000u) || (aa | ab) == 0u)) {
+    return r;
+  }
+  if (aa >= 0x7f800000u || ab >= 0x7f800000u) { return r; }
+  // an operand >= 2^-100 next to one below 2^-126 (under a quarter of its ulp) is the sum
+  if (aa >= 0x0d800000u) { return a; }
+  if (ab >= 0x0d800000u) { return b; }
+  // scaled by 2^24 both are normal and their sum is exact or rounds as the true sum does
+  let s = jc_up24_f32(a) + jc_up24_f32(b);
+  let sb = bitcast<u32>(s);
+  if ((sb & 0x7fffffffu) == 0u) { return bitcast<f32>(sb); }
+  if ((sb & 0x7fffffffu) >= 0x0c800000u) { return s * 5.9604644775390625e-08f; }  // |s| >= 2^-102
+  let m = u32(abs(s) * 4.253529586511731e+37f);  // |s| 2^125, an exact integer below 2^23
+  return bitcast<f32>((sb & 0x80000000u) | m);
+}
+""",
+    (),
+)
+H["jc_sub_f32"] = (
+    "fn jc_sub_f32(a: f32, b: f32) -> f32 {"
+    " return jc_add_f32(a, bitcast<f32>(bitcast<u32>(b) ^ 0x80000000u)); }",
+    ("jc_add_f32",),
 )
 
 
