@@ -146,6 +146,13 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
         return _cast(e, t)
     if t.folds_float_identities and is_float(dt) and op in _FOLDABLE:
         a, b = e.src
+        # (x * c1) * c2 -> x * (c1 * c2), (x + c1) - c2 -> x + (c1 - c2): a constant folded into
+        # another changes the rounding (x + 2^24 - 2^24 is no longer x rounded) and overflow
+        # (0 * 3e38 * 10 becomes 0 * inf = NaN)
+        if _const_over_const(b, a):
+            return AluExp(op, dt, (a, opaque(b)), e.arg)
+        if _const_over_const(a, b):
+            return AluExp(op, dt, (opaque(a), b), e.arg)
         if a == b or _zero_const(b) or a in b.src:  # x - x, x / x, x * 0, x + 0, x - (x - y)
             return AluExp(op, dt, (a, opaque(b)), e.arg)
         if _zero_const(a) or b in a.src:  # 0 * x, 0 + x, 0 - x; (x + y) - y (reassociated)
@@ -159,6 +166,11 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
 
 
 _FOLDABLE = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv})
+
+
+def _const_over_const(c: AluExp, other: AluExp) -> bool:
+    """`c` is a constant and `other` an arithmetic node with a constant operand of its own."""
+    return c.op == AluOp.Const and other.op in _FOLDABLE and any(s.op == AluOp.Const for s in other.src)
 
 
 def _trunc(q: AluExp) -> AluExp:

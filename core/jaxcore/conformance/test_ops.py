@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -249,6 +251,46 @@ def test_per_op_rounding(backend: Backend, dtype: str) -> None:
         want = oracle.binary(second, oracle.binary(first, x, y, dtype), z, dtype)
         got = run_kernel(backend, kernel, [x, y, z])
         assert_close(got, want, second, dtype, backend, inputs=[x, y, z], what=f"(x {first} y) {second} z")
+
+
+CONST_CHAINS: dict[str, list[tuple[str, float, str, float]]] = {
+    # (x op1 c1) op2 c2 with both constants in the kernel: a compiler that folds c1 op c2 first
+    # changes the answer (f32 x + 2^24 - 2^24 rounds x to an integer; 0 * 3e38 * 10 is 0, not NaN).
+    "float16": [("Add", 2048.0, "Sub", 2048.0), ("Mul", -65504.0, "Mul", 2.5), ("Mul", 1e-4, "Mul", 1e-4)],
+    "float32": [
+        ("Add", 16777216.0, "Sub", 16777216.0),
+        ("Add", 16777216.0, "Add", -16777216.0),
+        ("Mul", 3e38, "Mul", 10.0),
+        ("Mul", 1e-30, "Mul", 1e-30),
+        ("Mul", 1e-30, "Mul", 1e30),
+    ],
+    "float64": [("Add", 2.0**53, "Sub", 2.0**53), ("Mul", 1e300, "Mul", 1e10)],
+}
+
+
+def _chain(op1: str, c1: float, op2: str, c2: float, swapped: bool) -> Callable[[AluExp], AluExp]:
+    """(x op1 c1) op2 c2, or with every operand order swapped: c2 op2 (c1 op1 x)."""
+    f1, f2 = BINARY_BUILDERS[AluOp(op1)], BINARY_BUILDERS[AluOp(op2)]
+
+    def build(v: AluExp) -> AluExp:
+        k1, k2 = AluExp.const(v.dtype, c1), AluExp.const(v.dtype, c2)
+        return f2(k2, f1(k1, v)) if swapped else f2(f1(v, k1), k2)
+
+    return build
+
+
+@pytest.mark.parametrize("dtype", list(CONST_CHAINS))
+def test_constant_chains_round_per_op(backend: Backend, dtype: str) -> None:
+    """Two constants in a row round per op as written: (x + c1) - c2, (x * c1) * c2, c2 * (c1 * x)."""
+    x = oracle.array([0.0, -0.0, 1.0, -1.0, 0.5, 0.75, 3.0, -2.5], dtype)
+    for op1, c1, op2, c2 in CONST_CHAINS[dtype]:
+        first = oracle.binary(op1, x, oracle.array([c1] * len(x), dtype), dtype)
+        want = oracle.binary(op2, first, oracle.array([c2] * len(x), dtype), dtype)
+        for swapped in (False, True) if op1 == op2 == "Mul" else (False,):
+            kernel = map_kernel([dtype], len(x), _chain(op1, c1, op2, c2, swapped))
+            skip_if_undeclared(backend, kernel)
+            what = f"{c2} {op2} ({c1} {op1} x)" if swapped else f"(x {op1} {c1}) {op2} {c2}"
+            assert_close(run_kernel(backend, kernel, [x]), want, op2, dtype, backend, inputs=[x], what=what)
 
 
 def select_by_index(items: list[AluExp]) -> AluExp:
