@@ -87,6 +87,9 @@ class GpuLimits:
     max_workgroup_storage: int = 16384
     fill_workgroups: int = 1024  # workgroups that keep a large GPU busy
     local: int = 256  # preferred threads per workgroup for elementwise work
+    # Copies of the reduction body one thread's loop may hold (unroll x upcast): a shader compiler
+    # whose time grows faster than the code (SwiftShader's, on long exact-float helpers) wants few.
+    max_copies: int = 16
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,10 @@ def tune_gpu(kernel: Kernel, limits: GpuLimits | None = None) -> TuneResult:
             if r % u == 0 and r >= 2 * u:
                 unroll = u
                 break
+    if upcast > lim.max_copies:
+        upcast = 1
+    while unroll * upcast > lim.max_copies and unroll > 1:
+        unroll //= 2
     size = TuneSize(
         groups=group,
         reduce=r,

@@ -294,40 +294,12 @@ def tolerance_of(source: dict[str, Any], dtype: str) -> tuple[tuple[float, float
 
 @dataclass
 class Verdict:
-    """How one case came out in the browser: `problem` is None when it agrees with the native device;
-    `finding` names the known browser difference (FINDINGS.md) that explains every differing element."""
+    """How one case came out in the browser: `problem` is None when it agrees with the native device."""
 
     problem: str | None = None
-    finding: str | None = None
 
 
 _FLOATS = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
-
-
-def _subnormal(x: np.ndarray) -> np.ndarray:
-    f = np.abs(x.astype(np.float64))
-    return (f > 0) & (f < np.finfo(x.dtype).tiny)
-
-
-def _explain(case: Any, i: int, got: np.ndarray, want: np.ndarray, bad: np.ndarray) -> str | None:
-    """The known finding (FINDINGS.md) behind every bad element of output `i`, or None."""
-    if case.device != "webgpu":
-        return None
-    # F1: WebGPU on SwiftShader flushes float32 subnormals (WGSL allows it): every bad element has a
-    # subnormal native result or a subnormal float32 operand at the same index.
-    involved = np.zeros(bad.shape, bool)
-    if want.dtype == np.float32:
-        involved |= _subnormal(want)
-    for raw, dt in zip(case.inputs, case.source.get("input_dtypes") or ()):
-        if dt == "float32" and len(raw) >= 4 * bad.size:
-            involved |= _subnormal(np.frombuffer(raw, np.float32)[: bad.size])
-    if involved[bad].all():
-        return "F1"
-    # F2: a zero of the wrong sign from a select() over float constants (SwiftShader ignores the sign
-    # of a zero there): every bad element is a zero against a zero.
-    if want.dtype.kind == "f" and ((got[bad] == 0) & (want[bad] == 0)).all():
-        return "F2"
-    return None
 
 
 def _zero_or_an_input_element(case: Any, outs: list[bytes]) -> str | None:
@@ -365,7 +337,7 @@ def compare(case: Any, result: dict[str, Any]) -> Verdict:
     check = CONTRACT_CHECKS.get(case.test.rsplit("::", 1)[-1].split("[")[0])
     if check is not None:
         return Verdict(check(case, outs))
-    problems, findings = [], set()
+    problems = []
     for i, (got, want) in enumerate(zip(outs, case.outputs)):
         dtype = case.source["dtypes"][i]
         if len(got) != len(want):
@@ -394,16 +366,7 @@ def compare(case: Any, result: dict[str, Any]) -> Verdict:
                 continue
             except AssertionError as e:
                 text = str(e)
-            a, e = g.astype(np.float64), w.astype(np.float64)
-            with np.errstate(all="ignore"):
-                bad = ~(
-                    (a == e) | (np.isnan(a) & np.isnan(e)) | (np.abs(a - e) <= tol[1] + tol[0] * np.abs(e))
-                )
-            if not free_zero and tol == (0.0, 0.0):
-                bad |= (a == 0) & (e == 0) & (np.signbit(a) != np.signbit(e))
         problems.append(text)
-        findings.add(_explain(case, i, g, w, bad) if bad.any() else None)
     if not problems:
         return Verdict()
-    finding = findings.pop() if len(findings) == 1 else None
-    return Verdict("\n".join(problems), finding)
+    return Verdict("\n".join(problems))

@@ -57,8 +57,6 @@ def test_parity(device: str, browser: Any, recorded: dict[str, Any], request: py
         verdict = harness.compare(case, result)
         if verdict.problem is None:
             matched += 1
-        elif verdict.finding is not None:
-            findings[verdict.finding].append(case)
         else:
             failures.append(
                 f"{case.test}\n  program: {case.source.get('text', '')[:300]}\n  {verdict.problem}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from jaxcore.alu import AluExp, AluOp, AluVar
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel, Reduction
@@ -55,6 +57,20 @@ def test_matmul_upcasts_along_the_reused_operand() -> None:
     b = AluExp.global_view(F32, 1, ShapeTracker.from_shape([k, n]), [AluVar.ridx, ja])
     t = tune_gpu(Kernel(2, m * n, a * b, Reduction(F32, AluOp.Add, k)))
     assert t.size.upcast == 4 and t.size.groups == 1 and t.thread_count == m * n // 4
+
+
+@pytest.mark.parametrize(
+    ("max_copies", "unroll", "upcast"), [(16, 4, 4), (8, 2, 4), (4, 1, 4), (2, 2, 1), (1, 1, 1)]
+)
+def test_max_copies_bounds_unroll_times_upcast(max_copies: int, unroll: int, upcast: int) -> None:
+    """A device that compiles long loop bodies slowly asks for fewer copies: unroll goes first."""
+    m = k = n = 512
+    ia, ja = AluExp.idiv(AluVar.gidx, AluExp.i32(n)), AluExp.mod(AluVar.gidx, AluExp.i32(n))
+    a = AluExp.global_view(F32, 0, ShapeTracker.from_shape([m, k]), [ia, AluVar.ridx])
+    b = AluExp.global_view(F32, 1, ShapeTracker.from_shape([k, n]), [AluVar.ridx, ja])
+    t = tune_gpu(Kernel(2, m * n, a * b, Reduction(F32, AluOp.Add, k)), GpuLimits(max_copies=max_copies))
+    assert (t.size.unroll, t.size.upcast) == (unroll, upcast)
+    assert t.thread_count == m * n // upcast
 
 
 def test_elementwise_plan() -> None:

@@ -217,8 +217,10 @@ class WebGpuBackend(QueuedBackend):
         """WGSL now (pure Python), pipelines through `create_compute_pipeline_async`."""
         return await self.pipelines.compile_async(self._plan(kernel))
 
-    def _plan(self, kernel: Kernel) -> Plan:
-        """The compiler's plan for a kernel (jaxcore_webgpu.codegen), in the runtime's terms."""
+    def _plan(self, kernel: Kernel, target: Any = None) -> Plan:
+        """The compiler's plan for a kernel (jaxcore_webgpu.codegen), in the runtime's terms, for
+        this device or for `target`."""
+        target = target or self.target
         try:
             from jaxcore_webgpu import codegen
         except ImportError as e:
@@ -226,10 +228,10 @@ class WebGpuBackend(QueuedBackend):
         if current_settings().plugin_flag("webgpu", "matmul", default=True):
             from jaxcore_webgpu.matmul import plan_matmul
 
-            tiled = plan_matmul(kernel, self.target)
+            tiled = plan_matmul(kernel, target)
             if tiled is not None:
                 return tiled
-        shader_plan = codegen.compile_kernel(kernel, self.target)
+        shader_plan = codegen.compile_kernel(kernel, target)
         return plan_from_shaders(shader_plan)
 
     @cached_property
@@ -248,7 +250,18 @@ class WebGpuBackend(QueuedBackend):
             max_workgroups_per_dim=lim["max-compute-workgroups-per-dimension"],
             max_storage_buffers_per_stage=lim["max-storage-buffers-per-shader-stage"],
             max_workgroup_storage=lim["max-compute-workgroup-storage-size"],
+            exact_subnormals=self._exact_subnormals(),
         )
+
+    def _exact_subnormals(self) -> bool:
+        """Spell float32 exact on subnormals: when this device flushes them (probed), or when
+        `JAXCORE_WEBGPU_EXACT_SUBNORMALS` says so (1: always, as exported programs are; 0: never)."""
+        cfg = current_settings()
+        if cfg.plugin("webgpu").get("exact_subnormals", "").strip():
+            return cfg.plugin_flag("webgpu", "exact_subnormals", default=True)
+        from jaxcore_webgpu.device import keeps_subnormals
+
+        return not keeps_subnormals(self.device)
 
     def _compile_routine(self, routine: Routine) -> CompiledPlan:
         """Every declared routine runs as WGSL passes (jaxcore_webgpu.routines); none on the host."""

@@ -63,6 +63,10 @@ class WgslTarget:
     max_workgroups_per_dim: int = 65535
     max_storage_buffers_per_stage: int = 8
     max_workgroup_storage: int = 16384
+    # Spell float32 arithmetic exact on subnormals (wgsl.WGSLLanguage.exact_subnormals): for a
+    # device that flushes them (WGSL allows it) and for every exported program (the browser's
+    # device is unknown). Off where the device keeps them, so its code stays the plain ops.
+    exact_subnormals: bool = True
 
     def limits(self) -> GpuLimits:
         return GpuLimits(
@@ -70,6 +74,9 @@ class WgslTarget:
             max_workgroups_per_dim=self.max_workgroups_per_dim,
             max_workgroup_storage=self.max_workgroup_storage,
             local=min(256, self.max_workgroup_size),
+            # the exact helpers are long; SwiftShader's compile time grows with the square of
+            # a loop body (16 copies of a float32 multiply-add: minutes; 4: 0.3 s)
+            max_copies=4 if self.exact_subnormals else 16,
         )
 
 
@@ -216,6 +223,7 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
     """WGSL for `kernel` on `target`: a `ShaderPlan` of one or two passes (see the module doc)."""
     tune = tune_gpu(kernel, target.limits())
     lang = WGSLLanguage(traits)
+    lang.exact_subnormals = target.exact_subnormals
     exp = legalize(tune.exp, traits)
     epilogue = legalize(tune.epilogue, traits) if tune.epilogue is not None else None
     out_idx = tune.output_idx_exp

@@ -115,3 +115,55 @@ def open_device() -> Gpu:
         ) from None
     got = {k: int(v) for k, v in dict(device.limits).items() if isinstance(v, int)}
     return Gpu(adapter, device, dict(adapter.info), got, frozenset(str(f) for f in device.features))
+
+
+# A subnormal operand (2^-140), a subnormal result (2^-70 squared) and a comparison that sees a
+# subnormal: a device keeps subnormals when each comes back exact (0x200 is 2^-140's bits).
+_SUBNORMAL_PROBE = """
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<u32>;
+@compute @workgroup_size(1)
+fn main() {
+  let s = x[0];
+  y[0] = bitcast<u32>(s * x[1]);
+  y[1] = bitcast<u32>(x[2] * x[2]);
+  y[2] = bitcast<u32>(s + x[3]);
+  y[3] = select(0u, 1u, x[3] < s);
+}
+"""
+
+
+def keeps_subnormals(device: Any) -> bool:
+    """Whether `device` computes float32 subnormals exactly (WGSL lets it flush them to zero).
+
+    Asked by running `_SUBNORMAL_PROBE` once; a device that fails the probe counts as flushing,
+    which only costs speed (the exact spelling is correct everywhere)."""
+    import struct
+
+    import wgpu
+
+    try:
+        data = struct.pack("<4f", 2.0**-140, 1.0, 2.0**-70, 0.0)
+        x = device.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.STORAGE)
+        y = device.create_buffer(size=16, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+        module = device.create_shader_module(code=_SUBNORMAL_PROBE)
+        pipeline = device.create_compute_pipeline(
+            layout="auto", compute={"module": module, "entry_point": "main"}
+        )
+        group = device.create_bind_group(
+            layout=pipeline.get_bind_group_layout(0),
+            entries=[{"binding": 0, "resource": {"buffer": x}}, {"binding": 1, "resource": {"buffer": y}}],
+        )
+        enc = device.create_command_encoder()
+        cpass = enc.begin_compute_pass()
+        cpass.set_pipeline(pipeline)
+        cpass.set_bind_group(0, group)
+        cpass.dispatch_workgroups(1)
+        cpass.end()
+        device.queue.submit([enc.finish()])
+        got = struct.unpack("<4I", bytes(device.queue.read_buffer(y)))
+        x.destroy()
+        y.destroy()
+    except Exception:
+        return False
+    return got == (0x200, 0x200, 0x200, 1)

@@ -10,8 +10,10 @@ and in a page, with `runner.js` (shipped in this package, `runner_js()` returns 
 The program carries everything `runner.js` needs and nothing of the live device: the WGSL of every
 pass, the bind-group layout of group 0 (binding number, buffer, access), the buffer sizes, the uniform
 block of a pass (bytes), the scratch buffers and the dispatch sequence. It is read from what the
-backend compiled (`exe.data`, a `jaxcore_webgpu.program.CompiledPlan`), so the browser runs the very
-shaders the native device runs, in the same order, with the same bindings:
+backend compiled (`exe.data`, a `jaxcore_webgpu.program.CompiledPlan`), so the browser runs the
+shaders the native device runs, in the same order, with the same bindings; with one difference on
+a device that keeps float32 subnormals: a kernel is compiled again exact on subnormals for the
+browser, whose device may flush them (`WgslTarget.exact_subnormals`, `backend.export`):
 
 - every buffer is `STORAGE | COPY_SRC | COPY_DST`, `max(16, ceil4(bytes))` bytes, bound whole;
 - passes run in order in one compute pass, `dispatchWorkgroups(*grid)`; a grid with a 0 is skipped;
@@ -27,6 +29,7 @@ from __future__ import annotations
 import base64
 import math
 import re
+from dataclasses import replace
 from importlib import resources
 from typing import Any
 
@@ -89,14 +92,8 @@ def _io(src: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str,
 
 def export(backend: Any, exe: Executable) -> dict[str, Any]:
     """The browser program for `exe`, prepared by the webgpu `backend` (see the module docstring)."""
-    plan = exe.data
-    passes_in = getattr(plan, "passes", None)
-    codes = getattr(plan, "codes", None)
-    if passes_in is None or codes is None or len(codes) != len(passes_in):
-        raise ExportError(
-            f"{getattr(backend, 'name', 'webgpu')}: the executable holds {type(plan).__name__}, "
-            "not a compiled plan with the WGSL of each pass; only webgpu executables can be exported"
-        )
+    plan = _browser_plan(backend, exe)
+    steps = _steps(plan) if plan is not None else _compiled_steps(backend, exe.data)
     ins, outs, desc = _io(exe.source)
     # input sizes as the dispatch check requires them (a kernel input may be larger; the runner
     # binds what it is given)
@@ -105,7 +102,7 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
     passes = []
     features: set[str] = set()
     requires: set[str] = set()
-    for p, code in zip(passes_in, codes):
+    for p, code, uniform_bytes in steps:
         if code not in index:
             index[code] = len(shaders)
             shaders.append(code)
@@ -119,22 +116,17 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
             if kind not in ("in", "out", "scratch"):
                 raise ExportError(f"pass binding {b} refers to {kind!r}, not in/out/scratch")
             bindings.append({"binding": b, "buffer": [kind, int(i)], "type": layout.get(b, "storage")})
-        uniform = None
-        if p.uniform_group is not None:
-            if p.uniform is None:
-                raise ExportError("a pass binds a uniform block whose bytes the compiled plan does not keep")
-            data = p.uniform
-            uniform = base64.b64encode(data).decode()
         passes.append(
             {
                 "shader": index[code],
                 "entry": _entry(p, code),
                 "grid": [int(g) for g in p.grid],
                 "bindings": bindings,
-                "uniform": uniform,
+                "uniform": None if uniform_bytes is None else base64.b64encode(uniform_bytes).decode(),
             }
         )
-    sizes = [buffer_bytes(x["bytes"]) for x in ins + outs] + [buffer_bytes(n) for n in plan.scratch]
+    scratch = (plan if plan is not None else exe.data).scratch
+    sizes = [buffer_bytes(x["bytes"]) for x in ins + outs] + [buffer_bytes(n) for n in scratch]
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -144,10 +136,44 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
         "limits": _limits(passes, shaders, sizes),
         "inputs": ins,
         "outputs": outs,
-        "scratch": [int(n) for n in plan.scratch],
+        "scratch": [int(n) for n in scratch],
         "shaders": shaders,
         "passes": passes,
     }
+
+
+def _browser_plan(backend: Any, exe: Executable) -> Any:
+    """The plan a browser needs for `exe` where it differs from what the device runs: a compiled
+    kernel planned again exact on subnormals (the browser's device may flush them; see
+    codegen.WgslTarget.exact_subnormals). None: export the compiled plan (routines, a plan made by
+    hand with `compile_plan`, or a device that already takes the exact spelling)."""
+    src, target = exe.source, getattr(backend, "target", None)
+    if not isinstance(src, Kernel) or target is None or target.exact_subnormals:
+        return None
+    if getattr(exe.data, "codes", None) != tuple(p.code for p in backend._plan(src).passes):
+        return None  # not the compiler's plan: export what runs
+    return backend._plan(src, replace(target, exact_subnormals=True))
+
+
+def _compiled_steps(backend: Any, plan: Any) -> list[tuple[Any, str, bytes | None]]:
+    """(pass, WGSL, uniform bytes) of a compiled plan, as the device runs it."""
+    passes, codes = getattr(plan, "passes", None), getattr(plan, "codes", None)
+    if passes is None or codes is None or len(codes) != len(passes):
+        raise ExportError(
+            f"{getattr(backend, 'name', 'webgpu')}: the executable holds {type(plan).__name__}, "
+            "not a compiled plan with the WGSL of each pass; only webgpu executables can be exported"
+        )
+    steps = []
+    for p, code in zip(passes, codes):
+        if p.uniform_group is not None and p.uniform is None:
+            raise ExportError("a pass binds a uniform block whose bytes the compiled plan does not keep")
+        steps.append((p, code, p.uniform if p.uniform_group is not None else None))
+    return steps
+
+
+def _steps(plan: Any) -> list[tuple[Any, str, bytes | None]]:
+    """(pass, WGSL, uniform bytes) of an uncompiled `program.Plan`."""
+    return [(p, p.code, p.uniform) for p in plan.passes]
 
 
 def _limits(passes: list[dict[str, Any]], shaders: list[str], sizes: list[int]) -> dict[str, int]:

@@ -118,15 +118,16 @@ def plan_matmul(kernel: Kernel, target: object, tile: str | None = None) -> Plan
     if kernel.nargs + 1 > getattr(target, "max_storage_buffers_per_stage", 8):
         return None
     try:
-        code = render(kernel, mm, t)
+        code = render(kernel, mm, t, getattr(target, "exact_subnormals", True))
     except UnsupportedOpError:
         return None
     bindings = tuple(("in", g) for g in range(kernel.nargs)) + (("out", 0),)
     return Plan((Pass(code, grid, bindings),))
 
 
-def render(kernel: Kernel, mm: MatmulShape, t: Tile) -> str:
+def render(kernel: Kernel, mm: MatmulShape, t: Tile, exact_subnormals: bool = True) -> str:
     lang = WGSLLanguage(WGSL_TRAITS)
+    lang.exact_subnormals = exact_subnormals  # the epilogue's ops (the inner products are fma)
     epi = legalize(mm.epilogue, WGSL_TRAITS)
     uses_f64 = DType.float64 in {mm.product, mm.acc, mm.out} | {n.dtype for n in epi.nodes()}
     uses_f16 = DType.float16 in {mm.product, mm.a.dtype, mm.b.dtype, mm.out} | {n.dtype for n in epi.nodes()}

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from jaxcore.alu import AluExp, AluOp
+from jaxcore.alu import NORMAL_RANGE, AluExp, AluOp
 from jaxcore.backend import UnsupportedOpError
 from jaxcore.cstyle import CStyleLanguage, ExpRenderer, OpRender, strip_parens
 from jaxcore.dtype import INT32_MIN, DType, is_float, to_numpy
@@ -75,9 +75,10 @@ def _transcendental(name: str) -> OpRender:
 
 
 def _exact(r: ExpRenderer, e: AluExp) -> bool:
-    """Whether this float32 node needs the subnormal-exact spelling (see `WGSLLanguage`)."""
+    """Whether this float32 node needs the subnormal-exact spelling (see `WGSLLanguage`); not one
+    marked NORMAL_RANGE (never subnormal: legalize's division expansion)."""
     dt = e.src[0].dtype if e.op in (AluOp.Cmplt, AluOp.Cmpne) else e.dtype
-    return dt == DType.float32 and getattr(r.lang, "exact_subnormals", True)
+    return dt == DType.float32 and e.arg != NORMAL_RANGE and getattr(r.lang, "exact_subnormals", True)
 
 
 def _binary(helper: str, native: OpRender) -> OpRender:
