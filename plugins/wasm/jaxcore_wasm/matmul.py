@@ -274,4 +274,4 @@ def scratch_bytes() -> int:
 
 
 def plan_key() -> str:
-    return f"sgemm|MR={MR}|NV={NV}|KC={KC}|MC={MC}|NC={NC}|RX={RELAXED}|O{CODEGEN_OPT}|v2"
+    return f"sgemm|MR={MR}|NV={NV}|KC={KC}|MC={MC}|NC={NC}|RX={RELAXED}|O{CODEGEN_OPT}"
