@@ -4,7 +4,7 @@ Detection is the core's (jaxcore.matmul_shape): both reads affine in (b, i, j, k
 (A) and one free of i (B), both provably in bounds; float32 operands and sum. Then C = A @ B runs
 as a GotoBLAS-style loop nest: B blocks of KC x NC packed into NR-wide micro-panels, A blocks of
 MC x KC packed into MR-tall micro-panels (packing also absorbs any strides or transposition), and
-an MR x NR register tile of f32x4 accumulators updated with relaxed multiply-add, one splat of A
+an MR x NR register tile of f32x4 accumulators updated by mul + add (see RELAXED), one splat of A
 and NR/4 loads of B per k step. Partial tiles go through a small scratch tile. K blocks after the
 first accumulate into C.
 
