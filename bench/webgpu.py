@@ -73,20 +73,23 @@ def fma(g: Gpu, t: Torch, n: int, reps: int) -> Row:
     return Row(f"a*b+c {n >> 20}M f32", s, ref_s, ref, 16.0 * n, "B", ok)
 
 
-def total(g: Gpu, t: Torch, n: int, reps: int) -> Row:
+def total(g: Gpu, t: Torch, n: int, reps: int, op: AluOp = AluOp.Add) -> Row:
+    """A full reduction (two passes: split, then the partials), sum or max (max: NaN-propagating)."""
     x = np.random.default_rng(1).random(n, dtype=np.float32)
-    k = g.be.prepare_kernel(Kernel(1, 1, gi(0, n, AluVar.ridx), Reduction(F32, AluOp.Add, n)))
+    k = g.be.prepare_kernel(Kernel(1, 1, gi(0, n, AluVar.ridx), Reduction(F32, op, n)))
     src, out = g.put(x), g.empty(4)
     g.be.dispatch(k, [src], [out])
-    ok = check(g.get(out), np.array([x.astype(np.float64).sum()], np.float32), rtol=1e-4)
+    want = x.astype(np.float64).sum() if op == AluOp.Add else x.max()
+    ok = check(g.get(out), np.array([want], np.float32), rtol=1e-4)
     s = g.time(lambda: g.be.dispatch(k, [src], [out]), reps)
+    name = "sum" if op == AluOp.Add else "max"
     if t.torch is not None:
         tx = t.torch.from_numpy(x).cuda()
-        ref_s, ref = t.time(lambda: tx.sum(), reps), "torch"
+        ref_s, ref = t.time(lambda: tx.sum() if op == AluOp.Add else tx.max(), reps), "torch"
     else:
-        ref_s, ref = host_time(lambda: x.sum(), reps), "numpy"
+        ref_s, ref = host_time(lambda: x.sum() if op == AluOp.Add else x.max(), reps), "numpy"
     g.free()
-    return Row(f"sum {n >> 20}M f32", s, ref_s, ref, 4.0 * n, "B", ok)
+    return Row(f"{name} {n >> 20}M f32", s, ref_s, ref, 4.0 * n, "B", ok)
 
 
 def chain(g: Gpu, t: Torch, n: int = 1000, reps: int = 5) -> Row:
@@ -198,13 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--only",
         action="append",
-        choices=("fma", "sum", "chain", "softmax", "matvec"),
+        choices=("fma", "sum", "max", "chain", "softmax", "matvec"),
         help="run only this workload (repeatable); `chain` is the dependent-dispatch one",
     )
     args = ap.parse_args(argv)
     torch = Torch(not args.no_torch)
     g = Gpu()
     print(f"webgpu: {g.be.capabilities.description}")
+    print(f"subgroups: {'on' if g.be.target.has_subgroups else 'off'} (JAXCORE_WEBGPU_SUBGROUPS=0: off)")
     ref_name = f"PyTorch {torch.torch.__version__} on CUDA" if torch.torch else "numpy on the host"
     print(f"reference: {ref_name}")
     small = args.small
@@ -214,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, fn in (
         ("fma", lambda: fma(g, torch, stream, reps)),
         ("sum", lambda: total(g, torch, stream, reps)),
+        ("max", lambda: total(g, torch, stream, reps, AluOp.Max)),
         ("chain", lambda: chain(g, torch, 1000, 3 if small else 10)),
         ("softmax", lambda: softmax(g, torch, *((256, 256) if small else (4096, 4096)), reps)),
         ("matvec", lambda: matvec(g, torch, *((1024, 1024) if small else (8192, 8192)), reps)),

@@ -190,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     torch = Torch(not args.no_torch)
     g = Gpu()
     print(f"webgpu: {g.be.capabilities.description}")
+    print(f"subgroups: {'on' if g.be.target.has_subgroups else 'off'} (JAXCORE_WEBGPU_SUBGROUPS=0: off)")
     ref_name = f"PyTorch {torch.torch.__version__} on CUDA (TF32 off)" if torch.torch else "numpy on the host"
     print(f"reference: {ref_name}")
     small = args.small

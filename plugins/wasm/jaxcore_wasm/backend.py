@@ -327,7 +327,9 @@ class WasmBackend(BaseBackend):
     # ---- matmul ----------------------------------------------------------------------------------
     def _sgemm(self) -> wasmtime.Module:
         if self._sgemm_module is None:  # the compiler builds it once; racing threads get the same module
-            self._sgemm_module = self.compiler.library("sgemm", matmul.plan_key(), matmul.sgemm_ir)
+            self._sgemm_module = self.compiler.library(
+                "sgemm", matmul.plan_key(), matmul.sgemm_ir, matmul.CODEGEN_OPT
+            )
         return self._sgemm_module
 
     def _scratch_for(self, t: int) -> int:

@@ -617,18 +617,34 @@ def _pow2_f32(w: _W, k: str) -> str:
     return w.f.cast("bitcast", I32, bits, F32)
 
 
+EXP_SHIFT_F = 12582912.0  # 1.5 * 2^23: adding it rounds to an integer, kept in the low mantissa bits
+
+
 def _exp_f32(mod: Module) -> str:
-    """exp in float arithmetic: |error| < 2 ulp (checked in plugins/wasm/tests against numpy in float64)."""
+    """exp in float arithmetic: |error| < 2 ulp (checked in plugins/wasm/tests against numpy in float64).
+
+    k = round(x/ln2) by the shift trick, whose bits also hold k as an integer, so there is no
+    roundeven and no saturating float->int (seven x86 instructions per vector as Cranelift lowers
+    it); r and the polynomial use `llvm.fmuladd`, one f32x4.relaxed_madd each where the host
+    has FMA (mul + add where it does not: either is within the bound).
+    """
     name = "jc_exp_f32"
     if name in mod.helpers:
         return name
     w = _W(mod, name, F32, [(F32, "%x")], F32)
     f = w.f
-    k = w.call1("llvm.roundeven.f32", w.mul("%x", w.c(INV_LN2_F)))
+
+    def madd(a: str, b: str, c: str) -> str:
+        return f.call(F32, mod.intrinsic("llvm.fmuladd.f32"), [(F32, a), (F32, b), (F32, c)])
+
+    t = madd("%x", w.c(INV_LN2_F), w.c(EXP_SHIFT_F))
+    k = w.sub(t, w.c(EXP_SHIFT_F))
     # no clamp: out-of-range x (where k would be garbage) is replaced by the final selects
-    r = w.sub(w.sub("%x", w.mul(k, w.c(LN2_HI_F))), w.mul(k, w.c(LN2_LO_F)))
-    p = w.horner(r, [1.0 / math.factorial(i) for i in range(8)])
-    ki = f.call(I32, mod.intrinsic("llvm.fptosi.sat.i32.f32"), [(F32, k)])
+    r = madd(k, w.c(-LN2_LO_F), madd(k, w.c(-LN2_HI_F), "%x"))
+    p = w.c(1.0 / math.factorial(7))
+    for i in reversed(range(7)):
+        p = madd(p, r, w.c(1.0 / math.factorial(i)))
+    ki = f.bin("sub", I32, f.cast("bitcast", F32, t, I32), str(0x4B400000))
     k1 = f.bin("ashr", I32, ki, "1")
     k2 = f.bin("sub", I32, ki, k1)
     y = w.mul(w.mul(p, _pow2_f32(w, k1)), _pow2_f32(w, k2))

@@ -185,11 +185,14 @@ class Compiler:
             (d / f"{key}.txt").write_text(f"{what}\n")  # str(kernel) only when dumping: it is slow
         return wasmtime.Module(engine(), wasm)
 
-    def library(self, name: str, key: str, make_text: Callable[[], str]) -> wasmtime.Module:
-        """A kernel-independent module (the SGEMM), compiled once per process and cached on disk."""
+    def library(
+        self, name: str, key: str, make_text: Callable[[], str], codegen_opt: int = 3
+    ) -> wasmtime.Module:
+        """A kernel-independent module (the SGEMM), compiled once per process and cached on disk
+        (`key` must name everything its code depends on, `codegen_opt` included)."""
 
         def build() -> CompiledKernel:
-            mod = self._compile_text(make_text(), key, name)
+            mod = self._compile_text(make_text(), key, name, codegen_opt)
             plan = KernelPlan(0, 0, 0, False, 0, DType.float32)
             if self.disk.enabled:
                 self.disk.put(key, dataclasses.asdict(plan), bytes(mod.serialize()))

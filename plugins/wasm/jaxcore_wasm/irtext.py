@@ -142,6 +142,7 @@ for _ty, _s in ((F32, "f32"), (F64, "f64")):
     for _f in ("sqrt", "floor", "ceil", "trunc", "roundeven", "fabs"):
         INTRINSICS[f"llvm.{_f}.{_s}"] = f"declare {_ty} @llvm.{_f}.{_s}({_ty})"
     INTRINSICS[f"llvm.copysign.{_s}"] = f"declare {_ty} @llvm.copysign.{_s}({_ty}, {_ty})"
+    INTRINSICS[f"llvm.fmuladd.{_s}"] = f"declare {_ty} @llvm.fmuladd.{_s}({_ty}, {_ty}, {_ty})"
 
 
 def suffix(ty: str) -> str:

@@ -4,7 +4,7 @@ Detection is the core's (jaxcore.matmul_shape): both reads affine in (b, i, j, k
 (A) and one free of i (B), both provably in bounds; float32 operands and sum. Then C = A @ B runs
 as a GotoBLAS-style loop nest: B blocks of KC x NC packed into NR-wide micro-panels, A blocks of
 MC x KC packed into MR-tall micro-panels (packing also absorbs any strides or transposition), and
-an MR x NR register tile of f32x4 accumulators updated with relaxed multiply-add, one splat of A
+an MR x NR register tile of f32x4 accumulators updated by mul + add (see RELAXED), one splat of A
 and NR/4 loads of B per k step. Partial tiles go through a small scratch tile. K blocks after the
 first accumulate into C.
 
@@ -25,6 +25,10 @@ V4 = "<4 x float>"
 MR, NV = 3, 3  # register tile: MR rows x NV f32x4 vectors (measured best with Cranelift's allocator)
 NR = 4 * NV
 KC, MC, NC = 256, 72, 516  # cache blocks (MC must be a multiple of MR, NC of NR)
+# The SGEMM's machine code is made at -O0: at -O2+ LLVM's loop strength reduction rewrites the
+# micro-kernel's `inbounds nuw` panel addresses into plain ones, which wasm cannot fold into load
+# offsets (six i32.adds more per k step, ~10% of the kernel's time). Cranelift optimises anyway.
+CODEGEN_OPT = 0
 RELAXED = False  # mul+add: Cranelift's vfmadd213 form costs register copies here
 
 
@@ -192,17 +196,22 @@ def _pack_a(f: Fn, ic: str, pc: str, mc: str, kc: str, mpan: str, ap: str) -> No
     loop(f, "0", mpan, "1", p_body, name="pa")
 
 
+def _off(f: Fn, ptr: str, nbytes: int) -> str:
+    """`ptr + nbytes` that provably does not wrap (`inbounds nuw`), so wasm folds it into a load's
+    offset immediate instead of an i32.add per load."""
+    return f.emit(f"getelementptr inbounds nuw i8, ptr {ptr}, i32 {nbytes}") if nbytes else ptr
+
+
 def _micro(f: Fn, mod: Module, jc, ic, jp, ip, nc, mc, kc, first, ap, bp, tile, zero4, relaxed) -> None:
     pa = _gep(f, F32, ap, _mul(f, _mul(f, _mul(f, ip, kc), str(MR)), "4"))
     pb = _gep(f, F32, bp, _mul(f, _mul(f, jp, kc), str(NR)))
 
-    def step(k: str, accs: list[str]) -> list[str]:
-        a_ptr = _gep(f, F32, pa, _mul(f, k, str(4 * MR)))
-        b_ptr = _gep(f, F32, pb, _mul(f, k, str(NR)))
-        bs = [f.emit(f"load {V4}, ptr {_gep(f, F32, b_ptr, str(4 * v))}, align 16") for v in range(NV)]
+    def step(_: str, carried: list[str]) -> list[str]:
+        a_ptr, b_ptr, accs = carried[0], carried[1], carried[2:]
+        bs = [f.emit(f"load {V4}, ptr {_off(f, b_ptr, 16 * v)}, align 16") for v in range(NV)]
         new = []
         for r in range(MR):
-            a = f.emit(f"load {V4}, ptr {_gep(f, F32, a_ptr, str(4 * r))}, align 16")
+            a = f.emit(f"load {V4}, ptr {_off(f, a_ptr, 16 * r)}, align 16")
             for v in range(NV):
                 acc = accs[r * NV + v]
                 if relaxed:
@@ -211,10 +220,12 @@ def _micro(f: Fn, mod: Module, jc, ic, jp, ip, nc, mc, kc, first, ap, bp, tile, 
                     )
                 else:
                     new.append(f.fadd(V4, f.fmul(V4, a, bs[v]), acc))
-        return new
+        return [_off(f, a_ptr, 16 * MR), _off(f, b_ptr, 16 * NV), *new]
 
-    # One k step per trip: unrolling made Cranelift spill.
-    accs = loop(f, "0", kc, "1", step, [(V4, "zeroinitializer")] * (MR * NV), name="mk")
+    # One k step per trip (unrolling made Cranelift spill); the packed panels are walked by two
+    # pointers, so every load is base + constant offset (see CODEGEN_OPT).
+    carried = [("ptr", pa), ("ptr", pb)] + [(V4, "zeroinitializer")] * (MR * NV)
+    accs = loop(f, "0", kc, "1", step, carried, name="mk")[2:]
     row0 = _add(f, ic, _mul(f, ip, str(MR)))
     col0 = _add(f, jc, _mul(f, jp, str(NR)))
     full = f.bin(
@@ -263,4 +274,4 @@ def scratch_bytes() -> int:
 
 
 def plan_key() -> str:
-    return f"sgemm|MR={MR}|NV={NV}|KC={KC}|MC={MC}|NC={NC}|RX={RELAXED}"
+    return f"sgemm|MR={MR}|NV={NV}|KC={KC}|MC={MC}|NC={NC}|RX={RELAXED}|O{CODEGEN_OPT}"

@@ -186,6 +186,19 @@ def test_sincos_loop_stays_vectorised() -> None:
         assert vec in run and "@jc_sin_big_v" not in run, ty
 
 
+def test_exp_float32_edges(harness) -> None:
+    """float32 exp where the shift-trick rounding and the two-step scaling matter: results down in
+    the subnormals (x < -87.3), up to the overflow threshold, and k at the ends of its range."""
+    x = np.concatenate(
+        [np.linspace(-104.0, -80.0, 20001), np.linspace(80.0, 88.72, 4001), RNG.uniform(-104, 88.7, 20000)]
+    )
+    x = x.astype(np.float32)
+    got = harness.unary("Exp", F32, x).astype(np.float64)
+    want = np.exp(x.astype(np.float64))
+    spacing = np.spacing(want.astype(np.float32)).astype(np.float64)  # subnormals: 2^-149
+    assert (np.abs(got - want) <= 2 * spacing).all()
+
+
 SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, -2.0, 1e-310, 800.0, -800.0])
 
 

@@ -236,14 +236,17 @@ class WebGpuBackend(QueuedBackend):
 
     @cached_property
     def target(self) -> Any:
-        """What the compiler needs to know about this adapter (jaxcore_webgpu.codegen.WgslTarget)."""
+        """What the compiler needs to know about this adapter (jaxcore_webgpu.codegen.WgslTarget).
+        `JAXCORE_WEBGPU_SUBGROUPS=0` compiles without subgroup ops on an adapter that has them (the
+        fallback, to compare both on one adapter)."""
         from jaxcore_webgpu.codegen import WgslTarget
 
         lim, feat = self.gpu.limits, self.gpu.features
+        subgroups = "subgroup" in feat and current_settings().plugin_flag("webgpu", "subgroups", default=True)
         return WgslTarget(
             has_f16="shader-f16" in feat,
             has_f64="shader-f64" in feat,
-            has_subgroups="subgroup" in feat,
+            has_subgroups=subgroups,
             max_workgroup_size=min(
                 lim["max-compute-invocations-per-workgroup"], lim["max-compute-workgroup-size-x"]
             ),

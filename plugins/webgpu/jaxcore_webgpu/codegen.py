@@ -20,7 +20,9 @@ passes share. The runtime owns devices, buffers and pipelines; all it needs is h
 - sizes are baked into the WGSL (`program.uniforms` is empty); the one uniform block is
   `program.uniform` (16 zero bytes at `@group(1) @binding(0)`, or None), the opaque zero that keeps
   the driver from folding `x * 0.0` (`jaxcore.legalize.opaque`); `program.enables`
-  lists the features the device must have been created with (`"shader-f16"`, `"shader-f64"`).
+  lists the features the device must have been created with (`"shader-f16"`, `"shader-f64"`,
+  `"subgroups"`: wgpu-native's "subgroup"; the WGSL has no `enable subgroups;`, which naga rejects,
+  and export.browser_wgsl adds for Tint).
 
 Strategies (chosen by the tuner from how the reads move in memory):
 - elementwise: one thread per output, `local` threads per workgroup; four per thread with vec4
@@ -28,7 +30,8 @@ Strategies (chosen by the tuner from how the reads move in memory):
 - reduction, thread per output: a loop over the reduction (unrolled by `unroll`), `upcast`
   outputs per thread when a read does not move with the output (register blocking);
 - grouped: `groups` threads of one workgroup share an output, stride over the reduction (coalesced
-  row reads), then fold in workgroup memory (a tree) and thread 0 applies the epilogue;
+  row reads), then fold in workgroup memory (a tree; with `has_subgroups`, a subgroup op, one
+  barrier and a subgroup op over the partials) and one thread applies the epilogue;
 - split (two passes): the `split` workgroups of an output stride over its reduction together
   (grid-stride), each folding into one scratch partial, then one workgroup per output folds the
   partials and applies the epilogue (a 64M-item sum: gpu-probe.md's 1024 x 256 design);
@@ -163,17 +166,24 @@ class _Program:
         self.decls.append(f"@group(0) @binding({b.binding}) var<storage, {access}> {name}: array<{ty}>;")
 
     def finish(
-        self, wg: int, grid: tuple[int, int, int], enables: list[str], header: list[str]
+        self,
+        wg: int,
+        grid: tuple[int, int, int],
+        enables: list[str],
+        header: list[str],
+        subgroups: bool = False,
     ) -> ShaderProgram:
         helpers = self.lang.render_helpers(self.root.used_helpers)
         names = [d.split("> ")[1].split(":")[0] for d in self.decls if d.startswith("@group")]
         phony = [f"  _ = &{n};" for n in names]
         gx, gy, _ = grid
+        sg = _SUBGROUP_BUILTINS if subgroups else ""
         code = "\n".join(
             [*(f"enable {e};" for e in enables), *self.decls, *header, helpers]
             + [
                 f"@compute @workgroup_size({wg}, 1, 1)",
-                "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {",
+                "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32"
+                f"{sg}) {{",
                 *phony,
                 f"  let wg: u32 = wid.x + wid.y * {gx}u + wid.z * {gx * gy}u;",
                 *self.body,
@@ -184,6 +194,8 @@ class _Program:
         feats = tuple(("shader-f16" if e == "f16" else e) for e in enables)
         if "f64" in self.lang.features:
             feats += ("shader-f64",)
+        if subgroups:
+            feats += ("subgroups",)
         uniform = bytes(16) if "jc_zero" in self.lang.helper_order(self.root.used_helpers) else None
         return ShaderProgram(code, "main", (wg, 1, 1), grid, tuple(self.bindings), (), feats, uniform)
 
@@ -568,7 +580,98 @@ def _vec4_loop(r: ExpRenderer, vec: _Vec4Reads, red_size: int, start: str, strid
     ]
 
 
-def _tree(lang: WGSLLanguage, red, group: int) -> tuple[str, list[str]]:
+@dataclass(frozen=True)
+class _Fold:
+    """The fold of every thread's `acc` across a workgroup: `decl` (workgroup memory), `lines`
+    (after which `acc` of the thread where `first` holds is the result) and whether the entry point
+    needs the subgroup builtins."""
+
+    decl: str
+    lines: list[str]
+    first: str
+    subgroups: bool
+
+
+# Subgroup builtins of the entry point (WGSL subgroups; naga takes them without `enable subgroups;`,
+# Tint needs it: export.py adds it). subgroup_id/num_subgroups make no assumption about how
+# local_invocation_index maps to subgroups, nor that the subgroups are full.
+_SUBGROUP_BUILTINS = (
+    ", @builtin(subgroup_invocation_id) jc_sgi: u32, @builtin(subgroup_size) jc_sgsz: u32"
+    ", @builtin(subgroup_id) jc_sgid: u32, @builtin(num_subgroups) jc_nsg: u32"
+)
+_SUBGROUP_OP = {
+    AluOp.Add: "subgroupAdd",
+    AluOp.Mul: "subgroupMul",
+    AluOp.Min: "subgroupMin",
+    AluOp.Max: "subgroupMax",
+}
+_SUBGROUP_BOOL = {
+    AluOp.Add: "subgroupAny",
+    AluOp.Max: "subgroupAny",
+    AluOp.Mul: "subgroupAll",
+    AluOp.Min: "subgroupAll",
+}
+_SUBGROUP_DTYPES = (DType.float32, DType.int32, DType.uint32, DType.bool)
+
+
+def _fold(lang: WGSLLanguage, red, group: int, target: WgslTarget, ident: str) -> _Fold:
+    """The subgroup fold where the adapter has subgroups (and the dtype has subgroup ops in WGSL:
+    not f16 or f64 yet; not float32 on the exact-subnormal spelling, whose combine is a helper),
+    else the tree. `ident` is the reduction's identity, rendered."""
+    exact = red.dtype == DType.float32 and target.exact_subnormals
+    if target.has_subgroups and group > 1 and red.dtype in _SUBGROUP_DTYPES and not exact:
+        return _subgroup_fold(lang, red, group, ident)
+    return _tree(lang, red, group)
+
+
+def _subgroup_reduce(red, v: str) -> list[str]:
+    """Statements setting `acc` to the subgroup-wide fold of `v` (in uniform control flow).
+
+    Integer ops wrap as the contract's do (SPIR-V/MSL/HLSL integer group ops are two's complement).
+    Float min/max group ops leave NaN unspecified, so a NaN is carried beside them by its bits: the
+    largest NaN bit pattern of the subgroup, as u32 (0 when there is none), replaces the result."""
+    if red.dtype == DType.bool:
+        return [f"acc = {_SUBGROUP_BOOL[red.op]}({v});"]
+    op = _SUBGROUP_OP[red.op]
+    if red.dtype == DType.float32 and red.op in (AluOp.Min, AluOp.Max):
+        return [
+            f"let jc_b = bitcast<u32>({v});",
+            "let jc_nan = subgroupMax(select(0u, jc_b, (jc_b & 0x7fffffffu) > 0x7f800000u));",
+            f"acc = select({op}({v}), bitcast<f32>(jc_nan), jc_nan != 0u);",
+        ]
+    return [f"acc = {op}({v});"]
+
+
+def _subgroup_fold(lang: WGSLLanguage, red, group: int, ident: str) -> _Fold:
+    """Subgroup op, one partial per subgroup in workgroup memory, one barrier, subgroup op again:
+    one barrier instead of log2(group). The subgroup size is a run-time value (any of 4..128, the
+    subgroups maybe not full), so the second step folds partials `jc_sgi + i * jc_sgsz` in a loop
+    whose bound is uniform (`jc_nsg`, `jc_sgsz`); every subgroup runs it (subgroup ops must be in
+    uniform control flow) and thread 0 of subgroup 0 holds the result."""
+    st = lang.storage_type(red.dtype)
+    ty = lang.type_name(red.dtype)
+    to_st = (lambda s: f"select(0i, 1i, {s})") if red.dtype == DType.bool else (lambda s: s)
+    ld = (lambda s: f"({s} != 0i)") if red.dtype == DType.bool else (lambda s: s)
+    lines = [
+        "{",
+        *_indent(_subgroup_reduce(red, "acc"), 2),
+        f"  if (jc_sgi == 0u) {{ jc_part[jc_sgid] = {to_st('acc')}; }}",
+        "}",
+        "workgroupBarrier();",
+        "{",
+        f"  var jc_p: {ty} = {ident};",
+        "  for (var jc_i: u32 = 0u; jc_i < jc_nsg; jc_i = jc_i + jc_sgsz) {",
+        "    let jc_k = jc_i + jc_sgi;",
+        f"    if (jc_k < jc_nsg) {{ jc_p = jc_combine(jc_p, {ld('jc_part[jc_k]')}); }}",
+        "  }",
+        *_indent(_subgroup_reduce(red, "jc_p"), 2),
+        "}",
+    ]
+    decl = f"var<workgroup> jc_part: array<{st}, {group}>;"
+    return _Fold(decl, lines, "jc_sgid == 0u && jc_sgi == 0u", True)
+
+
+def _tree(lang: WGSLLanguage, red, group: int) -> _Fold:
     """Workgroup-memory declaration and the fold of `acc` across the group into `acc` of lid 0."""
     st = lang.storage_type(red.dtype)
     decl = f"var<workgroup> jc_part: array<{st}, {group}>;"
@@ -587,7 +690,7 @@ def _tree(lang: WGSLLanguage, red, group: int) -> tuple[str, list[str]]:
         "}",
         f"acc = {ld('jc_part[0]')};",
     ]
-    return decl, lines
+    return _Fold(decl, lines, "lid == 0u", False)
 
 
 def _grouped(kernel, tune, lang, target, exp, epilogue, enables, declare, vec=None) -> ShaderProgram:
@@ -602,8 +705,8 @@ def _grouped(kernel, tune, lang, target, exp, epilogue, enables, declare, vec=No
     ty = lang.type_name(red.dtype)
     ident = lang.render_const(r, red.identity, red.dtype)
     header = [_combine_fn(lang, r, red, lang.traits)]
-    decl, tree = _tree(lang, red, group)
-    header.append(decl)
+    fold = _fold(lang, red, group, target, ident)
+    header.append(fold.decl)
     if vec is not None:
         loop = _vec4_loop(r, vec, red.size, "i32(lid)", f"{group}i")
     else:
@@ -619,12 +722,12 @@ def _grouped(kernel, tune, lang, target, exp, epilogue, enables, declare, vec=No
         "  let gidx: i32 = i32(wg);",
         f"  var acc: {ty} = {ident};",
         *_indent(loop, 2),
-        *_indent(tree, 2),
-        "  if (lid == 0u) {",
+        *_indent(fold.lines, 2),
+        f"  if ({fold.first}) {{",
         *_indent(tail.lines, 4),
         "  }",
     ]
-    return p.finish(group, grid, enables, header)
+    return p.finish(group, grid, enables, header, fold.subgroups)
 
 
 def _split(kernel, tune, lang, target, exp, epilogue, enables, declare, vec=None) -> ShaderPlan:
@@ -648,8 +751,8 @@ def _split(kernel, tune, lang, target, exp, epilogue, enables, declare, vec=None
     r = p.root
     ident = lang.render_const(r, red.identity, red.dtype)
     header = [_combine_fn(lang, r, red, lang.traits)]
-    decl, tree = _tree(lang, red, group)
-    header.append(decl)
+    fold = _fold(lang, red, group, target, ident)
+    header.append(fold.decl)
     start, stride = f"jc_s * {group}i + i32(lid)", f"{split * group}i"
     if vec is not None:
         loop = _vec4_loop(r, vec, red.size, start, stride)
@@ -666,10 +769,11 @@ def _split(kernel, tune, lang, target, exp, epilogue, enables, declare, vec=None
         f"  let jc_s: i32 = i32(wg % {split}u);",
         f"  var acc: {ty} = {ident};",
         *_indent(loop, 2),
-        *_indent(tree, 2),
-        f"  if (lid == 0u) {{ jc_scratch[wg] = {to_st}; }}",
+        *_indent(fold.lines, 2),
+        f"  if ({fold.first}) {{ jc_scratch[wg] = {to_st}; }}",
     ]
-    pass1 = p.finish(group, fold_grid(n_part, target.max_workgroups_per_dim), enables, header)
+    grid1 = fold_grid(n_part, target.max_workgroups_per_dim)
+    pass1 = p.finish(group, grid1, enables, header, fold.subgroups)
 
     # Pass 2: workgroup g folds output g's `split` partials and applies the epilogue.
     g2 = min(256, target.max_workgroup_size, 1 << max(split - 1, 0).bit_length())
@@ -680,8 +784,8 @@ def _split(kernel, tune, lang, target, exp, epilogue, enables, declare, vec=None
     r2 = q.root
     ident2 = lang.render_const(r2, red.identity, red.dtype)
     header2 = [_combine_fn(lang, r2, red, lang.traits)]
-    decl2, tree2 = _tree(lang, red, g2)
-    header2.append(decl2)
+    fold2 = _fold(lang, red, g2, target, ident2)
+    header2.append(fold2.decl)
     ld = (
         f"(jc_scratch[gidx * {split}i + i] != 0i)"
         if red.dtype == DType.bool
@@ -696,11 +800,12 @@ def _split(kernel, tune, lang, target, exp, epilogue, enables, declare, vec=None
         f"  for (var i: i32 = i32(lid); i < {split}i; i = i + {g2}i) {{",
         f"    acc = jc_combine(acc, {ld});",
         "  }",
-        *_indent(tree2, 2),
-        "  if (lid == 0u) {",
+        *_indent(fold2.lines, 2),
+        f"  if ({fold2.first}) {{",
         *_indent(tail.lines, 4),
         "  }",
     ]
     _ = st
-    pass2 = q.finish(g2, fold_grid(kernel.size, target.max_workgroups_per_dim), enables, header2)
+    grid2 = fold_grid(kernel.size, target.max_workgroups_per_dim)
+    pass2 = q.finish(g2, grid2, enables, header2, fold2.subgroups)
     return ShaderPlan((pass1, pass2), (scratch_bytes,), tune)

@@ -19,7 +19,10 @@ browser, whose device may flush them (`WgslTarget.exact_subnormals`, `backend.ex
 - passes run in order in one compute pass, `dispatchWorkgroups(*grid)`; a grid with a 0 is skipped;
 - scratch buffers need no initialisation; the output is read back, `bytes` long.
 
-`features` lists the WebGPU features the shaders need (`shader-f16` for `enable f16;`); `requires`
+`features` lists the WebGPU features the shaders need (`shader-f16` for `enable f16;`, `subgroups`
+for a shader that uses subgroup builtins: naga takes those without a directive and rejects
+`enable subgroups;`, Tint needs it, so `browser_wgsl` adds it, and `requires subgroup_id;` for the
+subgroup_id/num_subgroups builtins, a WGSL language feature since Chrome 144); `requires`
 lists what no browser's WebGPU has (`f64`: WGSL has no float64 outside naga's extension), so a
 page can refuse such a program up front instead of failing to compile it.
 """
@@ -48,10 +51,20 @@ _F64 = re.compile(r"\bf64\b|\d(?:\.\d*)?lf\b")
 _ENTRY = re.compile(r"@compute\b[^{;]*?\bfn\s+(\w+)", re.S)
 _WG_SIZE = re.compile(r"@workgroup_size\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?(?:,\s*(\d+)\s*)?\)")
 _F16 = re.compile(r"^\s*enable\s+f16\s*;", re.M)
+_SUBGROUPS = re.compile(r"\bsubgroup[A-Z]\w*\s*\(|@builtin\(\s*(?:subgroup_\w+|num_subgroups)\s*\)")
+_SUBGROUP_ID = re.compile(r"@builtin\(\s*(?:subgroup_id|num_subgroups)\s*\)")
 
 
 class ExportError(ValueError):
     """An executable this module cannot turn into a browser program (the message says why)."""
+
+
+def browser_wgsl(code: str) -> str:
+    """`code` as a browser's WGSL compiler (Tint) takes it: the directives naga does without."""
+    if not _SUBGROUPS.search(code):
+        return code
+    req = "requires subgroup_id;\n" if _SUBGROUP_ID.search(code) else ""
+    return "enable subgroups;\n" + req + code
 
 
 def buffer_bytes(nbytes: int) -> int:
@@ -102,12 +115,15 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
     passes = []
     features: set[str] = set()
     requires: set[str] = set()
-    for p, code, uniform_bytes in steps:
+    for p, native, uniform_bytes in steps:
+        code = browser_wgsl(native)
         if code not in index:
             index[code] = len(shaders)
             shaders.append(code)
         if _F16.search(code):
             features.add("shader-f16")
+        if _SUBGROUPS.search(code):
+            features.add("subgroups")
         if _F64.search(code):
             requires.add("f64")
         layout = _layout(code)

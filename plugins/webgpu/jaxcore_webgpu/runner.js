@@ -27,7 +27,7 @@
     "maxComputeWorkgroupSizeZ",
     "maxComputeWorkgroupsPerDimension",
   ];
-  const FEATURES = ["shader-f16"];
+  const FEATURES = ["shader-f16", "subgroups"];
 
   function bufferBytes(n) {
     return Math.max(MIN_BINDING, Math.ceil(n / 4) * 4);

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from jaxcore_webgpu.codegen import WgslTarget, compile_kernel
+from jaxcore_webgpu.export import browser_wgsl
 
 from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
 from jaxcore.dtype import DType
@@ -30,7 +31,8 @@ _JS = """async (codes) => {
   const ad = await navigator.gpu.requestAdapter();
   if (!ad) return {"<adapter>": ["no WebGPU adapter"]};
   const dev = await ad.requestDevice({requiredLimits: {maxStorageBuffersPerShaderStage:
-      ad.limits.maxStorageBuffersPerShaderStage}});
+      ad.limits.maxStorageBuffersPerShaderStage},
+      requiredFeatures: ["subgroups"].filter(f => ad.features.has(f))});
   const res = {};
   for (const [k, code] of Object.entries(codes)) {
     dev.pushErrorScope("validation");
@@ -150,11 +152,15 @@ def _evaluate(tmp_path: Path, js: str, arg: object, scripts: tuple[str, ...] = (
     reason="needs chromium and playwright (apt-get install chromium; pip install playwright)",
 )
 def test_generated_wgsl_compiles_in_chromium(tmp_path: Path) -> None:
-    target = WgslTarget(max_storage_buffers_per_stage=8)
+    """Both reduction paths: the workgroup-memory tree and the subgroup fold (as exported)."""
     codes: dict[str, str] = {}
-    for name, kernel in _kernels().items():
-        for i, prog in enumerate(compile_kernel(kernel, target).passes):
-            codes[f"{name}#{i}"] = prog.code
+    for sub in (False, True):
+        target = WgslTarget(max_storage_buffers_per_stage=8, has_subgroups=sub)
+        for name, kernel in _kernels().items():
+            for i, prog in enumerate(compile_kernel(kernel, target).passes):
+                codes.setdefault(browser_wgsl(prog.code), f"{name}#{i}{'-subgroups' * sub}")
+    codes = {name: code for code, name in codes.items()}
+    assert sum("subgroupAdd" in c for c in codes.values()) >= 6
     # The check itself must be able to fail: a shader Tint rejects comes back as an error.
     canary = {"<canary>": "@compute @workgroup_size(1) fn main() { let x: u32 = 1i; }"}
     errors = _evaluate(tmp_path, _JS, {**canary, **codes})
@@ -165,7 +171,7 @@ def test_generated_wgsl_compiles_in_chromium(tmp_path: Path) -> None:
 
 _RUN_JS = """async (jobs) => {
   const ad = await navigator.gpu.requestAdapter();
-  const dev = await ad.requestDevice();
+  const dev = await ad.requestDevice({requiredFeatures: ["subgroups"].filter(f => ad.features.has(f))});
   const U = GPUBufferUsage;
   const b64 = (s) => Uint8Array.from(atob(s), c => c.charCodeAt(0));
   const mk = (bytes, n) => {
@@ -226,7 +232,6 @@ def test_generated_wgsl_runs_exactly_in_chromium(tmp_path: Path) -> None:
     import numpy as np
     import test_codegen as tc
 
-    target = WgslTarget(max_storage_buffers_per_stage=8)
     jobs, expect = {}, {}
 
     def normal(*arrays: np.ndarray) -> list[np.ndarray]:
@@ -238,15 +243,15 @@ def test_generated_wgsl_runs_exactly_in_chromium(tmp_path: Path) -> None:
                     keep &= ~((a != 0) & (np.abs(a) < np.finfo(a.dtype).tiny))
         return [a[keep].copy() for a in arrays]
 
-    def add(name: str, kernel: Kernel, inputs: list[np.ndarray], tol: str = "") -> None:
-        plan = compile_kernel(kernel, target)
+    def add(name: str, kernel: Kernel, inputs: list[np.ndarray], tol: str = "", sub: bool = False) -> None:
+        plan = compile_kernel(kernel, WgslTarget(max_storage_buffers_per_stage=8, has_subgroups=sub))
         jobs[name] = {
             "inputs": [base64.b64encode(a.tobytes()).decode() for a in inputs],
             "out_bytes": kernel.size * np.dtype(tc.to_numpy(kernel.dtype)).itemsize,
             "scratch": list(plan.scratch),
             "passes": [
                 {
-                    "code": p.code,
+                    "code": browser_wgsl(p.code),
                     "grid": list(p.grid),
                     "bindings": [[b.binding, b.kind, b.index] for b in p.bindings],
                     "uniform": p.uniform is not None,
@@ -277,6 +282,15 @@ def test_generated_wgsl_runs_exactly_in_chromium(tmp_path: Path) -> None:
         a = tc._reduce_values(F32, 3 * 3000, op)
         a[7] = np.nan
         add(f"reduce{op}", tc._reduce_kernel(F32, op, 3, 3000), [a], "Reduce" + op.value)
+    # The subgroup folds (SwiftShader's subgroups are 4 wide): grouped rows and a two-pass sum.
+    for dtype in (F32, I32, U32, BOOL):
+        for op in (AluOp.Add, AluOp.Mul, AluOp.Min, AluOp.Max):
+            for rows, cols in ((3, 3000), (1, 1 << 20)):
+                a = tc._reduce_values(dtype, rows * cols, op)
+                if dtype == F32 and op in (AluOp.Min, AluOp.Max):
+                    a[7] = np.nan
+                k = tc._reduce_kernel(dtype, op, rows, cols)
+                add(f"subgroup-reduce{op}-{dtype}-{rows}", k, [a], "Reduce" + op.value, sub=True)
 
     results = _evaluate(tmp_path, _RUN_JS, jobs)
     failures = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -48,7 +49,7 @@ class Harness:
         adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
         if adapter is None:
             pytest.fail("no WebGPU adapter: apt-get install mesa-vulkan-drivers libvulkan1")
-        feats = [f for f in ("shader-f16", "shader-f64") if f in adapter.features]
+        feats = [f for f in ("shader-f16", "shader-f64", "subgroup") if f in adapter.features]
         lim = adapter.limits
         self.device = adapter.request_device_sync(
             required_features=feats,
@@ -61,6 +62,7 @@ class Harness:
         self.target = WgslTarget(
             has_f16="shader-f16" in feats,
             has_f64="shader-f64" in feats,
+            has_subgroups="subgroup" in feats,
             max_workgroup_size=lim["max-compute-invocations-per-workgroup"],
             max_workgroups_per_dim=lim["max-compute-workgroups-per-dimension"],
             max_storage_buffers_per_stage=lim["max-storage-buffers-per-shader-stage"],
@@ -566,6 +568,49 @@ def test_f16_sum_accumulates_in_f32(gpu: Harness) -> None:
     a = np.full(4096, 1.0, dtype=np.float16)  # 4096 is past f16's exact-integer range
     k = _reduce_kernel(F16, AluOp.Add, 1, 4096)
     run_check(gpu, k, [a], "ReduceAdd")
+
+
+def _subgroup_target(gpu: Harness, on: bool) -> WgslTarget:
+    if on and not gpu.target.has_subgroups:
+        pytest.skip("the adapter has no subgroups")
+    return replace(gpu.target, has_subgroups=on)
+
+
+@pytest.mark.parametrize("subgroups", [False, True], ids=["tree", "subgroups"])
+@pytest.mark.parametrize("dtype", [F32, I32, U32, BOOL])
+@pytest.mark.parametrize("op", [AluOp.Add, AluOp.Mul, AluOp.Min, AluOp.Max])
+@pytest.mark.parametrize("shape", [(5, 3), (3, 1001), (2, 70001), (1, (1 << 21) + 3)])
+def test_reduce_both_folds(gpu: Harness, subgroups: bool, op: AluOp, dtype: DType, shape) -> None:
+    """The subgroup fold and the tree agree with the reference: grouped rows and two-pass sums,
+    sizes no subgroup size divides, a NaN in a float min/max row, integer sums that wrap."""
+    target = _subgroup_target(gpu, subgroups)
+    rows, cols = shape
+    a = _reduce_values(dtype, rows * cols, op)
+    if dtype == F32 and op in (AluOp.Min, AluOp.Max):
+        a[cols - 1] = np.nan  # the last item of row 0: the partial subgroup of the last workgroup
+    if dtype in (I32, U32) and op == AluOp.Add:
+        a[::3] = np.array(INT32_MAX - 7 if dtype == I32 else 0xFFFFFFF0).astype(a.dtype)
+    k = _reduce_kernel(dtype, op, rows, cols)
+    plan = compile_kernel(k, target)
+    uses = any("subgroups" in p.enables for p in plan.passes)
+    assert uses == (subgroups and (plan.tune.size.groups > 1 or plan.tune.size.split > 1))
+    got = gpu.run(plan, [a], dtype, rows)
+    assert_close(got, reference(k, [a]), dtype, "Reduce" + op.value)
+    if dtype == F32 and op in (AluOp.Min, AluOp.Max):
+        assert np.isnan(got[0]) and not np.isnan(got[1:]).any()
+
+
+def test_subgroup_fold_keeps_the_epilogue(gpu: Harness) -> None:
+    """A softmax-like row reduction with an epilogue reading another input, on the subgroup fold."""
+    target = _subgroup_target(gpu, True)
+    rows, cols = 7, 4099
+    a = _reduce_values(F32, rows * cols, AluOp.Max)
+    b = np.arange(rows, dtype=np.float32)
+    x = AluExp.global_view(F32, 0, ShapeTracker.from_shape([rows, cols]), [AluVar.gidx, AluVar.ridx])
+    k = Kernel(2, rows, x, Reduction(F32, AluOp.Max, cols, AluVar.acc(F32) * 2.0 + gv(F32, 1, rows)))
+    plan = compile_kernel(k, target)
+    assert any("subgroups" in p.enables for p in plan.passes)
+    assert_close(gpu.run(plan, [a, b], F32, rows), reference(k, [a, b]), F32, "ReduceMax")
 
 
 # ---- compile-time errors and legalization ------------------------------------------------------

@@ -79,6 +79,58 @@ def test_argsort_stable_with_many_ties(gpu):
     np.testing.assert_array_equal(vals.view(np.uint32), np.take_along_axis(x, want, -1).view(np.uint32))
 
 
+RADIX_SHAPES = [(1, 8192), (2, 8193), (3, 20000), (1, (1 << 17) + 5), (4, 2048 * 5 + 2047)]
+
+
+def _radix_values(dtype: str, shape: tuple[int, int]) -> np.ndarray:
+    """Few distinct values (long runs of ties) with the extremes of the dtype's key order."""
+    if dtype in ("float32", "float16"):
+        x = RNG.integers(-40, 40, shape).astype(np.float32) / 4
+        flat = x.reshape(-1)
+        flat[::7] = np.nan
+        flat[1::11] = -0.0
+        flat[2::13] = np.inf
+        flat[3::17] = -np.inf
+        return x.astype(NP[dtype])
+    info = np.iinfo(NP[dtype])
+    x = RNG.integers(-3, 4, shape).astype(np.int64) * (info.max // 4) + RNG.integers(0, 3, shape)
+    x = np.clip(x, info.min, info.max)
+    x.reshape(-1)[::19] = info.max
+    x.reshape(-1)[1::23] = info.min
+    return x.astype(NP[dtype])
+
+
+@pytest.mark.parametrize("shape", RADIX_SHAPES)
+@pytest.mark.parametrize("dtype", ["float32", "int32", "uint32", "float16"])
+def test_radix_argsort_is_stable(gpu, dtype, shape):
+    """Rows from the radix sort's length up (several blocks, a partial last one, rows of a batch):
+    stable ties, -0 tied with +0, NaN last and in input order, values gathered bit for bit."""
+    from jaxcore_webgpu.routines.sort import RADIX_MIN
+
+    assert shape[-1] >= RADIX_MIN
+    if dtype == "float16" and "float16" not in {str(d) for d in gpu.capabilities.dtypes}:
+        pytest.skip("no shader-f16")
+    x = _radix_values(dtype, shape)
+    vals, idx = run(gpu, Routines.Argsort, [x], [dtype])
+    want = np.argsort(x, axis=-1, kind="stable").astype(np.int32)
+    np.testing.assert_array_equal(idx, want)
+    bits = np.uint16 if dtype == "float16" else np.uint32
+    np.testing.assert_array_equal(vals.view(bits), np.take_along_axis(x, want, -1).view(bits))
+
+
+@pytest.mark.parametrize("shape", RADIX_SHAPES[:3])
+@pytest.mark.parametrize("dtype", ["float32", "int32", "uint32"])
+def test_radix_sort(gpu, dtype, shape):
+    """Sort on the radix path: NaN last, -0 before +0 (Sort's keys keep them apart)."""
+    x = _radix_values(dtype, shape)
+    (got,) = run(gpu, Routines.Sort, [x], [dtype])
+    np.testing.assert_array_equal(got, np.sort(x, axis=-1))
+    if dtype == "float32":
+        for row in got:
+            z = np.signbit(row[row == 0])
+            assert not (z[1:] & ~z[:-1]).any(), "-0 before +0"
+
+
 def test_scatter_add_collisions_float32_and_float16(gpu):
     n_up, size = 20000, 37
     idx = RNG.integers(-3, size + 3, n_up).astype(np.int32)

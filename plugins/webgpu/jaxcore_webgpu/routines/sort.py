@@ -1,4 +1,5 @@
-"""Sort and stable Argsort along the last axis: a bitonic network over order-preserving u32 keys.
+"""Sort and stable Argsort along the last axis over order-preserving u32 keys: a bitonic network
+for rows shorter than `RADIX_MIN`, a stable LSD radix sort (`_radix`) from there.
 
 Each row is padded to the next power of two P with keys that sort last. Values become u32 keys
 whose unsigned order is the contract's order (floats: sign-magnitude flipped, every NaN the
@@ -14,7 +15,7 @@ from __future__ import annotations
 from jaxcore.dtype import DType, is_float
 from jaxcore.routine import Routine, Routines
 from jaxcore_webgpu.program import Pass, Plan
-from jaxcore_webgpu.routines.common import elementwise_pass, fold, header, storage, u32s, wgsl_type
+from jaxcore_webgpu.routines.common import elementwise_pass, fold, header, main, storage, u32s, wgsl_type
 
 MULTI = 4  # partner distances handled per global pass (16 keys per thread in registers)
 LOCAL = (
@@ -24,11 +25,12 @@ LOCAL = (
 _UNI = "struct U { k: u32, j: u32, p2: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
 
 
-def _key(dtype: DType, x: str, fold_zero: bool) -> str:
+def _key(dtype: DType, x: str, fold_zero: bool) -> tuple[str, str]:
+    """The u32 key of `x` and the WGSL helper it calls (or "")."""
     if dtype == DType.uint32:
-        return f"{x}"
+        return x, ""
     if not is_float(dtype):
-        return f"(bitcast<u32>({x}) ^ 0x80000000u)"
+        return f"(bitcast<u32>({x}) ^ 0x80000000u)", ""
     f = f"f32({x})" if dtype == DType.float16 else x
     fz = "if ((b & 0x7fffffffu) == 0u) { b = 0u; }" if fold_zero else ""
     return (
@@ -36,7 +38,7 @@ def _key(dtype: DType, x: str, fold_zero: bool) -> str:
         "fn jc_key(x: f32) -> u32 {\n  var b = bitcast<u32>(x);\n"
         f"  {fz}\n  if ((b & 0x7fffffffu) > 0x7f800000u) {{ return 0xffffffffu; }}\n"
         "  return select(b | 0x80000000u, ~b, b >= 0x80000000u);\n}\n",
-    )  # type: ignore[return-value]
+    )
 
 
 def _unkey(dtype: DType, k: str) -> str:
@@ -59,6 +61,8 @@ def plan_sort(routine: Routine, target: object = None) -> Plan:
         batch *= d
     if n == 0 or batch == 0:
         return Plan(())
+    if n >= RADIX_MIN:
+        return _radix(dtype, batch, n, argsort)
     p = 1 << max(n - 1, 0).bit_length()
     ty = wgsl_type(dtype)
     hdr = header([dtype])
@@ -71,10 +75,7 @@ def plan_sort(routine: Routine, target: object = None) -> Plan:
     passes: list[Pass] = []
 
     # init: keys (and indices) of every padded position
-    kx = _key(dtype, f"in0[row * {n}u + c]", argsort)
-    fn = ""
-    if isinstance(kx, tuple):
-        kx, fn = kx
+    kx, fn = _key(dtype, f"in0[row * {n}u + c]", argsort)
     decls = hdr + storage(0, "in0", ty, True) + "\n"
     decls += storage(1, "K", "u32", False) + "\n"
     if argsort:
@@ -219,3 +220,147 @@ def plan_sort(routine: Routine, target: object = None) -> Plan:
         )
     passes.append(elementwise_pass(fdecls, names, fbody, batch * n, bind))
     return Plan(tuple(passes), scratch)
+
+
+# ---- Argsort of long rows: a stable LSD radix sort ------------------------------------------------
+
+RADIX_MIN = 1 << 13  # row length from which the radix sort beats the bitonic network (lavapipe)
+RT = 128  # threads of a radix block
+RK = 16  # keys per thread, contiguous (the block's order is the input's: the sort stays stable)
+RB = RT * RK  # keys per block (a row is cut into blocks, none straddles two rows)
+DIGITS = 16  # 4-bit digits: 8 passes, and 16 * RT counters fit 16 KiB of workgroup memory
+_SCAN = 256  # threads of the per-row offset scan
+
+
+def _radix(dtype: DType, batch: int, n: int, argsort: bool) -> Plan:
+    """Eight stable counting-sort passes over 4-bit digits of the keys (and their indices).
+
+    The bitonic network moves every key log2(n)^2 / 2 times; this moves it eight times. Each pass:
+    `hist` counts the digits of every block (H[row][digit][block]), `scan` turns a row's counts
+    into exclusive offsets in (digit, block) order, and `scatter` ranks each block's keys (per
+    thread counts, a workgroup scan in (digit, thread) order: equal digits keep their input
+    order) and writes them at their offsets. Argsort's ties (and -0 with +0, NaN with NaN: one
+    key each) keep the input order because every pass is stable."""
+    ty = wgsl_type(dtype)
+    bpr = -(-n // RB)  # blocks per row
+    nblk = batch * bpr
+    m = DIGITS * bpr  # counts per row
+    per = -(-m // _SCAN)
+    mask = DIGITS - 1
+    kx, fn = _key(dtype, "in0[gid]", argsort)
+    kb = max(16, batch * n * 4)
+    # scratch: keys and indices, twice (ping-pong), then H; Sort has no indices (K0, K1, H)
+    scratch = (kb, kb, kb, kb, max(16, batch * m * 4)) if argsort else (kb, kb, max(16, batch * m * 4))
+    k0, i0, k1, i1, h = (0, 1, 2, 3, 4) if argsort else (0, -1, 1, -1, 2)
+    passes: list[Pass] = []
+    init = header([dtype]) + storage(0, "in0", ty, True) + "\n" + storage(1, "K", "u32", False) + "\n"
+    init += (storage(2, "I", "u32", False) + "\n" if argsort else "") + fn
+    body = f"  K[gid] = {kx};\n" + (f"  I[gid] = gid % {n}u;\n" if argsort else "")
+    binds = [("in", 0), ("scratch", k0)] + ([("scratch", i0)] if argsort else [])
+    names = ["in0", "K", "I"] if argsort else ["in0", "K"]
+    passes.append(elementwise_pass(init, names, body, batch * n, binds))
+
+    grid = fold(nblk)
+    block = (
+        f"  if (wgi >= {nblk}u) {{ return; }}\n"
+        f"  let row = wgi / {bpr}u; let blk = wgi % {bpr}u;\n"
+        f"  let start = blk * {RB}u + lid * {RK}u; let base = row * {n}u;\n"
+        f"  var c: array<u32, {DIGITS}>;\n"
+    )
+    uni = "struct U { shift: u32, p1: u32, p2: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
+    hist = (
+        f"  if (lid < {DIGITS}u) {{ atomicStore(&cnt[lid], 0u); }}\n"
+        "  workgroupBarrier();\n"
+        f"  for (var i = 0u; i < {RK}u; i = i + 1u) {{\n"
+        f"    if (start + i < {n}u) {{\n"
+        f"      let d = (K[base + start + i] >> u.shift) & {mask}u; c[d] = c[d] + 1u;\n"
+        "    }\n  }\n"
+        f"  for (var d = 0u; d < {DIGITS}u; d = d + 1u) {{\n"
+        "    if (c[d] != 0u) { atomicAdd(&cnt[d], c[d]); }\n  }\n"
+        "  workgroupBarrier();\n"
+        f"  if (lid < {DIGITS}u) {{ H[(row * {DIGITS}u + lid) * {bpr}u + blk] = atomicLoad(&cnt[lid]); }}"
+    )
+    hcode = storage(0, "K", "u32", True) + "\n" + storage(1, "H", "u32", False) + "\n" + uni
+    hcode += f"var<workgroup> cnt: array<atomic<u32>, {DIGITS}>;\n" + main(RT, grid, ["K", "H"], block + hist)
+    scan = (
+        f"  if (wgi >= {batch}u) {{ return; }}\n"
+        f"  let base = wgi * {m}u; let lo = lid * {per}u;\n"
+        "  var s = 0u;\n"
+        f"  for (var i = 0u; i < {per}u; i = i + 1u) {{\n"
+        f"    if (lo + i < {m}u) {{ s = s + H[base + lo + i]; }}\n  }}\n"
+        + _inclusive_scan("sums", _SCAN, "s")
+        + "  var run = sums[lid] - s;\n"
+        f"  for (var i = 0u; i < {per}u; i = i + 1u) {{\n"
+        f"    if (lo + i < {m}u) {{ let v = H[base + lo + i]; H[base + lo + i] = run; run = run + v; }}\n"
+        "  }"
+    )
+    scode = storage(0, "H", "u32", False) + f"\nvar<workgroup> sums: array<u32, {_SCAN}>;\n"
+    scode += main(_SCAN, fold(batch), ["H"], scan)
+    move_i = " Iout[dst] = Iin[base + start + i];" if argsort else ""
+    scatter = (
+        f"  var ks: array<u32, {RK}>;\n"
+        f"  for (var i = 0u; i < {RK}u; i = i + 1u) {{\n"
+        f"    if (start + i < {n}u) {{\n"
+        f"      let k = Kin[base + start + i]; ks[i] = k;\n"
+        f"      let d = (k >> u.shift) & {mask}u; c[d] = c[d] + 1u;\n"
+        "    }\n  }\n"
+        f"  for (var d = 0u; d < {DIGITS}u; d = d + 1u) {{ S[d * {RT}u + lid] = c[d]; }}\n"
+        "  workgroupBarrier();\n"
+        # S in (digit, thread) order, DIGITS entries a thread: an exclusive scan
+        "  var s = 0u;\n"
+        f"  for (var i = 0u; i < {DIGITS}u; i = i + 1u) {{ s = s + S[lid * {DIGITS}u + i]; }}\n"
+        + _inclusive_scan("sums", RT, "s")
+        + "  var run = sums[lid] - s;\n"
+        f"  for (var i = 0u; i < {DIGITS}u; i = i + 1u) {{\n"
+        f"    let v = S[lid * {DIGITS}u + i]; S[lid * {DIGITS}u + i] = run; run = run + v;\n  }}\n"
+        "  workgroupBarrier();\n"
+        f"  if (lid < {DIGITS}u) {{\n"
+        f"    bb[lid] = H[(row * {DIGITS}u + lid) * {bpr}u + blk] - S[lid * {RT}u];\n  }}\n"
+        "  workgroupBarrier();\n"
+        f"  for (var d = 0u; d < {DIGITS}u; d = d + 1u) {{ c[d] = S[d * {RT}u + lid] + bb[d]; }}\n"
+        f"  for (var i = 0u; i < {RK}u; i = i + 1u) {{\n"
+        f"    if (start + i < {n}u) {{\n"
+        f"      let k = ks[i]; let d = (k >> u.shift) & {mask}u; let dst = base + c[d]; c[d] = c[d] + 1u;\n"
+        f"      Kout[dst] = k;{move_i}\n"
+        "    }\n  }"
+    )
+    bufs = ["Kin", "Iin", "Kout", "Iout", "H"] if argsort else ["Kin", "Kout", "H"]
+    xcode = (
+        "".join(storage(b, name, "u32", not name.endswith("out")) + "\n" for b, name in enumerate(bufs))
+        + uni
+        + f"var<workgroup> S: array<u32, {DIGITS * RT}>;\nvar<workgroup> sums: array<u32, {RT}>;\n"
+    )
+    xcode += f"var<workgroup> bb: array<u32, {DIGITS}>;\n" + main(RT, grid, bufs, block + scatter)
+    for p in range(32 // 4):
+        (ks, is_), (kd, id_) = ((k0, i0), (k1, i1)) if p % 2 == 0 else ((k1, i1), (k0, i0))
+        uniform = u32s(4 * p)
+        passes.append(Pass(hcode, grid, (("scratch", ks), ("scratch", h)), uniform=uniform))
+        passes.append(Pass(scode, fold(batch), (("scratch", h),)))
+        work = [ks, is_, kd, id_, h] if argsort else [ks, kd, h]
+        passes.append(Pass(xcode, grid, tuple(("scratch", w) for w in work), uniform=uniform))
+    # eight passes (even): the keys are back in K0 (and I0)
+    fdecls = header([dtype]) + storage(0, "in0", ty, True) + "\n" + storage(1, "out0", ty, False) + "\n"
+    if argsort:
+        fdecls += storage(2, "out1", "i32", False) + "\n" + storage(3, "I", "u32", False) + "\n"
+        fbody = (
+            f"  let idx = I[gid];\n  out1[gid] = i32(idx);\n  out0[gid] = in0[(gid / {n}u) * {n}u + idx];\n"
+        )
+        bind = [("in", 0), ("out", 0), ("out", 1), ("scratch", i0)]
+        names = ["in0", "out0", "out1", "I"]
+    else:
+        fdecls += storage(2, "K", "u32", False) + "\n"
+        fbody = f"  let key = K[gid];\n  out0[gid] = {_unkey(dtype, 'key')};\n"
+        bind = [("in", 0), ("out", 0), ("scratch", k0)]
+        names = ["in0", "out0", "K"]
+    passes.append(elementwise_pass(fdecls, names, fbody, batch * n, bind))
+    return Plan(tuple(passes), scratch)
+
+
+def _inclusive_scan(arr: str, size: int, v: str) -> str:
+    """WGSL: `arr[lid]` becomes the inclusive prefix sum of every thread's `v` (Hillis-Steele)."""
+    return (
+        f"  {arr}[lid] = {v};\n  workgroupBarrier();\n"
+        f"  for (var o = 1u; o < {size}u; o = o << 1u) {{\n"
+        f"    var t = 0u;\n    if (lid >= o) {{ t = {arr}[lid - o]; }}\n"
+        f"    workgroupBarrier();\n    {arr}[lid] = {arr}[lid] + t;\n    workgroupBarrier();\n  }}\n"
+    )
