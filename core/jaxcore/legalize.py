@@ -48,6 +48,10 @@ class TargetTraits:
     # The driver simplifies float arithmetic as if there were no NaN, infinity or -0 (x * 0 -> 0,
     # x - x -> 0, x + 0 -> x): an operand that would let it is passed through `opaque`.
     folds_float_identities: bool = False
+    # The driver may fuse a float multiply into the add or subtract that uses it (SPIR-V without
+    # NoContraction: NVIDIA's Vulkan driver does), rounding once where the contract rounds twice:
+    # every such product is passed through `opaque`.
+    contracts_mul_add: bool = False
 
 
 OPAQUE = "opaque"
@@ -108,7 +112,18 @@ def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
         from jaxcore.expansions import expand_transcendentals
 
         exp = expand_transcendentals(exp)
-    return exp.rewrite(lambda node: _legalize_node(node, traits))
+    exp = exp.rewrite(lambda node: _legalize_node(node, traits))
+    if traits.contracts_mul_add:  # last, so the expansions' own residuals are kept apart too
+        exp = exp.rewrite(_unfused)
+    return exp
+
+
+def _unfused(e: AluExp) -> AluExp | None:
+    """A float add/subtract whose product operands are opaque (no fused multiply-add forms)."""
+    if e.op not in (AluOp.Add, AluOp.Sub) or not is_float(e.dtype):
+        return None
+    src = tuple(opaque(s) if s.op == AluOp.Mul else s for s in e.src)
+    return None if src == e.src else AluExp(e.op, e.dtype, src, e.arg)
 
 
 def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:

@@ -239,3 +239,32 @@ def test_the_normal_range_promise_holds_inside_float_idiv() -> None:
         for part in (e, *e.src):
             v = np.abs(_flat_eval(part, {"a": a, "b": b}).astype(np.float64))
             assert not ((v > 0) & (v < tiny)).any(), f"{part.op} gives a subnormal"
+
+
+def test_products_feeding_an_add_are_opaque_where_the_driver_contracts() -> None:
+    """With contracts_mul_add, no float Add/Sub has a Mul operand left (a driver could fuse it),
+    inside expansions too (Idiv's exact residuals); integer products and other traits untouched."""
+    from jaxcore.legalize import OPAQUE
+
+    x, y, z = (AluExp.variable(F32, v) for v in "xyz")
+    traits = TargetTraits(contracts_mul_add=True)
+
+    def fusable(tree: AluExp) -> list[AluExp]:
+        return [
+            e
+            for e in tree.nodes()
+            if e.op in (AluOp.Add, AluOp.Sub) and e.dtype == F32 and any(s.op == AluOp.Mul for s in e.src)
+        ]
+
+    for exp in (x * y + z, z - x * y, AluExp(AluOp.Idiv, F32, (x, y))):
+        assert not fusable(legalize(exp, traits))
+        assert fusable(legalize(exp, TargetTraits())) or exp.op == AluOp.Idiv
+    kept = legalize(x * y + z, traits)
+    assert kept.src[0].op == AluOp.Bitcast and kept.src[0].arg == OPAQUE and kept.src[0].src[0] == x * y
+    i = AluExp.variable(DType.int32, "i")
+    assert legalize(i * i + i, traits) == legalize(i * i + i, TargetTraits())
+    # the value is unchanged: opaque is an identity
+    vals = {v: np.array([1 + 2.0**-12, 3.0, -0.5], np.float32) for v in "xyz"}
+    vals["z"] = np.array([-(1 + 2.0**-11), 1.0, 2.0], np.float32)
+    got = _flat_eval(kept, vals)
+    _same(got.view(np.uint32), (vals["x"] * vals["y"] + vals["z"]).view(np.uint32))

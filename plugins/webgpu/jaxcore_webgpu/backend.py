@@ -240,6 +240,7 @@ class WebGpuBackend(QueuedBackend):
         `JAXCORE_WEBGPU_SUBGROUPS=0` compiles without subgroup ops on an adapter that has them (the
         fallback, to compare both on one adapter)."""
         from jaxcore_webgpu.codegen import WgslTarget
+        from jaxcore_webgpu.routines.sort import RADIX_MIN
 
         lim, feat = self.gpu.limits, self.gpu.features
         subgroups = "subgroup" in feat and current_settings().plugin_flag("webgpu", "subgroups", default=True)
@@ -254,6 +255,7 @@ class WebGpuBackend(QueuedBackend):
             max_storage_buffers_per_stage=lim["max-storage-buffers-per-shader-stage"],
             max_workgroup_storage=lim["max-compute-workgroup-storage-size"],
             exact_subnormals=self._exact_subnormals(),
+            radix_sort_from=RADIX_MIN if self.gpu.info.get("adapter_type") == "CPU" else 0,
         )
 
     def _exact_subnormals(self) -> bool:

@@ -70,6 +70,7 @@ class WgslTarget:
     # device that flushes them (WGSL allows it) and for every exported program (the browser's
     # device is unknown). Off where the device keeps them, so its code stays the plain ops.
     exact_subnormals: bool = True
+    radix_sort_from: int = 0  # Sort/Argsort rows this long take the radix sort (0: never)
 
     def limits(self) -> GpuLimits:
         return GpuLimits(

@@ -44,6 +44,7 @@ WGSL_TRAITS = TargetTraits(
     shift_masks_count=False,  # WGSL masks, but naga/SPIR-V paths differ; one AND is cheap
     native_float_to_bool=False,
     exact_transcendentals=False,
+    contracts_mul_add=True,  # NVIDIA fuses a * b + c (per-op rounding and Dekker's residuals break)
     folds_float_identities=True,  # Mesa's NIR folds x * 0.0 -> 0.0 and x - x -> 0.0 (no SPIR-V exact)
 )
 
@@ -269,6 +270,8 @@ class WGSLLanguage(CStyleLanguage):
     def render_cast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
         if dst == DType.bool:
             return f"({x} != {self.render_const(r, 0, src)})"
+        if src == DType.float32 and dst == DType.float64 and self.exact_subnormals:
+            return f"{r.need('jc_f64_f32')}({strip_parens(x)})"
         return f"{self.type_name(dst)}({strip_parens(x)})"
 
     def render_bitcast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:

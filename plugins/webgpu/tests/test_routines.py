@@ -105,9 +105,8 @@ def _radix_values(dtype: str, shape: tuple[int, int]) -> np.ndarray:
 def test_radix_argsort_is_stable(gpu, dtype, shape):
     """Rows from the radix sort's length up (several blocks, a partial last one, rows of a batch):
     stable ties, -0 tied with +0, NaN last and in input order, values gathered bit for bit."""
-    from jaxcore_webgpu.routines.sort import RADIX_MIN
-
-    assert shape[-1] >= RADIX_MIN
+    if not 0 < gpu.target.radix_sort_from <= shape[-1]:
+        pytest.skip("this adapter sorts rows of this length by the bitonic network")
     if dtype == "float16" and "float16" not in {str(d) for d in gpu.capabilities.dtypes}:
         pytest.skip("no shader-f16")
     x = _radix_values(dtype, shape)
