@@ -113,17 +113,37 @@ def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
 
         exp = expand_transcendentals(exp)
     exp = exp.rewrite(lambda node: _legalize_node(node, traits))
-    if traits.contracts_mul_add:  # last, so the expansions' own residuals are kept apart too
-        exp = exp.rewrite(_unfused)
+    if traits.folds_float_identities or traits.contracts_mul_add:
+        # last, so what the expansions built (Idiv's exact residuals) is guarded too
+        exp = exp.rewrite(lambda node: _guard_float_node(node, traits))
     return exp
 
 
-def _unfused(e: AluExp) -> AluExp | None:
-    """A float add/subtract whose product operands are opaque (no fused multiply-add forms)."""
-    if e.op not in (AluOp.Add, AluOp.Sub) or not is_float(e.dtype):
+def _guard_float_node(e: AluExp, t: TargetTraits) -> AluExp | None:
+    """Operands made opaque where the driver would rewrite the float arithmetic the contract
+    rounds per op: products it fuses into the add or subtract that uses them, and identities it
+    folds (x - x, x * 0, (x + y) - y, constant chains)."""
+    op, dt = e.op, e.dtype
+    if not is_float(dt) or op not in _FOLDABLE:
         return None
-    src = tuple(opaque(s) if s.op == AluOp.Mul else s for s in e.src)
-    return None if src == e.src else AluExp(e.op, e.dtype, src, e.arg)
+    out = None
+    if t.contracts_mul_add and op in (AluOp.Add, AluOp.Sub) and any(s.op == AluOp.Mul for s in e.src):
+        out = e = AluExp(op, dt, tuple(opaque(s) if s.op == AluOp.Mul else s for s in e.src), e.arg)
+    if not t.folds_float_identities:
+        return out
+    a, b = e.src
+    # (x * c1) * c2 -> x * (c1 * c2), (x + c1) - c2 -> x + (c1 - c2): a constant folded into
+    # another changes the rounding (x + 2^24 - 2^24 is no longer x rounded) and overflow
+    # (0 * 3e38 * 10 becomes 0 * inf = NaN)
+    if _const_over_const(b, a):
+        return AluExp(op, dt, (a, opaque(b)), e.arg)
+    if _const_over_const(a, b):
+        return AluExp(op, dt, (opaque(a), b), e.arg)
+    if a == b or _zero_const(b) or a in b.src:  # x - x, x / x, x * 0, x + 0, x - (x - y)
+        return AluExp(op, dt, (a, opaque(b)), e.arg)
+    if _zero_const(a) or b in a.src:  # 0 * x, 0 + x, 0 - x; (x + y) - y (reassociated)
+        return AluExp(op, dt, (opaque(a), b), e.arg)
+    return out
 
 
 def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
@@ -159,19 +179,6 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
         return _and(e, _ne(_or(is_nan(a, t), is_nan(b, t)), AluExp.bool_(True)))
     if op == AluOp.Cast:
         return _cast(e, t)
-    if t.folds_float_identities and is_float(dt) and op in _FOLDABLE:
-        a, b = e.src
-        # (x * c1) * c2 -> x * (c1 * c2), (x + c1) - c2 -> x + (c1 - c2): a constant folded into
-        # another changes the rounding (x + 2^24 - 2^24 is no longer x rounded) and overflow
-        # (0 * 3e38 * 10 becomes 0 * inf = NaN)
-        if _const_over_const(b, a):
-            return AluExp(op, dt, (a, opaque(b)), e.arg)
-        if _const_over_const(a, b):
-            return AluExp(op, dt, (opaque(a), b), e.arg)
-        if a == b or _zero_const(b) or a in b.src:  # x - x, x / x, x * 0, x + 0, x - (x - y)
-            return AluExp(op, dt, (a, opaque(b)), e.arg)
-        if _zero_const(a) or b in a.src:  # 0 * x, 0 + x, 0 - x; (x + y) - y (reassociated)
-            return AluExp(op, dt, (opaque(a), b), e.arg)
     if op == AluOp.BitShift and not t.shift_masks_count:
         a, b = e.src
         if b.op == AluOp.Const and 0 <= b.arg < 32:

@@ -612,7 +612,8 @@ def test_subgroup_fold_keeps_the_epilogue(gpu: Harness) -> None:
     x = AluExp.global_view(F32, 0, ShapeTracker.from_shape([rows, cols]), [AluVar.gidx, AluVar.ridx])
     k = Kernel(2, rows, x, Reduction(F32, AluOp.Max, cols, AluVar.acc(F32) * 2.0 + gv(F32, 1, rows)))
     plan = compile_kernel(k, target)
-    assert any("subgroups" in p.enables for p in plan.passes)
+    # (a device that flushes subnormals folds float32 by the tree, through the exact helpers)
+    assert any("subgroups" in p.enables for p in plan.passes) == (not target.exact_subnormals)
     assert_close(gpu.run(plan, [a, b], F32, rows), reference(k, [a, b]), F32, "ReduceMax")
 
 
