@@ -617,10 +617,10 @@ _SUBGROUP_DTYPES = (DType.float32, DType.int32, DType.uint32, DType.bool)
 
 def _fold(lang: WGSLLanguage, red, group: int, target: WgslTarget, ident: str) -> _Fold:
     """The subgroup fold where the adapter has subgroups (and the dtype has subgroup ops in WGSL:
-    not f16 or f64 yet; not float32 on the exact-subnormal spelling, whose combine is a helper),
-    else the tree. `ident` is the reduction's identity, rendered."""
-    exact = red.dtype == DType.float32 and target.exact_subnormals
-    if target.has_subgroups and group > 1 and red.dtype in _SUBGROUP_DTYPES and not exact:
+    not f16 or f64 yet; not a float32 sum or product on the exact-subnormal spelling: the group
+    op would flush a subnormal partial), else the tree. `ident` is the reduction's identity."""
+    flushes = red.dtype == DType.float32 and red.op in (AluOp.Add, AluOp.Mul) and target.exact_subnormals
+    if target.has_subgroups and group > 1 and red.dtype in _SUBGROUP_DTYPES and not flushes:
         return _subgroup_fold(lang, red, group, ident)
     return _tree(lang, red, group)
 
@@ -629,8 +629,9 @@ def _subgroup_reduce(red, v: str) -> list[str]:
     """Statements setting `acc` to the subgroup-wide fold of `v` (in uniform control flow).
 
     Integer ops wrap as the contract's do (SPIR-V/MSL/HLSL integer group ops are two's complement).
-    Float min/max group ops leave NaN unspecified, so a NaN is carried beside them by its bits: the
-    largest NaN bit pattern of the subgroup, as u32 (0 when there is none), replaces the result."""
+    Float min/max run on u32 keys in float order (exact on a device that flushes subnormals; a
+    float group op also leaves NaN unspecified), and a NaN is carried beside them by its bits:
+    the largest NaN bit pattern of the subgroup (0 when there is none) replaces the result."""
     if red.dtype == DType.bool:
         return [f"acc = {_SUBGROUP_BOOL[red.op]}({v});"]
     op = _SUBGROUP_OP[red.op]
@@ -638,7 +639,9 @@ def _subgroup_reduce(red, v: str) -> list[str]:
         return [
             f"let jc_b = bitcast<u32>({v});",
             "let jc_nan = subgroupMax(select(0u, jc_b, (jc_b & 0x7fffffffu) > 0x7f800000u));",
-            f"acc = select({op}({v}), bitcast<f32>(jc_nan), jc_nan != 0u);",
+            f"let jc_k = {op}(select(jc_b | 0x80000000u, ~jc_b, jc_b >= 0x80000000u));",
+            "let jc_v = select(~jc_k, jc_k & 0x7fffffffu, jc_k >= 0x80000000u);",
+            "acc = bitcast<f32>(select(jc_v, jc_nan, jc_nan != 0u));",
         ]
     return [f"acc = {op}({v});"]
 

@@ -595,12 +595,33 @@ def test_reduce_both_folds(gpu: Harness, subgroups: bool, op: AluOp, dtype: DTyp
     k = _reduce_kernel(dtype, op, rows, cols)
     plan = compile_kernel(k, target)
     uses = any("subgroups" in p.enables for p in plan.passes)
-    exact_f32 = dtype == F32 and target.exact_subnormals  # its combine is a helper: the tree
+    exact_f32 = dtype == F32 and op in (AluOp.Add, AluOp.Mul) and target.exact_subnormals  # the tree
     assert uses == (subgroups and not exact_f32 and (plan.tune.size.groups > 1 or plan.tune.size.split > 1))
     got = gpu.run(plan, [a], dtype, rows)
     assert_close(got, reference(k, [a]), dtype, "Reduce" + op.value)
     if dtype == F32 and op in (AluOp.Min, AluOp.Max):
         assert np.isnan(got[0]) and not np.isnan(got[1:]).any()
+
+
+@pytest.mark.parametrize("op", [AluOp.Min, AluOp.Max])
+def test_subgroup_min_max_on_keys_are_exact_on_subnormals(gpu: Harness, op: AluOp) -> None:
+    """On the exact-subnormal spelling float min/max still fold by subgroups (on u32 keys): rows of
+    subnormals of both signs, zeros of both signs and a NaN row give the reference's values."""
+    target = replace(_subgroup_target(gpu, True), exact_subnormals=True)
+    rows, cols = 4, 3001
+    rng = np.random.default_rng(5)
+    a = (rng.integers(1, 1 << 23, rows * cols) * rng.choice([-1, 1], rows * cols)).astype(np.int64)
+    a = (np.abs(a).astype(np.uint32) | np.where(a < 0, 0x80000000, 0).astype(np.uint32)).view(np.float32)
+    a[cols : cols + 5] = [0.0, -0.0, 2.0**-149, -(2.0**-149), 0.0]
+    a[2 * cols + 17] = np.nan
+    k = _reduce_kernel(F32, op, rows, cols)
+    plan = compile_kernel(k, target)
+    assert any("subgroups" in p.enables for p in plan.passes)
+    got = gpu.run(plan, [a], F32, rows)
+    want = (np.min if op == AluOp.Min else np.max)(a.reshape(rows, cols), axis=1)
+    assert np.isnan(got[2]) and np.isnan(want[2])
+    keep = [0, 1, 3]
+    assert got[keep].tobytes() == want[keep].tobytes(), (got, want)
 
 
 def test_subgroup_fold_keeps_the_epilogue(gpu: Harness) -> None:
@@ -612,8 +633,7 @@ def test_subgroup_fold_keeps_the_epilogue(gpu: Harness) -> None:
     x = AluExp.global_view(F32, 0, ShapeTracker.from_shape([rows, cols]), [AluVar.gidx, AluVar.ridx])
     k = Kernel(2, rows, x, Reduction(F32, AluOp.Max, cols, AluVar.acc(F32) * 2.0 + gv(F32, 1, rows)))
     plan = compile_kernel(k, target)
-    # (a device that flushes subnormals folds float32 by the tree, through the exact helpers)
-    assert any("subgroups" in p.enables for p in plan.passes) == (not target.exact_subnormals)
+    assert any("subgroups" in p.enables for p in plan.passes)
     assert_close(gpu.run(plan, [a, b], F32, rows), reference(k, [a, b]), F32, "ReduceMax")
 
 
