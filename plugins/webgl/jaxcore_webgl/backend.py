@@ -37,6 +37,12 @@ class KernelExe:
     program: Program
     texels: int  # output texels the draw covers
     source: str
+    kernel: Kernel
+    out_shift: int  # the output texture is 2^out_shift texels wide
+
+    def browser_source(self) -> str:
+        """The shader as exported for browsers (glsl.kernel_shader's `written_out`)."""
+        return glsl.kernel_shader(self.kernel, self.out_shift, written_out=True)
 
 
 class WebGLBackend(BaseBackend):
@@ -128,7 +134,7 @@ class WebGLBackend(BaseBackend):
         src = glsl.kernel_shader(kernel, shift)
         texels = -(-kernel.bytes // TEXEL_BYTES) if kernel.size else 0
         prog = self.thread.call(lambda: self.device.program(src, kernel.nargs))
-        return KernelExe(prog, texels, src)
+        return KernelExe(prog, texels, src, kernel, shift)
 
     def _compile_routine(self, routine: Routine) -> Any:
         if routine.name in (Routines.Sort, Routines.Argsort):

@@ -10,7 +10,9 @@ What the backend runs is a sequence of full-screen draws, each a fragment shader
 textures that hold the buffers' raw bytes (16 per texel, see jaxcore_webgl.device). The export
 replays the executable's own run against a recording stand-in for the device, so the program is
 exactly the draws the native device makes, in order, read from `exe.data` and the sources of the
-programs it links (no GL call is made):
+programs it links (no GL call is made). A kernel's shader is the one the device compiled with its
+per-word calls written out instead of looped (`glsl.kernel_shader(written_out=True)`: ANGLE on
+SwiftShader takes minutes on some long loop bodies; llvmpipe compiles the loop 6x faster):
 
 - `vertex` and `shaders`: the GLSL ES 3.00 sources (one vertex shader, a fragment shader per
   program); each pass names its shader, the textures it samples (unit i is uniform `in{i}`, and
@@ -167,6 +169,7 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
     out_tex = [replay.texture(max(n, 1), "out", i) for i, (n, _) in enumerate(outs)]
     data = exe.data
     if isinstance(data, KernelExe):
+        replay.sources[id(data.program)] = data.browser_source()
         if data.texels:
             replay.draw(data.program, in_tex, out_tex[0], data.texels)
     elif hasattr(data, "run"):

@@ -319,7 +319,19 @@ def render_f16_bits(r: ExpRenderer, e: AluExp) -> str:
     return s
 
 
-def store_f16_main(size: int, out_shift: int) -> list[str]:
+def _per_element(n: int, statement: str, written_out: bool) -> list[str]:
+    """`statement` (of `c`, the element of this fragment) for c = 0 .. n-1: a loop, or written out.
+
+    A loop by default: GLSL compilers inline every call, so n written-out calls compile compute()
+    (and every helper it inlines) n times, ~6x longer on llvmpipe. Written out for browsers:
+    ANGLE on SwiftShader takes minutes on some long compute() bodies inside the loop (one 9 KB
+    fuzzed kernel: past 100 s in the loop, 1.1 s written out; tests/browser/FINDINGS.md F5)."""
+    if not written_out:
+        return [f"  for (int c = 0; c < {n}; c++) {{", f"    {statement}", "  }"]
+    return [f"  {{ const int c = {c}; {statement} }}" for c in range(n)]
+
+
+def store_f16_main(size: int, out_shift: int, written_out: bool = False) -> list[str]:
     """main() for a float16 output: `compute` returns each element's 16 bits, two per word."""
     main = [
         "layout(location = 0) out uvec4 o;",
@@ -327,17 +339,14 @@ def store_f16_main(size: int, out_shift: int) -> list[str]:
         f"  int t = (int(gl_FragCoord.y) << {out_shift}) + (int(gl_FragCoord.x) & {(1 << out_shift) - 1});",
         "  uvec4 r = uvec4(0u);",
     ]
-    main += [
-        "  for (int c = 0; c < 8; c++) {  // a loop: compute() is inlined once, not eight times",
-        "    int g = 8 * t + c;",
-        f"    if (g < {size}) r[c >> 1] |= compute(g) << uint(16 * (c & 1));",
-        "  }",
-    ]
+    store = f"int g = 8 * t + c; if (g < {size}) r[c >> 1] |= compute(g) << uint(16 * (c & 1));"
+    main += _per_element(8, store, written_out)
     return [*main, "  o = r;", "}"]
 
 
-def kernel_shader(kernel: Kernel, out_shift: int) -> str:
-    """The fragment shader computing `kernel` into an output texture of width 2^out_shift."""
+def kernel_shader(kernel: Kernel, out_shift: int, written_out: bool = False) -> str:
+    """The fragment shader computing `kernel` into an output texture of width 2^out_shift
+    (`written_out`: the per-word calls written out, as exported for browsers; see `_per_element`)."""
     out_dt = kernel.dtype
     if out_dt not in LANG.type_map:
         raise UnsupportedOpError(None, out_dt, LANG.name)
@@ -378,7 +387,9 @@ def kernel_shader(kernel: Kernel, out_shift: int) -> str:
         after.count(epi)
         result = strip_parens(render_f16_bits(after, epi) if out_dt == F16 else after.render(epi))
         body += [f"  {line}" for line in after.lines]
-    return assemble(kernel.nargs, body, result, out_dt, kernel.size, out_shift, top.used_helpers)
+    return assemble(
+        kernel.nargs, body, result, out_dt, kernel.size, out_shift, top.used_helpers, written_out=written_out
+    )
 
 
 def input_decls(nargs: int) -> list[str]:
@@ -402,6 +413,7 @@ def assemble(
     out_shift: int,
     helpers: set[str],
     extra_decls: tuple[str, ...] = (),
+    written_out: bool = False,
 ) -> str:
     """The whole fragment shader: `compute(gidx)` (body lines, then `return result`) evaluated for
     the four words of this fragment's output texel (float16: `compute` returns 16 bits)."""
@@ -409,7 +421,7 @@ def assemble(
     ret = "uint" if out_dt == F16 else LANG.type_name(out_dt)
     fn = [f"{ret} compute(int gidx) {{", *body, f"  return {result};", "}"]
     if out_dt == F16:
-        code = "\n".join([*decls, *fn, *store_f16_main(size, out_shift)])
+        code = "\n".join([*decls, *fn, *store_f16_main(size, out_shift, written_out)])
         return HEADER + LANG.render_helpers(helpers) + code + "\n"
     main = [
         "layout(location = 0) out uvec4 o;",
@@ -417,16 +429,8 @@ def assemble(
         f"  int t = (int(gl_FragCoord.y) << {out_shift}) + (int(gl_FragCoord.x) & {(1 << out_shift) - 1});",
         "  uvec4 r = uvec4(0u);",
     ]
-    # A loop, not four written-out calls: GLSL compilers inline every call, so four calls compile
-    # compute() (and every helper it inlines) four times, and the compile takes ~6x longer on
-    # llvmpipe and in ANGLE. Its four back-edges are nothing against llvmpipe's loop budget.
     word = LANG.store_word(out_dt, "compute(g)")
-    main += [
-        "  for (int c = 0; c < 4; c++) {",
-        "    int g = 4 * t + c;",
-        f"    if (g < {size}) r[c] = {word};",
-        "  }",
-    ]
+    main += _per_element(4, f"int g = 4 * t + c; if (g < {size}) r[c] = {word};", written_out)
     main += ["  o = r;", "}"]
     code = "\n".join([*decls, *fn, *main])
     return HEADER + LANG.render_helpers(helpers) + code + "\n"
