@@ -345,3 +345,19 @@ def test_no_egl_driver_declines_with_reason_and_fix() -> None:
     assert out.returncode == 0, out.stderr
     status, reason, hint = out.stdout.strip().splitlines()[:3]
     assert status == "unavailable" and "EGL" in reason and "apt-get install" in hint, out.stdout
+
+
+@pytest.mark.parametrize("dtype", [DType.float32, DType.float16, DType.int32])
+def test_exported_kernels_write_out_the_per_word_calls(gl, dtype: DType) -> None:
+    """The device compiles compute() once inside a loop over the fragment's words; the export
+    writes the calls out (ANGLE on SwiftShader took minutes on long bodies inside that loop:
+    tests/browser/FINDINGS.md F5). Both render the same kernel."""
+    n = 37
+    x = AluExp.global_index(dtype, 0, n, AluVar.gidx)
+    exe = gl.prepare_kernel(Kernel(1, n, AluExp(AluOp.Mul, dtype, (x, x))))
+    words = 8 if dtype == DType.float16 else 4
+    assert f"for (int c = 0; c < {words}; c++)" in exe.data.source
+    (shader,) = gl.export(exe)["shaders"]
+    assert "for (int c" not in shader
+    assert [f"const int c = {c};" in shader for c in range(words + 1)] == [True] * words + [False]
+    assert shader.split("void main")[0] == exe.data.source.split("void main")[0]
