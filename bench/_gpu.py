@@ -3,9 +3,12 @@ small webgpu buffer helper that frees what a workload allocated."""
 
 from __future__ import annotations
 
+import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -116,3 +119,68 @@ class Gpu:
             events = tracing.stop_trace()
             per_run.append(sum(e["args"].get("device_time_us", 0.0) for e in events if e.get("ph") == "X"))
         return statistics.median(per_run) / 1e6
+
+
+@dataclass
+class Row:
+    """One workload's result: webgpu's time and the peer's, the work done (bytes, FLOPs or
+    elements, per `unit`) and the correctness check."""
+
+    workload: str
+    webgpu_s: float
+    ref_s: float | None
+    ref: str
+    work: float
+    unit: str  # "B", "FLOP", "elem", or "µs" (a per-item time, no rate)
+    ok: str
+    note: str = ""
+
+    def rate(self, s: float | None) -> str:
+        if s is None or not self.work:
+            return "-"
+        v = self.work / s
+        if self.unit == "µs":
+            return f"{s * 1e6:.2f} µs"
+        if self.unit == "FLOP":
+            return f"{v / 1e12:.2f} TFLOP/s" if v >= 1e11 else f"{v / 1e9:.2f} GFLOP/s"
+        return f"{v / 1e9:.1f} G{self.unit}/s" if self.unit == "B" else f"{v / 1e9:.3f} G{self.unit}/s"
+
+
+def print_header(g: Gpu, torch: Torch, peer_note: str = "") -> None:
+    print(f"webgpu: {g.be.capabilities.description}")
+    print(f"subgroups: {'on' if g.be.target.has_subgroups else 'off'} (JAXCORE_WEBGPU_SUBGROUPS=0: off)")
+    ref_name = f"PyTorch {torch.torch.__version__} on CUDA{peer_note}" if torch.torch else "numpy on the host"
+    print(f"reference: {ref_name}")
+
+
+def run_workloads(g: Gpu, work: list[tuple[str, Callable[[], Row]]], only: set[str]) -> list[Row]:
+    """Each workload named in `only` (all when empty); one that fails is reported, not fatal."""
+    rows: list[Row] = []
+    for name, fn in work:
+        if only and name not in only:
+            continue
+        try:
+            rows.append(fn())
+            print(f"  done: {rows[-1].workload}", file=sys.stderr)
+        except Exception as e:  # one failing workload does not hide the others
+            print(f"{name}: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
+            g.slots.clear()
+    return rows
+
+
+def report(rows: list[Row], json_path: str | None) -> int:
+    """The side-by-side table (and notes); 0 when every check passed."""
+    ref = rows[0].ref if rows else "ref"
+    print(f"\n| workload | webgpu | {ref} | webgpu time | {ref} time | {ref}/webgpu time | check |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        ratio = f"{r.ref_s / r.webgpu_s:.2f}x" if r.ref_s else "-"
+        w, rt = f"{r.webgpu_s * 1e3:.3f} ms", f"{r.ref_s * 1e3:.3f} ms" if r.ref_s else "-"
+        print(f"| {r.workload} | {r.rate(r.webgpu_s)} | {r.rate(r.ref_s)} | {w} | {rt} | {ratio} | {r.ok} |")
+    for r in rows:
+        if r.note:
+            print(f"{r.workload}: {r.note}")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump([asdict(r) for r in rows], f, indent=1)
+    return 0 if all(r.ok == "ok" for r in rows) else 1

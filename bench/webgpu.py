@@ -16,41 +16,22 @@ Otherwise the reference column is numpy on the host. The ratio is reference time
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
 
 import numpy as np
 from _common import setup_path
 
 setup_path()
 
-from _gpu import Gpu, Torch, check, gi, host_time  # noqa: E402
+from _gpu import Gpu, Row, Torch, check, gi, host_time, print_header, report, run_workloads  # noqa: E402
 
 from jaxcore import AluExp, AluOp, AluVar, DType, Kernel  # noqa: E402
 from jaxcore.kernel import Reduction  # noqa: E402
 
 F32 = DType.float32
-
-
-@dataclass
-class Row:
-    workload: str
-    webgpu_s: float
-    ref_s: float | None
-    ref: str
-    work: float
-    unit: str
-    ok: str
-    note: str = ""
-
-    def rate(self, s: float | None) -> str:
-        if s is None or not self.work:
-            return "-"
-        v = self.work / s
-        return f"{v / 1e9:.1f} G{self.unit}/s" if self.unit != "µs" else f"{s * 1e6:.2f} µs"
 
 
 def fma(g: Gpu, t: Torch, n: int, reps: int) -> Row:
@@ -207,43 +188,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch = Torch(not args.no_torch)
     g = Gpu()
-    print(f"webgpu: {g.be.capabilities.description}")
-    print(f"subgroups: {'on' if g.be.target.has_subgroups else 'off'} (JAXCORE_WEBGPU_SUBGROUPS=0: off)")
-    ref_name = f"PyTorch {torch.torch.__version__} on CUDA" if torch.torch else "numpy on the host"
-    print(f"reference: {ref_name}")
+    print_header(g, torch)
     small = args.small
     reps = args.reps or (5 if small else 20)
     stream = (1 << 20) if small else (64 << 20)
-    rows: list[Row] = []
-    for name, fn in (
+    work: list[tuple[str, Callable[[], Row]]] = [
         ("fma", lambda: fma(g, torch, stream, reps)),
         ("sum", lambda: total(g, torch, stream, reps)),
         ("max", lambda: total(g, torch, stream, reps, AluOp.Max)),
         ("chain", lambda: chain(g, torch, 1000, 3 if small else 10)),
         ("softmax", lambda: softmax(g, torch, *((256, 256) if small else (4096, 4096)), reps)),
         ("matvec", lambda: matvec(g, torch, *((1024, 1024) if small else (8192, 8192)), reps)),
-    ):
-        if args.only and name not in args.only:
-            continue
-        try:
-            rows.append(fn())
-        except Exception as e:  # one failing workload does not hide the others
-            print(f"{name}: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
-            g.slots.clear()
-    ref = rows[0].ref if rows else "ref"
-    print(f"\n| workload | webgpu | {ref} | webgpu time | {ref} time | {ref}/webgpu time | check |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for r in rows:
-        ratio = f"{r.ref_s / r.webgpu_s:.2f}x" if r.ref_s else "-"
-        w, rt = f"{r.webgpu_s * 1e3:.3f} ms", f"{r.ref_s * 1e3:.3f} ms" if r.ref_s else "-"
-        print(f"| {r.workload} | {r.rate(r.webgpu_s)} | {r.rate(r.ref_s)} | {w} | {rt} | {ratio} | {r.ok} |")
-    for r in rows:
-        if r.note:
-            print(f"{r.workload}: {r.note}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump([asdict(r) for r in rows], f, indent=1)
-    return 0 if all(r.ok == "ok" for r in rows) else 1
+    ]
+    return report(run_workloads(g, work, set(args.only or ())), args.json)
 
 
 if __name__ == "__main__":

@@ -15,42 +15,21 @@ The ratio is reference time / webgpu time (above 1: webgpu is faster).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 
 import numpy as np
 from _common import setup_path
 
 setup_path()
 
-from _gpu import Gpu, Torch, check, gi, host_time  # noqa: E402
+from _gpu import Gpu, Row, Torch, check, gi, host_time, print_header, report, run_workloads  # noqa: E402
 
 from jaxcore import AluExp, AluOp, AluVar, DType, Kernel  # noqa: E402
 from jaxcore.kernel import Reduction  # noqa: E402
 from jaxcore.routine import FftParams, Routine, Routines, ScatterParams  # noqa: E402
 
 F32 = DType.float32
-
-
-@dataclass
-class Row:
-    workload: str
-    webgpu_s: float
-    ref_s: float | None
-    ref: str
-    work: float  # FLOPs (unit "FLOP") or elements (unit "elem")
-    unit: str
-    ok: str
-
-    def rate(self, s: float | None) -> str:
-        if s is None or not self.work:
-            return "-"
-        v = self.work / s
-        if self.unit == "FLOP":
-            return f"{v / 1e12:.2f} TFLOP/s" if v >= 1e11 else f"{v / 1e9:.2f} GFLOP/s"
-        return f"{v / 1e9:.3f} G{self.unit}/s"
 
 
 def matmul(g: Gpu, t: Torch, n: int, reps: int) -> Row:
@@ -189,10 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch = Torch(not args.no_torch)
     g = Gpu()
-    print(f"webgpu: {g.be.capabilities.description}")
-    print(f"subgroups: {'on' if g.be.target.has_subgroups else 'off'} (JAXCORE_WEBGPU_SUBGROUPS=0: off)")
-    ref_name = f"PyTorch {torch.torch.__version__} on CUDA (TF32 off)" if torch.torch else "numpy on the host"
-    print(f"reference: {ref_name}")
+    print_header(g, torch, " (TF32 off)")
     small = args.small
     reps = args.reps or (3 if small else 20)
     sizes = (128, 256) if small else (1024, 2048, 4096)
@@ -208,27 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     ]
     only = {w for w in args.only.split(",") if w}
-    rows: list[Row] = []
-    for name, fn in work:
-        if only and name not in only:
-            continue
-        try:
-            rows.append(fn())
-            print(f"  done: {rows[-1].workload}", file=sys.stderr)
-        except Exception as e:  # one failing workload does not hide the others
-            print(f"{name}: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
-            g.slots.clear()
-    ref = rows[0].ref if rows else "ref"
-    print(f"\n| workload | webgpu | {ref} | webgpu time | {ref} time | {ref}/webgpu time | check |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for r in rows:
-        ratio = f"{r.ref_s / r.webgpu_s:.2f}x" if r.ref_s else "-"
-        w, rt = f"{r.webgpu_s * 1e3:.3f} ms", f"{r.ref_s * 1e3:.3f} ms" if r.ref_s else "-"
-        print(f"| {r.workload} | {r.rate(r.webgpu_s)} | {r.rate(r.ref_s)} | {w} | {rt} | {ratio} | {r.ok} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump([asdict(r) for r in rows], f, indent=1)
-    return 0 if all(r.ok == "ok" for r in rows) else 1
+    return report(run_workloads(g, work, only), args.json)
 
 
 if __name__ == "__main__":
