@@ -200,3 +200,21 @@ def test_large_reductions(backend: Backend, rows: int, cols: int) -> None:
                 np.float32
             )
         assert_close(got, want, f"Reduce{op}", dtype, backend, what=f"Reduce{op} {rows}x{cols}")
+
+
+@pytest.mark.parametrize("dtype", oracle.FLOATS)
+def test_sum_of_products_keeps_nan(backend: Backend, dtype: str) -> None:
+    """sum(x * inf) over rows where 0 * inf or inf - inf is NaN: a driver that fuses the product
+    into the accumulation loses it (lavapipe gave inf for such a row)."""
+    rows, cols = 3, 4
+    x = oracle.array([-1, 0, 1, 2, 5, -3, 1, 1, 4, 4, 4, 4], dtype)
+    item = load(DType(dtype), 0, rows * cols, AluVar.gidx * cols + AluVar.ridx)
+    for c in (float("inf"), float("-inf")):
+        kernel = Kernel(
+            1, rows, AluExp.mul(item, AluExp.const(DType(dtype), c)), Reduction(DType(dtype), AluOp.Add, cols)
+        )
+        skip_if_undeclared(backend, kernel)
+        with np.errstate(invalid="ignore"):
+            want = (x.astype(np.float64).reshape(rows, cols) * c).sum(axis=1)
+        got = run_kernel(backend, kernel, [x])
+        assert_close(got, want.astype(x.dtype), "ReduceAdd", dtype, backend, what=f"sum(x * {c})")

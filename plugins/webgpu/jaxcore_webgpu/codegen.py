@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from jaxcore.alu import AluExp, AluOp
 from jaxcore.backend import UnsupportedOpError
 from jaxcore.cstyle import ExpRenderer
-from jaxcore.dtype import DType, byte_width
+from jaxcore.dtype import DType, byte_width, is_float
 from jaxcore.kernel import Kernel
-from jaxcore.legalize import TargetTraits, legalize
+from jaxcore.legalize import TargetTraits, legalize, opaque
 from jaxcore.tuner import GpuLimits, TuneResult, tune_gpu
 from jaxcore_webgpu.wgsl import WGSL_TRAITS, WGSLLanguage
 
@@ -375,6 +375,8 @@ def _combine_fn(lang: WGSLLanguage, r: ExpRenderer, red, traits: TargetTraits) -
     """`fn jc_combine(a, b)`: the reduction's op, legalized (NaN-propagating min/max, bool or/and)."""
     dt = red.dtype
     a, b = AluExp.variable(dt, "a"), AluExp.variable(dt, "b")
+    if traits.contracts_mul_add and red.op == AluOp.Add and is_float(dt):
+        b = opaque(b)  # inlined, `acc + x * y` would be fused (lavapipe lost a 0 * inf NaN so)
     e = legalize(AluExp(red.op, dt, (a, b)), traits)
     sub = r.child()
     sub.count(e)

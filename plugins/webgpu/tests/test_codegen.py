@@ -736,7 +736,7 @@ def test_vec4_cooperative_reductions(gpu: Harness) -> None:
         if k is full:
             assert got[0] == inputs[0].astype(np.float64).sum()
     odd = _reduce_kernel(F32, AluOp.Add, 4, 1026)  # rows of 1026 items: not whole vec4s
-    assert "vec4" not in compile_kernel(odd, gpu.target).passes[0].code
+    assert "array<vec4" not in compile_kernel(odd, gpu.target).passes[0].code
     run_check(gpu, odd, [_reduce_values(F32, 4 * 1026, AluOp.Add)], "ReduceAdd")
 
 
