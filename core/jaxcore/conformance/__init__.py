@@ -97,6 +97,24 @@ def run(devices: list[str], pytest_args: list[str]) -> int:
     return int(pytest.main(args))
 
 
+def run_isolated(
+    device: str, pytest_args: list[str], env: dict[str, str], cwd: str | os.PathLike[str]
+) -> str:
+    """Run the suite on `device` in a fresh Python with `env` (settings a backend reads once, a
+    display, another context path); the tail of its report, or AssertionError with it on failure."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", __name__, f"--jaxcore-device={device}"]
+    cmd += ["-q", "-p", "no:cacheprovider", *pytest_args]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=cwd)
+    tail = out.stdout[-3000:]
+    last = tail.splitlines()[-1] if tail.strip() else ""
+    if out.returncode != 0 or " passed" not in last or " failed" in last:
+        raise AssertionError(f"the suite on {device} did not pass:\n{tail}{out.stderr[-2000:]}")
+    return tail
+
+
 def cases() -> dict[str, Callable[..., Any]]:
     """Every case function, named ``test_<area>_<case>`` so ``-k protocol`` selects an area, for
     re-exporting the suite into another test module::

@@ -14,7 +14,7 @@ from jaxcore_webgl import glsl
 from jaxcore_webgl.context import ContextError, GLThread, choose_platform
 
 import jaxcore
-from jaxcore import settings
+from jaxcore import conformance, settings
 from jaxcore.alu import AluExp, AluOp, AluVar
 from jaxcore.backend import UnsupportedOpError
 from jaxcore.conformance.harness import map_kernel, reduce_kernel, run_kernel, run_routine
@@ -178,13 +178,8 @@ def test_conformance_suite_through_glfw(x_display: str) -> None:
     """The suite on the glfw context (the EGL path runs all of it in the repo's own test run; the
     random and differential areas test code generation, which is the same on both paths)."""
     env = dict(os.environ, DISPLAY=x_display, JAXCORE_WEBGL_PLATFORM="glfw")
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "jaxcore.conformance", "--jaxcore-device=webgl"]
-    cmd += ["-q", "-p", "no:cacheprovider", "--jaxcore-max-examples=20", "-x"]
-    cmd += ["-k", "not fuzz_random and not differential"]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=PLUGIN)
-    tail = out.stdout[-3000:]
-    assert out.returncode == 0, tail + out.stderr[-2000:]
-    assert " failed" not in tail.splitlines()[-1], tail
+    args = ["--jaxcore-max-examples=20", "-x", "-k", "not fuzz_random and not differential"]
+    conformance.run_isolated("webgl", args, env, PLUGIN)
 
 
 def test_a_broken_platform_declines_through_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:

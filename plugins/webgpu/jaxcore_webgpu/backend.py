@@ -121,6 +121,7 @@ class WebGpuBackend(QueuedBackend):
         self._bind_groups: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._fences: list[Any] = []
         self._hand_plans: dict[str, Plan] = {}
+        self._hand_planned: set[str] = set()  # kernel keys prepared from a compile_plan plan
         self._period_ns = self._timestamp_period()
 
     def _compiler_gaps(self) -> frozenset[tuple[AluOp, DType]]:
@@ -210,8 +211,10 @@ class WebGpuBackend(QueuedBackend):
         ahead = self._take_precompiled(kernel)
         if ahead is not None:
             return ahead
-        plan = self._hand_plans.pop(kernel.key(), None) or self._plan(kernel)
-        return self.pipelines.compile(plan)
+        plan = self._hand_plans.pop(kernel.key(), None)
+        if plan is not None:
+            self._hand_planned.add(kernel.key())
+        return self.pipelines.compile(plan or self._plan(kernel))
 
     async def _compile_kernel_async(self, kernel: Kernel) -> CompiledPlan:
         """WGSL now (pure Python), pipelines through `create_compute_pipeline_async`."""
@@ -267,6 +270,16 @@ class WebGpuBackend(QueuedBackend):
         from jaxcore_webgpu.device import keeps_subnormals
 
         return not keeps_subnormals(self.device)
+
+    def browser_plan(self, exe: Executable) -> Plan | None:
+        """The plan a browser needs for `exe` where it differs from what this device runs: a
+        compiled kernel planned again exact on subnormals (the browser's device may flush them;
+        see codegen.WgslTarget.exact_subnormals). None: export the compiled plan (routines, a plan
+        made by hand with `compile_plan`, or a device that already takes the exact spelling)."""
+        src = exe.source
+        if not isinstance(src, Kernel) or self.target.exact_subnormals or src.key() in self._hand_planned:
+            return None
+        return self._plan(src, replace(self.target, exact_subnormals=True))
 
     def _compile_routine(self, routine: Routine) -> CompiledPlan:
         """Every declared routine runs as WGSL passes (jaxcore_webgpu.routines); none on the host."""

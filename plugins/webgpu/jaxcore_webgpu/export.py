@@ -13,7 +13,7 @@ block of a pass (bytes), the scratch buffers and the dispatch sequence. It is re
 backend compiled (`exe.data`, a `jaxcore_webgpu.program.CompiledPlan`), so the browser runs the
 shaders the native device runs, in the same order, with the same bindings; with one difference on
 a device that keeps float32 subnormals: a kernel is compiled again exact on subnormals for the
-browser, whose device may flush them (`WgslTarget.exact_subnormals`, `backend.export`):
+browser, whose device may flush them (`WgslTarget.exact_subnormals`, `backend.browser_plan`):
 
 - every buffer is `STORAGE | COPY_SRC | COPY_DST`, `max(16, ceil4(bytes))` bytes, bound whole;
 - passes run in order in one compute pass, `dispatchWorkgroups(*grid)`; a grid with a 0 is skipped;
@@ -32,7 +32,6 @@ from __future__ import annotations
 import base64
 import math
 import re
-from dataclasses import replace
 from importlib import resources
 from typing import Any
 
@@ -105,7 +104,8 @@ def _io(src: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str,
 
 def export(backend: Any, exe: Executable) -> dict[str, Any]:
     """The browser program for `exe`, prepared by the webgpu `backend` (see the module docstring)."""
-    plan = _browser_plan(backend, exe)
+    browser_plan = getattr(backend, "browser_plan", None)
+    plan = browser_plan(exe) if browser_plan is not None else None
     steps = _steps(plan) if plan is not None else _compiled_steps(backend, exe.data)
     ins, outs, desc = _io(exe.source)
     # input sizes as the dispatch check requires them (a kernel input may be larger; the runner
@@ -156,19 +156,6 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
         "shaders": shaders,
         "passes": passes,
     }
-
-
-def _browser_plan(backend: Any, exe: Executable) -> Any:
-    """The plan a browser needs for `exe` where it differs from what the device runs: a compiled
-    kernel planned again exact on subnormals (the browser's device may flush them; see
-    codegen.WgslTarget.exact_subnormals). None: export the compiled plan (routines, a plan made by
-    hand with `compile_plan`, or a device that already takes the exact spelling)."""
-    src, target = exe.source, getattr(backend, "target", None)
-    if not isinstance(src, Kernel) or target is None or target.exact_subnormals:
-        return None
-    if getattr(exe.data, "codes", None) != tuple(p.code for p in backend._plan(src).passes):
-        return None  # not the compiler's plan: export what runs
-    return backend._plan(src, replace(target, exact_subnormals=True))
 
 
 def _compiled_steps(backend: Any, plan: Any) -> list[tuple[Any, str, bytes | None]]:

@@ -4,8 +4,6 @@ kernels take the exact spelling only when it does not, and exported programs alw
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,7 @@ import pytest
 from jaxcore_webgpu import codegen
 from jaxcore_webgpu.device import keeps_subnormals
 
-from jaxcore import settings
+from jaxcore import conformance, settings
 from jaxcore.alu import AluExp, AluOp, AluVar
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel
@@ -92,10 +90,5 @@ def test_conformance_areas_on_the_exact_spelling() -> None:
     """The suite's op, cast, reduction and differential areas with every kernel on the exact
     spelling (what exported programs run), on this device: its slow paths checked natively too."""
     env = dict(os.environ, JAXCORE_WEBGPU_EXACT_SUBNORMALS="1")
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "jaxcore.conformance", "--jaxcore-device=webgpu"]
-    cmd += ["-q", "-p", "no:cacheprovider", "--jaxcore-max-examples=20", "-x"]
-    cmd += ["-k", "test_ops or test_casts or test_reductions or test_differential"]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=PLUGIN)
-    tail = out.stdout[-3000:]
-    assert out.returncode == 0, tail + out.stderr[-2000:]
-    assert " passed" in tail.splitlines()[-1] and " failed" not in tail.splitlines()[-1], tail
+    areas = "test_ops or test_casts or test_reductions or test_differential"
+    conformance.run_isolated("webgpu", ["--jaxcore-max-examples=20", "-x", "-k", areas], env, PLUGIN)
