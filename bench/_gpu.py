@@ -7,13 +7,16 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
 import jaxcore
 from jaxcore import AluExp, DType, tracing
+from jaxcore.backend import Slot
+from jaxcore.bench import Buffers
 
 
 def gi(gid: int, length: int, index: AluExp) -> AluExp:
@@ -75,30 +78,17 @@ def check(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5, atol: float = 1
     return "ok" if not bad.any() else f"WRONG ({int(bad.sum())} of {bad.size} differ)"
 
 
-class Gpu:
+class Gpu(Buffers):
     """The webgpu backend with the slots a workload allocated (freed together)."""
 
     def __init__(self) -> None:
-        self.be = jaxcore.get_backend("webgpu")
-        self.slots: list[int] = []
+        super().__init__(jaxcore.get_backend("webgpu"))
 
-    def put(self, x: np.ndarray) -> int:
-        s = self.be.malloc(x.nbytes, np.ascontiguousarray(x).tobytes())
-        self.slots.append(s)
-        return s
-
-    def empty(self, nbytes: int) -> int:
-        s = self.be.malloc(nbytes)
-        self.slots.append(s)
-        return s
-
-    def get(self, slot: int, dtype: type = np.float32) -> np.ndarray:
-        return np.frombuffer(self.be.read(slot), dtype)
+    def get(self, slot: Slot, dtype: Any = np.float32, shape: Sequence[int] = (-1,)) -> np.ndarray:
+        return super().get(slot, dtype, shape)
 
     def free(self) -> None:
-        for s in self.slots:
-            self.be.dec_ref(s)
-        self.slots.clear()
+        super().free()
         self.be.finish()
 
     def time(self, run: Callable[[], None], reps: int) -> float:
