@@ -139,6 +139,8 @@ def _range_inner(e: AluExp) -> Range:
         if op == AluOp.Add:
             return (s[0][0] + s[1][0], s[0][1] + s[1][1])
         if op == AluOp.Sub:
+            if e.src[0] == e.src[1] and not is_float(e.dtype):  # inf - inf is NaN for floats
+                return (0, 0)
             return (s[0][0] - s[1][1], s[0][1] - s[1][0])
         if op == AluOp.Mul:
             c = [a * b for a in s[0] for b in s[1]]
@@ -305,6 +307,54 @@ def _scaled(c: int, t: AluExp) -> AluExp:
     return t if c == 1 else AluExp.mul(AluExp.const(t.dtype, c), t)
 
 
+_MAX_TERMS = 32  # longer sums are left alone (the walk is repeated at every node of a chain)
+
+
+def _cancel_terms(e: AluExp) -> AluExp | None:
+    """`e`, an int32/uint32 sum, with the terms that cancel removed; None if none do."""
+    dtype = e.dtype
+    minus_one = -1 if dtype == DType.int32 else UINT32_MAX
+    plus: dict[AluExp, int] = {}
+    minus: dict[AluExp, int] = {}
+    seen = 0
+    stack = [(e, 1)]
+    while stack:
+        n, sign = stack.pop()
+        seen += 1
+        if seen > _MAX_TERMS:
+            return None
+        if n.op in (AluOp.Add, AluOp.Sub):
+            stack.append((n.src[1], sign if n.op == AluOp.Add else -sign))
+            stack.append((n.src[0], sign))
+            continue
+        if n.op == AluOp.Mul:  # -1 * x
+            a, b = n.src
+            if b.op == AluOp.Const and b.arg == minus_one:
+                stack.append((a, -sign))
+                continue
+            if a.op == AluOp.Const and a.arg == minus_one:
+                stack.append((b, -sign))
+                continue
+        side = plus if sign > 0 else minus
+        side[n] = side.get(n, 0) + 1
+    if not any(t in minus for t in plus):
+        return None
+    out: AluExp | None = None
+    for t in dict.fromkeys([*plus, *minus]):  # first appearance order
+        c = plus.get(t, 0) - minus.get(t, 0)
+        if c == 0:
+            continue
+        if out is None:
+            out = t if c == 1 else AluExp.mul(t, AluExp.const(dtype, c))
+        elif c == 1:
+            out = AluExp.add(out, t)
+        elif c == -1:
+            out = AluExp.sub(out, t)
+        else:
+            out = AluExp.add(out, AluExp.mul(t, AluExp.const(dtype, c)))
+    return AluExp.const(dtype, 0) if out is None else out
+
+
 # ---- the driver ------------------------------------------------------------------------------
 
 
@@ -350,7 +400,8 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
     if src and op not in AluGroup.Variable and all(s.op == AluOp.Const for s in src):
         return AluExp.const(dtype, AluExp(op, dtype, tuple(src), e.arg).evaluate({}))
     # R2: a single-valued range is a constant (not for floats: ranges do not exclude NaN, and
-    # Max(sin(x), 1) is NaN at x = inf)
+    # Max(sin(x), 1) is NaN at x = inf). This takes integer x - x to 0 too, which NVIDIA's GLSL
+    # compiler crashed on when left to it (docs/backend-reference.md §6).
     if op != AluOp.Const and not is_float(dtype):
         lo, hi = value_range(e)
         if lo == hi and math.isfinite(lo):
@@ -374,6 +425,12 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
                 return AluExp.const(dtype, 0)
             if op == AluOp.Idiv and i == 1 and v == 1 and not flt:
                 return other
+    # R3b: integer terms that cancel (x - x, x + (0 - x), -1 * x + x, (x + y) - x): Add and Sub
+    # wrap as a ring, so this is sound; NVIDIA's GLSL compiler crashed on such sums left to it
+    if op in (AluOp.Add, AluOp.Sub) and dtype in _BOUNDS:
+        cancelled = _cancel_terms(AluExp(op, dtype, tuple(src), e.arg))
+        if cancelled is not None:
+            return again(cancelled)
     # R4: x + (-1*y) -> x - y ; x - (-1*y) -> x + y
     if op in (AluOp.Add, AluOp.Sub) and src[1].op == AluOp.Mul and not flt:
         m = src[1]

@@ -70,12 +70,20 @@ SIMPLIFY_CASES = [
     (A.min(x, i32(20)), "Min(#x{10}, 20)"),
     (A.cast(DType.bool, x + i32(1)), "true"),
     (A.special(DType.int32, "g", 1), "0"),
+    (v - v, "0"),
+    ((v * i32(3)) - (v * i32(3)), "0"),
+    (v + (i32(0) - v), "0"),
+    ((v * i32(-1)) + v, "0"),
+    ((v + x) - (x + v), "0"),
+    ((v + x) - v, "#x{10}"),
+    ((v + x) + (v - x), "($v:int32 * 2)"),
     # Float rules that would change rounding, NaN or -0 are not applied.
     ((f + A.f32(1)) + A.f32(2), "(($f:float32 + 1) + 2)"),
     (f * A.f32(0), "($f:float32 * 0)"),
     (f + A.f32(0), "($f:float32 + 0)"),
     (f * A.f32(1), "$f:float32"),
     (f - A.f32(0), "$f:float32"),
+    (f - f, "($f:float32 - $f:float32)"),  # inf - inf is NaN
 ]
 
 
