@@ -1,7 +1,8 @@
-"""Quick numbers for the webgl device next to numpy, as a table: matmul float32 through the 4x4-block
-path (GFLOP/s, checked against numpy), `a*b+c` over float32 (GB/s, 16 bytes per element) and Sort
-of float32 (ms against numpy's). `--small` sizes it for llvmpipe; `--generic` also times matmul
-through the generic reduction kernel (JAXCORE_WEBGL_MATMUL=0 routes every matmul there).
+"""Quick numbers for the webgl device next to numpy, as a table: matmul float32 through the block
+path (GFLOP/s, checked against numpy; `--tiles 8x4,4x4` also times each block tile alone),
+`a*b+c` over float32 (GB/s, 16 bytes per element) and Sort of float32 (ms against numpy's).
+`--small` sizes it for llvmpipe; `--generic` also times matmul through the generic reduction
+kernel (JAXCORE_WEBGL_MATMUL=0 routes every matmul there).
 
 Timing: each figure is the best of a few repetitions of `reps` back-to-back dispatches followed by
 one read of a single word (which waits for them), so per-call readback does not dominate.
@@ -44,7 +45,9 @@ def matmul_kernel(m: int) -> Kernel:
     return Kernel(2, m * m, item, Reduction("float32", AluOp.Add, m))
 
 
-def bench_matmul(b, m: int, reps: int, rows: list[tuple[str, str, str]], generic: bool = False) -> None:
+def bench_matmul(
+    b, m: int, reps: int, rows: list[tuple[str, str, str]], generic: bool = False, label: str | None = None
+) -> None:
     from jaxcore_webgl import matmul
 
     rng = np.random.default_rng(0)
@@ -52,7 +55,10 @@ def bench_matmul(b, m: int, reps: int, rows: list[tuple[str, str, str]], generic
     b_ = rng.standard_normal((m, m), dtype=np.float32)
     ia, ib, oc = b.malloc(a_.nbytes, a_.tobytes()), b.malloc(b_.nbytes, b_.tobytes()), b.malloc(a_.nbytes)
     exe = b.prepare_kernel(matmul_kernel(m))
-    path = "4x4 block" if matmul.uses_blocks(exe) else "generic"
+    data = getattr(exe, "data", exe)
+    path = f"{data.tile.rows}x{data.tile.cols} tile" if matmul.uses_blocks(exe) else "generic"
+    if label is not None and path != label:
+        raise RuntimeError(f"asked for the {label}, planned the {path}")
 
     def go() -> None:
         for _ in range(reps):
@@ -90,11 +96,30 @@ def bench_matmul(b, m: int, reps: int, rows: list[tuple[str, str, str]], generic
         b.dec_ref(s)
 
 
+def bench_tile(spec: str, sizes: list[int], small: bool, rows: list[tuple[str, str, str]]) -> None:
+    """Matmul on a backend of its own whose block pass may use only the tile `spec` ("RxC")."""
+    from jaxcore_webgl import matmul
+    from jaxcore_webgl.backend import WebGLBackend
+
+    r, c = (int(x) for x in spec.split("x"))
+    saved, matmul.TILES = matmul.TILES, (matmul.Tile(r, c // 4),)
+    be = WebGLBackend()
+    try:
+        for m in sizes:
+            bench_matmul(be, m, 1 if small or m >= 4096 else 3, rows, label=f"{spec} tile")
+    finally:
+        be.close()
+        matmul.TILES = saved
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="sizes for llvmpipe (a CPU rasteriser)")
     ap.add_argument("--generic", action="store_true", help="also time matmul through the generic kernel")
     ap.add_argument("--sizes", type=str, default=None, help="matmul sizes, comma-separated")
+    ap.add_argument(
+        "--tiles", type=str, default=None, help="also time matmul with only these block tiles (e.g. 8x4,4x4)"
+    )
     args = ap.parse_args()
     small = args.small
     b = jaxcore.get_backend("webgl")
@@ -109,6 +134,8 @@ def main() -> None:
         bench_matmul(b, m, 1 if small or m >= 4096 else 3, rows)
     if args.generic:
         bench_matmul(b, sizes[0], 1, rows, generic=True)
+    for spec in args.tiles.split(",") if args.tiles else []:
+        bench_tile(spec, sizes, small, rows)
 
     n = 1 << (20 if small else 26)
     x = np.random.rand(n).astype(np.float32)

@@ -1,13 +1,16 @@
-"""Matmul-shaped kernels as a 4x4-block fragment shader with four render targets (gpu-probe.md §5).
+"""Matmul-shaped kernels as a block fragment shader with several render targets (gpu-probe.md §5).
 
-Two draws. The block pass covers a (ceil(N/4)) x (batch * ceil(M/4)) grid: the fragment at
-(jq, b * Mq + iq) computes C[b, 4iq..4iq+3, 4jq..4jq+3] as four vec4 accumulators and writes row r
-of its block to colour attachment r (four RGBA32UI textures holding float bits). The k loop walks
-four at a time, reading A and B as whole texels where the layout allows: A contiguous along k
-(row-major: one texel per block row) or along m (transposed: one texel per k), B contiguous along
-n (row-major: one texel per k) or along k (transposed: one texel per block column); any other
-layout reads words. Rows and columns past the edge of a partial block read the last valid ones
-(always in bounds) and are never stored. A k remainder (K % 4) runs as up to three word steps.
+Two draws. The block pass covers a (ceil(N/cols)) x (batch * ceil(M/rows)) grid: the fragment at
+(jq, b * Mq + iq) computes the `Tile` of C at rows rows*iq.., columns cols*jq.. as vec4
+accumulators and writes row r's vec v to colour attachment r * vecs + v (RGBA32UI textures holding
+float bits). The tile is the largest the context's draw buffers allow (8x4 into eight targets; 4x4
+into the four WebGL2 guarantees): texture fetches bound fragment shaders, and a taller tile reuses
+each fetched B texel for more rows. The k loop walks four at a time, reading A and B as whole texels
+where the layout allows: A contiguous along k (row-major: one texel per block row) or along m
+(transposed: one texel per four rows and k), B contiguous along n (row-major: one texel per four
+columns and k) or along k (transposed: one texel per block column); any other layout reads words.
+Rows and columns past the edge of a partial block read the last valid ones (always in bounds) and
+are never stored. A k remainder (K % 4) runs as up to three word steps.
 
 The gather pass is the plugin's ordinary fragment shader for the output buffer, with `acc` fetched
 from the block textures: it renders the epilogue (bias adds, casts, reads of other inputs) through
@@ -33,7 +36,36 @@ from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture
 F32 = DType.float32
 MIN_SIDE = 4  # thinner products (matrix-vector) waste most of each 4x4 block
 MIN_WORK = 1 << 12  # multiply-adds below which the generic reduction kernel is as good
-TARGETS = 4
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A fragment's block of C: `rows` x 4 * `vecs` outputs, row r's vec v in target r * vecs + v."""
+
+    rows: int
+    vecs: int
+
+    @property
+    def cols(self) -> int:
+        return 4 * self.vecs
+
+    @property
+    def targets(self) -> int:
+        return self.rows * self.vecs
+
+
+BASE_TILE = Tile(4, 1)  # what WebGL2 guarantees (four draw buffers)
+TILES = (Tile(8, 1), Tile(4, 2), BASE_TILE)  # preferred first; see choose_tile
+
+
+def choose_tile(m: int, n: int, max_targets: int) -> Tile:
+    """The largest tile the context's draw buffers allow that the product fills: a 4x4 block
+    fetches 8 texels per 64 multiply-adds, an 8x4 one 12 per 128 (fragment shaders on big GPUs
+    are bound by texture fetches, gpu-probe.md §5)."""
+    for t in TILES:
+        if t.targets <= max_targets and t.rows <= m and t.cols <= n:
+            return t
+    return BASE_TILE
 
 
 def _mode(op: Operand, outer: int, k: int) -> str:
@@ -47,10 +79,22 @@ def _mode(op: Operand, outer: int, k: int) -> str:
     return "s"
 
 
-def block_shader(kernel: Kernel, mm: MatmulShape) -> str:
-    """The block pass: four RGBA32UI targets, row r of each fragment's 4x4 block in target r."""
+def _texel(gid: int, word: str) -> str:
+    """The four floats of the texel holding word `word` (a multiple of 4) of input `gid`."""
+    return f"uintBitsToFloat(tx{gid}(({word}) >> 2))"
+
+
+def _edge(start: str, offset: int, size: int) -> str:
+    """The first of four rows (columns) `start + offset` read as one texel, clamped to the last
+    whole texel (`size` is a multiple of 4 in the texel modes): past the edge, never stored."""
+    return f"min({start} + {offset}, {size - 4})" if offset else start
+
+
+def block_shader(kernel: Kernel, mm: MatmulShape, tile: Tile = BASE_TILE) -> str:
+    """The block pass: `tile.targets` RGBA32UI targets, each a vec4 of one row of the block."""
     M, N, K = mm.m, mm.n, mm.k
-    mq = -(-M // 4)
+    R, V, C = tile.rows, tile.vecs, tile.cols
+    mq = -(-M // R)
     ma, mb = _mode(mm.a, M, K), _mode(mm.b, N, K)
     ga, gb = mm.a.gid, mm.b.gid
     L: list[str] = []
@@ -59,53 +103,65 @@ def block_shader(kernel: Kernel, mm: MatmulShape) -> str:
         w(f"uniform highp usampler2D in{g};\nuniform int sh{g};")
         w(f"uvec4 tx{g}(int t) {{ return texelFetch(in{g}, ivec2(t & ((1 << sh{g}) - 1), t >> sh{g}), 0); }}")
         w(f"float ld{g}(int w) {{ return uintBitsToFloat(tx{g}(w >> 2)[w & 3]); }}")
-    for r in range(TARGETS):
-        w(f"layout(location = {r}) out uvec4 o{r};")
+    for t in range(tile.targets):
+        w(f"layout(location = {t}) out uvec4 o{t};")
     w("void main() {")
-    w("  int j0 = int(gl_FragCoord.x) * 4; int y = int(gl_FragCoord.y);")
-    w(f"  int bb = y / {mq}; int i0 = (y - bb * {mq}) * 4;")
+    w(f"  int j0 = int(gl_FragCoord.x) * {C}; int y = int(gl_FragCoord.y);")
+    w(f"  int bb = y / {mq}; int i0 = (y - bb * {mq}) * {R};")
     w(f"  int ab = {mm.a.base} + bb * {mm.a.s_batch}; int bbase = {mm.b.base} + bb * {mm.b.s_batch};")
     # word offset of each block row of A / column of B at k = 0 (clamped to the last valid one)
-    for r in range(4):
+    for r in range(R):
         w(f"  int ar{r} = ab + min(i0 + {r}, {M - 1}) * {mm.a.s_outer};")
-        w(f"  int bc{r} = bbase + min(j0 + {r}, {N - 1}) * {mm.b.s_outer};")
-    for r in range(4):
-        w(f"  vec4 c{r} = vec4(0.0);")
+    for c in range(C):
+        w(f"  int bc{c} = bbase + min(j0 + {c}, {N - 1}) * {mm.b.s_outer};")
+    for r in range(R):
+        for v in range(V):
+            w(f"  vec4 c{r}_{v} = vec4(0.0);")
 
     def a_vals(kexp: str, mode: str) -> tuple[list[str], list[list[str]]]:
-        """(lines, A[r][kk] expressions) for the 4x4 slab of A at k = kexp."""
+        """(lines, A[r][kk] expressions) for the R x 4 slab of A at k = kexp."""
         sk = mm.a.s_k
         if mode == "k4":
-            lines = [f"    vec4 a{r} = uintBitsToFloat(tx{ga}((ar{r} + {kexp}) >> 2));" for r in range(4)]
-            return lines, [[f"a{r}[{kk}]" for kk in range(4)] for r in range(4)]
-        if mode == "o4":
+            lines = [f"    vec4 a{r} = {_texel(ga, f'ar{r} + {kexp}')};" for r in range(R)]
+            return lines, [[f"a{r}[{kk}]" for kk in range(4)] for r in range(R)]
+        if mode == "o4":  # texel q of column k + kk holds rows 4q..4q+3
+            rows = [_edge("i0", 4 * q, M) for q in range(R // 4)]
             lines = [
-                f"    vec4 a{kk} = uintBitsToFloat(tx{ga}((ab + i0 + ({kexp} + {kk}) * {sk}) >> 2));"
+                f"    vec4 a{q}_{kk} = {_texel(ga, f'ab + {rows[q]} + ({kexp} + {kk}) * {sk}')};"
+                for q in range(R // 4)
                 for kk in range(4)
             ]
-            return lines, [[f"a{kk}[{r}]" for kk in range(4)] for r in range(4)]
+            return lines, [[f"a{r // 4}_{kk}[{r % 4}]" for kk in range(4)] for r in range(R)]
         lines = [
             f"    float a{r}_{kk} = ld{ga}(ar{r} + ({kexp} + {kk}) * {sk});"
-            for r in range(4)
+            for r in range(R)
             for kk in range(4)
         ]
-        return lines, [[f"a{r}_{kk}" for kk in range(4)] for r in range(4)]
+        return lines, [[f"a{r}_{kk}" for kk in range(4)] for r in range(R)]
 
-    def b_rows(kexp: str, mode: str) -> tuple[list[str], list[str]]:
-        """(lines, B row kk as a vec4 over the block's 4 columns) at k = kexp."""
+    def b_rows(kexp: str, mode: str) -> tuple[list[str], list[list[str]]]:
+        """(lines, B[kk][v]: row kk of the 4 x C slab as vec4s) at k = kexp."""
         sk = mm.b.s_k
         if mode == "o4":
+            cols = [_edge("j0", 4 * v, N) for v in range(V)]
             lines = [
-                f"    vec4 b{kk} = uintBitsToFloat(tx{gb}((bbase + j0 + ({kexp} + {kk}) * {sk}) >> 2));"
+                f"    vec4 b{kk}_{v} = {_texel(gb, f'bbase + {cols[v]} + ({kexp} + {kk}) * {sk}')};"
                 for kk in range(4)
+                for v in range(V)
             ]
-            return lines, [f"b{kk}" for kk in range(4)]
+            return lines, [[f"b{kk}_{v}" for v in range(V)] for kk in range(4)]
         if mode == "k4":
-            lines = [f"    vec4 t{c} = uintBitsToFloat(tx{gb}((bc{c} + {kexp}) >> 2));" for c in range(4)]
-            return lines, [f"vec4(t0[{kk}], t1[{kk}], t2[{kk}], t3[{kk}])" for kk in range(4)]
-        words = [[f"ld{gb}(bc{c} + ({kexp} + {kk}) * {sk})" for c in range(4)] for kk in range(4)]
-        lines = [f"    vec4 b{kk} = vec4({', '.join(words[kk])});" for kk in range(4)]
-        return lines, [f"b{kk}" for kk in range(4)]
+            lines = [f"    vec4 t{c} = {_texel(gb, f'bc{c} + {kexp}')};" for c in range(C)]
+            parts = [
+                [", ".join(f"t{4 * v + c}[{kk}]" for c in range(4)) for v in range(V)] for kk in range(4)
+            ]
+            return lines, [[f"vec4({parts[kk][v]})" for v in range(V)] for kk in range(4)]
+        words = [
+            [", ".join(f"ld{gb}(bc{4 * v + c} + ({kexp} + {kk}) * {sk})" for c in range(4)) for v in range(V)]
+            for kk in range(4)
+        ]
+        lines = [f"    vec4 b{kk}_{v} = vec4({words[kk][v]});" for kk in range(4) for v in range(V)]
+        return lines, [[f"b{kk}_{v}" for v in range(V)] for kk in range(4)]
 
     k4 = K - K % 4
     if k4:
@@ -113,34 +169,41 @@ def block_shader(kernel: Kernel, mm: MatmulShape) -> str:
         la, av = a_vals("k", ma)
         lb, bv = b_rows("k", mb)
         L += la + lb
-        for r in range(4):
-            terms = " + ".join(f"{av[r][kk]} * {bv[kk]}" for kk in range(4))
-            w(f"    c{r} += {terms};")
+        for r in range(R):
+            for v in range(V):
+                terms = " + ".join(f"{av[r][kk]} * {bv[kk][v]}" for kk in range(4))
+                w(f"    c{r}_{v} += {terms};")
         w("  }")
     for k in range(k4, K):  # the remainder, on words
         w("  {")
-        for c in range(4):
+        for c in range(C):
             w(f"    float t{c} = ld{gb}(bc{c} + {k * mm.b.s_k});")
-        for r in range(4):
-            w(f"    c{r} += ld{ga}(ar{r} + {k * mm.a.s_k}) * vec4(t0, t1, t2, t3);")
+        for r in range(R):
+            w(f"    float a{r} = ld{ga}(ar{r} + {k * mm.a.s_k});")
+            for v in range(V):
+                cs = ", ".join(f"t{4 * v + c}" for c in range(4))
+                w(f"    c{r}_{v} += a{r} * vec4({cs});")
         w("  }")
-    for r in range(4):
-        w(f"  o{r} = floatBitsToUint(c{r});")
+    for r in range(R):
+        for v in range(V):
+            w(f"  o{r * V + v} = floatBitsToUint(c{r}_{v});")
     w("}")
     return glsl.HEADER + "\n".join(L) + "\n"
 
 
-def gather_shader(kernel: Kernel, mm: MatmulShape, out_shift: int) -> str:
+def gather_shader(kernel: Kernel, mm: MatmulShape, out_shift: int, tile: Tile = BASE_TILE) -> str:
     """The epilogue pass: the output buffer's own fragment shader, `acc` read from the blocks."""
     M, N = mm.m, mm.n
-    mq, n0 = -(-M // 4), kernel.nargs
-    fetch = " : ".join(f"r == {r} ? texelFetch(in{n0 + r}, p, 0)" for r in range(3))
+    R, V, C = tile.rows, tile.vecs, tile.cols
+    mq, n0, nt = -(-M // R), kernel.nargs, tile.targets
+    fetch = " : ".join(f"t == {t} ? texelFetch(in{n0 + t}, p, 0)" for t in range(nt - 1))
     acc_fn = (
         f"float jc_acc(int g) {{ int b = g / {M * N}; int q = g - b * {M * N}; int i = q / {N};"
-        f" int j = q - i * {N}; ivec2 p = ivec2(j >> 2, b * {mq} + (i >> 2)); int r = i & 3;"
-        f" uvec4 t = {fetch} : texelFetch(in{n0 + 3}, p, 0); return uintBitsToFloat(t[j & 3]); }}"
+        f" int j = q - i * {N}; ivec2 p = ivec2(j / {C}, b * {mq} + i / {R});"
+        f" int t = (i % {R}) * {V} + (j % {C}) / 4;"
+        f" uvec4 u = {fetch} : texelFetch(in{n0 + nt - 1}, p, 0); return uintBitsToFloat(u[j & 3]); }}"
     )
-    extra = tuple(f"uniform highp usampler2D in{n0 + r};" for r in range(TARGETS)) + (acc_fn,)
+    extra = tuple(f"uniform highp usampler2D in{n0 + t};" for t in range(nt)) + (acc_fn,)
     epi = legalize(mm.epilogue.rewrite_global_views(), glsl.GLSL_TRAITS)
     r = ExpRenderer(glsl.LANG)
     r.count(epi)
@@ -158,13 +221,14 @@ class MatmulExe:
     mm: MatmulShape
     block: Program
     gather: Program
-    grid: tuple[int, int]  # block pass viewport: (ceil(N/4), batch * ceil(M/4))
+    tile: Tile
+    grid: tuple[int, int]  # block pass viewport: (ceil(N / cols), batch * ceil(M / rows))
     texels: int  # output texels of the gather pass
     source: str
 
     def run(self, dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
         w, h = self.grid
-        blocks = [dev.alloc_grid(w, h) for _ in range(TARGETS)]
+        blocks = [dev.alloc_grid(w, h) for _ in range(self.tile.targets)]
         try:
             dev.draw_targets(self.block, inputs, blocks)
             out = outputs[0]
@@ -188,18 +252,22 @@ def plan(kernel: Kernel, dev: Device, max_units: int, out_shift: int) -> MatmulE
         return None
     if any(n.dtype == DType.float64 for n in mm.epilogue.nodes()):
         return None
-    grid = (-(-mm.n // 4), mm.batch * -(-mm.m // 4))
-    if max(grid) > dev.max_size or dev.max_draw_buffers < TARGETS or kernel.nargs + TARGETS > max_units:
+    if dev.max_draw_buffers < BASE_TILE.targets:
+        return None
+    tile = choose_tile(mm.m, mm.n, min(dev.max_draw_buffers, max_units - kernel.nargs))
+    grid = (-(-mm.n // tile.cols), mm.batch * -(-mm.m // tile.rows))
+    if max(grid) > dev.max_size or kernel.nargs + tile.targets > max_units:
         return None
     if (mm.k // 4) > glsl.LOOP_LIMIT:  # llvmpipe's loop budget per fragment
         return None
-    block = block_shader(kernel, mm)
-    gather = gather_shader(kernel, mm, out_shift)
+    block = block_shader(kernel, mm, tile)
+    gather = gather_shader(kernel, mm, out_shift, tile)
     texels = -(-kernel.bytes // TEXEL_BYTES)
     return MatmulExe(
         mm,
         dev.program(block, kernel.nargs),
-        dev.program(gather, kernel.nargs + TARGETS),
+        dev.program(gather, kernel.nargs + tile.targets),
+        tile,
         grid,
         texels,
         block + "\n" + gather,
@@ -210,4 +278,15 @@ def uses_blocks(exe: Any) -> bool:
     return isinstance(getattr(exe, "data", exe), MatmulExe)
 
 
-__all__ = ["MIN_SIDE", "MIN_WORK", "MatmulExe", "block_shader", "gather_shader", "plan", "uses_blocks"]
+__all__ = [
+    "MIN_SIDE",
+    "MIN_WORK",
+    "TILES",
+    "MatmulExe",
+    "Tile",
+    "block_shader",
+    "choose_tile",
+    "gather_shader",
+    "plan",
+    "uses_blocks",
+]

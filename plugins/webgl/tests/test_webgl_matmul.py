@@ -1,4 +1,4 @@
-"""The 4x4-block matmul path (four render targets): layouts, partial blocks, batches, epilogues vs numpy."""
+"""The block matmul path (several render targets): tiles, layouts, partial blocks, epilogues vs numpy."""
 
 from __future__ import annotations
 
@@ -51,6 +51,16 @@ def operands(m, n, kk, batch, ta, tb):
     return a, b, sa.ravel(), sb.ravel()
 
 
+@pytest.fixture(scope="module", params=matmul.TILES, ids=lambda t: f"{t.rows}x{t.cols}")
+def tiled(request):
+    """A backend of its own (its kernel cache) for the tile `request.param`."""
+    from jaxcore_webgl.backend import WebGLBackend
+
+    be = WebGLBackend(platform="egl")
+    yield be, request.param
+    be.close()
+
+
 @pytest.mark.parametrize(
     "m,n,kk,ta,tb,batch,swap,modes",
     [
@@ -60,15 +70,19 @@ def operands(m, n, kk, batch, ta, tb):
         (32, 44, 24, False, True, 2, False, ("k4", "k4")),  # transposed B, batch
         (33, 17, 9, True, True, 3, False, ("s", "s")),  # both transposed, odd everything
         (130, 129, 40, False, False, 1, False, ("k4", "s")),
+        (44, 36, 16, True, False, 1, False, ("o4", "o4")),  # texel rows past a partial 8-row block
+        (28, 44, 12, False, False, 2, False, ("k4", "o4")),  # texel columns past a partial 8-column one
     ],
 )
-def test_matmul_layouts(gl, m, n, kk, ta, tb, batch, swap, modes):
+def test_matmul_layouts(tiled, monkeypatch, m, n, kk, ta, tb, batch, swap, modes):
+    be, tile = tiled
+    monkeypatch.setattr(matmul, "TILES", (tile,))
     k = mm_kernel(m, n, kk, ta=ta, tb=tb, batch=batch, swap=swap)
     mm = detect(k)
     assert (matmul._mode(mm.a, m, kk), matmul._mode(mm.b, n, kk)) == modes
     a, b, sa, sb = operands(m, n, kk, batch, ta, tb)
-    exe, got = run(gl, k, [sa, sb])
-    assert matmul.uses_blocks(exe)
+    exe, got = run(be, k, [sa, sb])
+    assert matmul.uses_blocks(exe) and exe.data.tile == tile
     want = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(got.reshape(batch, m, n), want, rtol=1e-4, atol=1e-4 * np.sqrt(kk))
 
@@ -190,3 +204,18 @@ def test_block_shader_stays_within_webgl2():
     src = matmul.block_shader(mm_kernel(64, 64, 64), detect(mm_kernel(64, 64, 64)))
     assert src.startswith("#version 300 es\n")
     assert "layout(location = 3) out uvec4 o3;" in src and "texelFetch" in src
+
+
+@pytest.mark.parametrize(
+    "m,n,max_targets,want",
+    [(64, 64, 8, (8, 4)), (64, 64, 4, (4, 4)), (6, 64, 8, (4, 8)), (6, 6, 8, (4, 4)), (64, 64, 7, (4, 4))],
+)
+def test_choose_tile_fits_the_draw_buffers_and_the_product(m, n, max_targets, want):
+    tile = matmul.choose_tile(m, n, max_targets)
+    assert (tile.rows, tile.cols) == want and tile.targets <= max(max_targets, 4)
+
+
+def test_eight_row_tile_writes_eight_targets():
+    k = mm_kernel(64, 64, 64)
+    src = matmul.block_shader(k, detect(k), matmul.Tile(8, 1))
+    assert "layout(location = 7) out uvec4 o7;" in src and "location = 8" not in src
