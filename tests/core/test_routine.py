@@ -1065,3 +1065,13 @@ def test_strided_inputs_and_outputs() -> None:
     out = np.full((3, 4, 4), 7.0, np.float32).transpose(0, 2, 1)
     run_routine(Routine.build("Cholesky", [(3, 4, 4)], ["float32"]), [np.swapaxes(a, -1, -2)], [out])
     np.testing.assert_allclose(out, np.linalg.cholesky(a.astype(np.float64)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(2000,), (3, 301), (40, 9)])  # bisection for few rows, a mask for many
+def test_sort_orders_zero_signs_in_long_and_many_rows(shape: tuple[int, ...]) -> None:
+    pool = np.array([-0.0, 0.0, 1.0, -1.0, np.nan, 2.5, -np.inf], np.float32)
+    x = np.random.default_rng(3).choice(pool, shape)
+    (y,) = run(Routine.build("Sort", [shape], [DType.float32]), x)
+    rows = x.reshape(-1, shape[-1])
+    expected = np.array([sorted(row.tolist(), key=_order_key) for row in rows], dtype=x.dtype).reshape(shape)
+    assert_same_bits(y, expected)
