@@ -24,6 +24,7 @@ import math
 
 from jaxcore.alu import AluExp, AluOp
 from jaxcore.dtype import DType
+from jaxcore.pi_bits import two_over_pi_chunks
 
 F32, U32, I32 = DType.float32, DType.uint32, DType.int32
 
@@ -101,24 +102,7 @@ def _pow2i(k: AluExp) -> AluExp:
 # ---- sin / cos --------------------------------------------------------------------------------
 
 
-def _atan_inv(n: int, one: int) -> int:
-    total, term, k = 0, one // n, 1
-    while term:
-        total += term // k if k % 4 == 1 else -(term // k)
-        term //= n * n
-        k += 2
-    return total
-
-
-def _two_over_pi_words(count: int) -> list[int]:
-    bits, guard = 32 * count, 64
-    one = 1 << (bits + guard)
-    pi = 16 * _atan_inv(5, one) - 4 * _atan_inv(239, one)
-    frac = ((2 * one * one) // pi) >> guard
-    return [(frac >> (32 * (count - 1 - i))) & 0xFFFFFFFF for i in range(count)]
-
-
-_TT = [0, *_two_over_pi_words(8)]  # one zero word: windows start up to 11 bits before the point
+_TT = [0, *two_over_pi_chunks(8)]  # one zero word: windows start up to 11 bits before the point
 
 
 def _table(w: AluExp) -> AluExp:

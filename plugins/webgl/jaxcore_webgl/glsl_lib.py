@@ -16,8 +16,14 @@ from __future__ import annotations
 
 import re
 
+from jaxcore.pi_bits import two_over_pi_chunks
+
 LIB: dict[str, str] = {}
 DEPS: dict[str, tuple[str, ...]] = {}
+
+
+# two zero words in front: the window for a small exponent starts before the point
+_TWO_OVER_PI = ", ".join(f"0x{w:08x}u" for w in [0, 0, *two_over_pi_chunks(10)])
 
 
 def _def(name: str, src: str, deps: tuple[str, ...] = ()) -> None:
@@ -566,8 +572,7 @@ float jx_log(float x) {
 _def(
     "jx_trig",
     """
-const uint JX_TWO_OVER_PI[12] = uint[12](0u, 0u, 0xa2f9836eu, 0x4e441529u, 0xfc2757d1u, 0xf534ddc0u,
-  0xdb629599u, 0x3c439041u, 0xfe5163abu, 0xdebbc561u, 0xb7246e3au, 0x424dd2e0u);
+const uint JX_TWO_OVER_PI[12] = uint[12](@TWO_OVER_PI@);
 uint jx_tpw(int j, int sh) {  // 32 bits of 2/pi starting at bit j*32+sh of the padded table
   uint a = JX_TWO_OVER_PI[j];
   return sh == 0 ? a : ((a << uint(sh)) | (JX_TWO_OVER_PI[j + 1] >> uint(32 - sh)));
@@ -638,7 +643,7 @@ float jx_cos(float x) {
   float s = jx_sin_poly(r, z), c = jx_cos_poly(z);
   return q == 0 ? c : (q == 1 ? -s : (q == 2 ? -c : s));
 }
-""",
+""".replace("@TWO_OVER_PI@", _TWO_OVER_PI),
     ("jx_umul64",),
 )
 _def(

@@ -26,28 +26,10 @@ from __future__ import annotations
 import math
 
 from jaxcore.dtype import _THREEFRY_ROT
-
-
-def _atan_inv(n: int, one: int) -> int:
-    total, term, k = 0, one // n, 1
-    while term:
-        total += term // k if k % 4 == 1 else -(term // k)
-        term //= n * n
-        k += 2
-    return total
-
-
-def _two_over_pi_words(count: int) -> list[int]:
-    """The first `count` 32-bit words of 2/pi's fraction (pi by Machin's formula)."""
-    bits, guard = 32 * count, 64
-    one = 1 << (bits + guard)
-    pi = 16 * _atan_inv(5, one) - 4 * _atan_inv(239, one)
-    frac = ((2 * one * one) // pi) >> guard
-    return [(frac >> (32 * (count - 1 - i))) & 0xFFFFFFFF for i in range(count)]
-
+from jaxcore.pi_bits import two_over_pi_chunks
 
 # One zero word in front: the window for |x| >= 8192 starts at most 11 bits before the point.
-_TT = [0, *_two_over_pi_words(8)]
+_TT = [0, *two_over_pi_chunks(8)]
 _TT_SRC = ", ".join(f"0x{w:08x}u" for w in _TT)
 
 H: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -686,7 +668,6 @@ _EXP64 = [1.0 / _F[k] for k in range(17)]
 _LOG64 = [1.0 / (2 * k + 1) for k in range(12)]  # atanh series in z = s^2
 _ATAN64 = [(-1) ** k / (2 * k + 1) for k in range(17)]
 
-_PI_FIX = 16 * _atan_inv(5, 1 << 200) - 4 * _atan_inv(239, 1 << 200)
 PIO2_1 = float.fromhex("0x1.921fb54400000p+0")  # 33 bits each: k*PIO2_n exact for |k| < 2^20
 PIO2_2 = float.fromhex("0x1.0b4611a600000p-34")
 PIO2_3 = float.fromhex("0x1.3198a2e037073p-69")
@@ -694,7 +675,7 @@ LN2_HI = float.fromhex("0x1.62e42fefa3800p-1")
 LN2_LO = float.fromhex("0x1.ef35793c76730p-45")
 
 # Two zero words in front: the window for |x| >= 2^20 starts up to 33 bits before the point.
-_TT64 = [0, 0, *_two_over_pi_words(36)]
+_TT64 = [0, 0, *two_over_pi_chunks(36)]
 _TT64_SRC = ", ".join(f"0x{w:08x}u" for w in _TT64)
 
 H["jc_frexp_f64"] = (
