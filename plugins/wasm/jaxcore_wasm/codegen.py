@@ -29,6 +29,7 @@ SPLIT_MIN_REDUCE = 1 << 15
 MATMUL_MIN_WORK = 1 << 15
 REDUCE_INTERLEAVE = 4  # vector accumulators per reduction loop (hides the add latency)
 TILE = 4096  # outputs per tile of a column reduction (16-32 KiB of accumulators in scratch)
+ROW_GROUP = 8  # rows a column reduction adds per pass over its accumulators
 SCRATCH_BYTES = TILE * 8  # outputs x reduction items below which the generic loop is cheaper
 # Big kernels compile differently, because LLVM's wasm backend is superlinear in a function's size
 # and in its dependence chains (WebAssembly Register Stackify, machine sinking): past INLINE_BUDGET
@@ -277,19 +278,30 @@ class _KernelWriter:
 
             loop(fn, c0, c1, "1", init, name="ti")
 
-            def row(r: str, _: list[str]) -> list[str]:
-                def col(g: str, _: list[str]) -> list[str]:
-                    em = self._emitter(fn, {"gidx": g, "ridx": r}, self.rranges)
-                    p = acc_ptr(g, c0)
-                    old = fn.emit(f"load {ty}, ptr {p}")
-                    new = accumulate(em, red.op, red.dtype, old, em.value(self.tuned.exp))
-                    fn.raw(f"store {ty} {new}, ptr {p}")
+            def rows(count: int) -> Callable[[str, list[str]], list[str]]:
+                """`count` rows r.. at a time: one load and store of each accumulator per group."""
+
+                def row(r: str, _: list[str]) -> list[str]:
+                    def col(g: str, _: list[str]) -> list[str]:
+                        p = acc_ptr(g, c0)
+                        acc = fn.emit(f"load {ty}, ptr {p}")
+                        for i in range(count):  # in row order: the same sums as one row at a time
+                            ri = fn.bin("add", I32, r, str(i), "nuw nsw") if i else r
+                            em = self._emitter(fn, {"gidx": g, "ridx": ri}, self.rranges)
+                            acc = accumulate(em, red.op, red.dtype, acc, em.value(self.tuned.exp))
+                        fn.raw(f"store {ty} {acc}, ptr {p}")
+                        return []
+
+                    loop(fn, c0, c1, "1", col, name="tc")
                     return []
 
-                loop(fn, c0, c1, "1", col, name="tc")
-                return []
+                return row
 
-            loop(fn, "0", str(red.size), "1", row, name="tr")
+            grouped = red.size - red.size % ROW_GROUP
+            if grouped:
+                loop(fn, "0", str(grouped), str(ROW_GROUP), rows(ROW_GROUP), name="tr")
+            if grouped < red.size:
+                loop(fn, str(grouped), str(red.size), "1", rows(1), name="tq")
 
             def fin(g: str, _: list[str]) -> list[str]:
                 acc = fn.emit(f"load {ty}, ptr {acc_ptr(g, c0)}")
