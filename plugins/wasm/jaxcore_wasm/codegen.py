@@ -58,6 +58,12 @@ class KernelPlan:
     matmul: MatmulPlan | None = None  # run as SGEMM (+ an `epilogue` map unless direct)
 
 
+def _key(fn: Fn, bits: str) -> str:
+    """The order key of float32 `bits` (an i32 value): `b ^ ((b >> 31) & 0x7fffffff)`; the same
+    map turns a key back into bits."""
+    return fn.bin("xor", I32, bits, fn.bin("and", I32, fn.bin("ashr", I32, bits, "31"), "2147483647"))
+
+
 def _order_key(bits: int) -> int:
     """The signed order key of float32 `bits` (the same map turns a key back into bits)."""
     b = bits - (1 << 32) if bits >= 1 << 31 else bits
@@ -162,9 +168,7 @@ class _KernelWriter:
         nslot = len(fn.lines) - 1
         em = self._emitter(fn, {"gidx": gidx, "ridx": ridx}, self.rranges)
         x = em.value(exp)
-        bits = fn.cast("bitcast", F32, x, I32)
-        key = fn.bin("xor", I32, bits, fn.bin("and", I32, fn.bin("ashr", I32, bits, "31"), "2147483647"))
-        new = fn.call(I32, smm, [(I32, acc), (I32, key)])
+        new = fn.call(I32, smm, [(I32, acc), (I32, _key(fn, fn.cast("bitcast", F32, x, I32)))])
         isnan = fn.cast("zext", "i1", fn.fcmp("uno", F32, x, x), I32)
         new_nan = fn.bin("or", I32, nan, isnan)
         fn.lines[slot] = fn.lines[slot].replace(tok, new)
@@ -176,8 +180,7 @@ class _KernelWriter:
         md = self.mod.loop_md(interleave=REDUCE_INTERLEAVE) if red.size >= 64 else ""
         fn.raw(f"br i1 {cond}, label %{head}, label %{exit_}" + (f", !llvm.loop {md}" if md else ""))
         fn.start(exit_)
-        back = fn.bin("xor", I32, new, fn.bin("and", I32, fn.bin("ashr", I32, new, "31"), "2147483647"))
-        val = fn.cast("bitcast", I32, back, F32)
+        val = fn.cast("bitcast", I32, _key(fn, new), F32)
         # an empty range [rstart, rstop) never enters the loop body's result: the caller guards it
         return fn.select(fn.icmp("ne", I32, new_nan, "0"), F32, "0x7FF8000000000000", val)
 
@@ -260,10 +263,29 @@ class _KernelWriter:
         ty = reg_type(red.dtype)
         ident = Emitter.const(red.dtype, red.identity)
 
+        def combine(em: Emitter, acc: str, x: str) -> str:
+            return accumulate(em, red.op, red.dtype, acc, x)
+
+        flags = red.dtype == DType.float32 and red.op in (AluOp.Min, AluOp.Max)
+        if flags:
+            # wasm's f32x4.max/min (NaN-propagating, -0 < +0) cost Cranelift ~8 x86 instructions a
+            # vector. `acc < x ? x : acc` becomes f32x4.relaxed_max (one maxps): what it does with
+            # a NaN does not matter, since an OR of `x != x` in a flag beside each accumulator
+            # makes the result NaN, and ReduceMax leaves the zero sign open
+            lt_first = red.op == AluOp.Max
+
+            def combine(em: Emitter, acc: str, x: str) -> str:
+                a, b = (acc, x) if lt_first else (x, acc)
+                return fn.select(fn.fcmp("olt", F32, a, b), F32, x, acc)
+
         def acc_ptr(g: str, c0: str) -> str:
             return fn.emit(
                 f"getelementptr inbounds {ty}, ptr %scratch, i32 {fn.bin('sub', I32, g, c0, 'nsw')}"
             )
+
+        def flag_ptr(g: str, c0: str) -> str:  # i32 flags after the TILE float32 accumulators
+            i = fn.bin("add", I32, fn.bin("sub", I32, g, c0, "nsw"), str(TILE), "nsw")
+            return fn.emit(f"getelementptr inbounds i32, ptr %scratch, i32 {i}")
 
         def tile(c0: str, _: list[str]) -> list[str]:
             c1 = fn.call(
@@ -274,6 +296,8 @@ class _KernelWriter:
 
             def init(g: str, _: list[str]) -> list[str]:
                 fn.raw(f"store {ty} {ident}, ptr {acc_ptr(g, c0)}")
+                if flags:
+                    fn.raw(f"store i32 0, ptr {flag_ptr(g, c0)}")
                 return []
 
             loop(fn, c0, c1, "1", init, name="ti")
@@ -285,11 +309,18 @@ class _KernelWriter:
                     def col(g: str, _: list[str]) -> list[str]:
                         p = acc_ptr(g, c0)
                         acc = fn.emit(f"load {ty}, ptr {p}")
+                        nan = fn.emit(f"load i32, ptr {flag_ptr(g, c0)}") if flags else ""
                         for i in range(count):  # in row order: the same sums as one row at a time
                             ri = fn.bin("add", I32, r, str(i), "nuw nsw") if i else r
                             em = self._emitter(fn, {"gidx": g, "ridx": ri}, self.rranges)
-                            acc = accumulate(em, red.op, red.dtype, acc, em.value(self.tuned.exp))
+                            x = em.value(self.tuned.exp)
+                            acc = combine(em, acc, x)
+                            if flags:
+                                isnan = fn.cast("sext", "i1", fn.fcmp("uno", F32, x, x), I32)
+                                nan = fn.bin("or", I32, nan, isnan)
                         fn.raw(f"store {ty} {acc}, ptr {p}")
+                        if flags:
+                            fn.raw(f"store i32 {nan}, ptr {flag_ptr(g, c0)}")
                         return []
 
                     loop(fn, c0, c1, "1", col, name="tc")
@@ -305,6 +336,9 @@ class _KernelWriter:
 
             def fin(g: str, _: list[str]) -> list[str]:
                 acc = fn.emit(f"load {ty}, ptr {acc_ptr(g, c0)}")
+                if flags:
+                    nan = fn.icmp("ne", I32, fn.emit(f"load i32, ptr {flag_ptr(g, c0)}"), "0")
+                    acc = fn.select(nan, F32, "0x7FF8000000000000", acc)
                 em = self._emitter(fn, {"gidx": g, "acc": acc}, self.granges)
                 assert self.tuned.epilogue is not None  # a reduction's
                 em.store("%out", g, k.dtype, em.value(self.tuned.epilogue))

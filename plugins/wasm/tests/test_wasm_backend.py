@@ -161,14 +161,16 @@ def test_column_reductions(wasm_backend, rows: int, cols: int) -> None:
     mean16 = AluExp.cast(DType.float16, AluVar.acc(F32) * (1.0 / rows))
     k_sum = Kernel(1, cols, read, Reduction(F32, AluOp.Add, rows, mean16))
     k_max = Kernel(1, cols, read * 2.0, Reduction(F32, AluOp.Max, rows))
+    k_min = Kernel(1, cols, read - 1.0, Reduction(F32, AluOp.Min, rows))
     k_int = Kernel(1, cols, AluExp.cast(DType.int32, read), Reduction(DType.int32, AluOp.Mul, rows))
-    for k in (k_sum, k_max, k_int):
+    for k in (k_sum, k_max, k_min, k_int):
         assert wasm_backend.prepare_kernel(k).data.plan.matmul is None
     got = run(wasm_backend, k_sum, [x.ravel()], np.float16)
     np.testing.assert_array_equal(
         got, (x.astype(np.float64).sum(0) / rows).astype(np.float32).astype(np.float16)
     )
     np.testing.assert_array_equal(run(wasm_backend, k_max, [x.ravel()]), (x * 2).max(0))
+    np.testing.assert_array_equal(run(wasm_backend, k_min, [x.ravel()]), (x - 1).min(0))
     x[rows - 1, cols // 2] = 3.0  # a NaN's cast to int32 is 0, which would zero the product
     want = np.prod(x.astype(np.int64), axis=0).astype(np.int64) % 2**32
     got = run(wasm_backend, k_int, [x.ravel()], np.int32).astype(np.int64) % 2**32
