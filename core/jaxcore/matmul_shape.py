@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jaxcore.alu import AluExp, AluOp
+from jaxcore.alu import AluExp, AluOp, AluVar
 from jaxcore.dtype import DType, is_float
 from jaxcore.kernel import Kernel
 from jaxcore.tuner import tune_nullopt
@@ -143,6 +143,45 @@ def detect(kernel: Kernel) -> MatmulShape | None:
                 size // mn, mn // n, n, kk, a, b, product, red.dtype, tuned.epilogue, kernel.dtype
             )
     return None
+
+
+def matmul_kernel(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    batch: int = 1,
+    swap: bool = False,
+    epilogue: AluExp | None = None,
+    dtype: DType = DType.float32,
+    nargs: int = 2,
+    cast_to: DType | None = None,
+    acc: DType | None = None,
+) -> Kernel:
+    """out[b, i, j] = epilogue(sum_k A[b, i, k] * B[b, k, j]) as a frontend writes it: the kernel
+    `detect` recognises, for tests and benchmarks of a device's matmul path.
+
+    A is input 0 and B input 1, both `dtype`; `transpose_a` / `transpose_b` store them as
+    [b, k, i] / [b, j, k]; `swap` multiplies B * A; `cast_to` widens both reads before the
+    product; `acc` is the sum's dtype (default: the product's); `nargs` leaves room for inputs the
+    epilogue reads.
+    """
+    from jaxcore.kernel import Reduction
+
+    g, r = AluVar.gidx, AluVar.ridx
+    ib = AluExp.idiv(g, AluExp.i32(m * n))
+    i = AluExp.mod(AluExp.idiv(g, AluExp.i32(n)), AluExp.i32(m))
+    j = AluExp.mod(g, AluExp.i32(n))
+    a_idx = ib * AluExp.i32(m * k) + (r * AluExp.i32(m) + i if transpose_a else i * AluExp.i32(k) + r)
+    b_idx = ib * AluExp.i32(k * n) + (j * AluExp.i32(k) + r if transpose_b else r * AluExp.i32(n) + j)
+    x = AluExp.global_index(dtype, 0, batch * m * k, a_idx)
+    y = AluExp.global_index(dtype, 1, batch * k * n, b_idx)
+    if cast_to is not None:
+        x, y = AluExp.cast(cast_to, x), AluExp.cast(cast_to, y)
+    item = y * x if swap else x * y
+    return Kernel(nargs, batch * m * n, item, Reduction(acc or item.dtype, AluOp.Add, k, epilogue))
 
 
 def _try(x: AluExp, y: AluExp, nb: int, m: int, n: int, kk: int) -> tuple[Operand, Operand] | None:

@@ -15,6 +15,7 @@ from jaxcore.conformance import oracle
 from jaxcore.conformance.harness import assert_close, run_kernel, skip_if_undeclared
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel, Reduction
+from jaxcore.matmul_shape import matmul_kernel as layout_matmul
 from jaxcore.shape import ShapeTracker
 
 DTYPES = [str(d) for d in DType]
@@ -204,6 +205,51 @@ def test_matmul_1x784x10_is_exact(backend: Backend) -> None:
     b = np.ones((784, 10), np.float32)
     got = run_kernel(backend, matmul_kernel(1, 10, 784), [a.ravel(), b.ravel()])
     assert_close(got, np.full(10, 306936, np.float32), "ReduceAdd", "float32", backend)
+
+
+def _stored(x: np.ndarray, transposed: bool) -> np.ndarray:
+    """A [batch, rows, cols] operand as its buffer holds it (the last two axes swapped if transposed)."""
+    return np.ascontiguousarray(np.swapaxes(x, 1, 2) if transposed else x).ravel()
+
+
+@pytest.mark.parametrize(
+    "m,n,k,ta,tb,batch,swap",
+    [
+        (37, 53, 30, False, False, 1, False),  # partial tiles in m and n, a k remainder
+        (40, 36, 20, True, False, 1, True),  # A stored [k, m], B * A
+        (32, 44, 24, False, True, 2, False),  # B stored [n, k], a batch
+        (33, 17, 9, True, True, 3, False),  # both transposed, odd everything
+        (8, 300, 130, False, False, 1, False),  # short and wide
+    ],
+    ids=["plain", "At", "Bt-batch", "AtBt-batch", "wide"],
+)
+def test_matmul_layouts(
+    backend: Backend, m: int, n: int, k: int, ta: bool, tb: bool, batch: int, swap: bool
+) -> None:
+    """Transposed and batched operands as matmul paths see them (jaxcore.matmul_shape); integer
+    data keeps every summation order exact."""
+    rng = np.random.default_rng(m * n + k)
+    a = rng.integers(-3, 4, size=(batch, m, k)).astype(np.float32)
+    b = rng.integers(-3, 4, size=(batch, k, n)).astype(np.float32)
+    kernel = layout_matmul(m, n, k, transpose_a=ta, transpose_b=tb, batch=batch, swap=swap)
+    got = run_kernel(backend, kernel, [_stored(a, ta), _stored(b, tb)])
+    want = (a.astype(np.float64) @ b).astype(np.float32).ravel()
+    assert_close(got, want, "ReduceAdd", "float32", backend)
+
+
+def test_matmul_epilogue_and_nan(backend: Backend) -> None:
+    """relu(A @ B + bias[j]) with the bias a third input, and a NaN in A that only its row sees."""
+    m = n = k = 48
+    rng = np.random.default_rng(48)
+    a = rng.integers(-3, 4, size=(1, m, k)).astype(np.float32)
+    b = rng.integers(-3, 4, size=(1, k, n)).astype(np.float32)
+    bias = rng.integers(-20, 21, size=n).astype(np.float32)
+    a[0, 5, 7] = np.nan
+    j = AluExp.mod(AluVar.gidx, AluExp.i32(n))
+    epi = AluExp.max(AluVar.acc(DType.float32) + AluExp.global_index(DType.float32, 2, n, j), AluExp.f32(0.0))
+    got = run_kernel(backend, layout_matmul(m, n, k, epilogue=epi, nargs=3), [a.ravel(), b.ravel(), bias])
+    want = np.maximum((a[0].astype(np.float64) @ b[0]) + bias, 0).astype(np.float32)  # NaN stays NaN
+    assert_close(got, want.ravel(), "ReduceAdd", "float32", backend)
 
 
 def test_row_dependent_reduction_loads(backend: Backend) -> None:

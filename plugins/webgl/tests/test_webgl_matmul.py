@@ -8,7 +8,7 @@ from jaxcore_webgl import matmul
 
 from jaxcore import AluExp, AluOp, AluVar, DType, Kernel
 from jaxcore.kernel import Reduction
-from jaxcore.matmul_shape import detect
+from jaxcore.matmul_shape import detect, matmul_kernel
 from jaxcore.shape import ShapeTracker
 
 F32 = DType.float32
@@ -18,18 +18,6 @@ g, r = AluVar.gidx, AluVar.ridx
 
 def gi(gid: int, n: int, idx: AluExp, dtype: DType = F32) -> AluExp:
     return AluExp.global_index(dtype, gid, n, idx)
-
-
-def mm_kernel(m, n, kk, *, ta=False, tb=False, batch=1, swap=False, epilogue=None, nargs=2):  # fmt: skip
-    """out[b,i,j] = sum_k A[b,i,k] B[b,k,j]; ta/tb store A as [b,k,i] / B as [b,j,k]."""
-    ib = AluExp.idiv(g, m * n)
-    i = AluExp.mod(AluExp.idiv(g, n), m)
-    j = AluExp.mod(g, n)
-    a_idx = ib * (m * kk) + (r * m + i if ta else i * kk + r)
-    b_idx = ib * (kk * n) + (j * kk + r if tb else r * n + j)
-    x, y = gi(0, batch * m * kk, a_idx), gi(1, batch * kk * n, b_idx)
-    exp = y * x if swap else x * y
-    return Kernel(nargs, batch * m * n, exp, Reduction(F32, AluOp.Add, kk, epilogue))
 
 
 def run(be, kernel, inputs, out_dtype=np.float32):
@@ -77,7 +65,7 @@ def tiled(request):
 def test_matmul_layouts(tiled, monkeypatch, m, n, kk, ta, tb, batch, swap, modes):
     be, tile = tiled
     monkeypatch.setattr(matmul, "TILES", (tile,))
-    k = mm_kernel(m, n, kk, ta=ta, tb=tb, batch=batch, swap=swap)
+    k = matmul_kernel(m, n, kk, transpose_a=ta, transpose_b=tb, batch=batch, swap=swap)
     mm = detect(k)
     assert (matmul._mode(mm.a, m, kk), matmul._mode(mm.b, n, kk)) == modes
     a, b, sa, sb = operands(m, n, kk, batch, ta, tb)
@@ -90,7 +78,7 @@ def test_matmul_layouts(tiled, monkeypatch, m, n, kk, ta, tb, batch, swap, modes
 def test_epilogue_relu_to_float16(gl):
     m = n = kk = 48
     epi = AluExp.cast(DType.float16, AluExp.max(AluVar.acc(F32), AluExp.f32(0.0)))
-    k = mm_kernel(m, n, kk, epilogue=epi)
+    k = matmul_kernel(m, n, kk, epilogue=epi)
     a, b, sa, sb = operands(m, n, kk, 1, False, False)
     exe, got = run(gl, k, [sa, sb], np.float16)
     assert matmul.uses_blocks(exe)
@@ -104,7 +92,7 @@ def test_epilogue_reads_a_bias_and_gidx(gl):
     """acc + bias[j] + gidx: the epilogue reads a third input and the output index."""
     m, n, kk = 20, 28, 32
     epi = AluVar.acc(F32) + gi(2, n, AluExp.mod(g, n)) + AluExp.cast(F32, g)
-    k = mm_kernel(m, n, kk, epilogue=epi, nargs=3)
+    k = matmul_kernel(m, n, kk, epilogue=epi, nargs=3)
     a, b, sa, sb = operands(m, n, kk, 1, False, False)
     bias = RNG.normal(0, 1, n).astype(np.float32)
     exe, got = run(gl, k, [sa, sb, bias])
@@ -119,7 +107,7 @@ def test_nan_and_inf_propagate(gl):
     sa = sa.copy()
     sa[5 * kk + 3] = np.nan
     sa[7 * kk + 1] = np.inf
-    exe, got = run(gl, mm_kernel(m, n, kk), [sa, sb])
+    exe, got = run(gl, matmul_kernel(m, n, kk), [sa, sb])
     assert matmul.uses_blocks(exe)
     got = got.reshape(m, n)
     want = sa.reshape(m, kk).astype(np.float64) @ b[0]
@@ -188,7 +176,7 @@ def test_flipped_and_batch_broadcast_operands(gl):
 def test_output_aliasing_an_input(gl):
     """C = A @ B written over A: every input is read before the output is written."""
     n = 32
-    k = mm_kernel(n, n, n)
+    k = matmul_kernel(n, n, n)
     a, b, sa, sb = operands(n, n, n, 1, False, False)
     ia, ib = gl.malloc(sa.nbytes, sa.tobytes()), gl.malloc(sb.nbytes, sb.tobytes())
     exe = gl.prepare_kernel(k)
@@ -201,7 +189,7 @@ def test_output_aliasing_an_input(gl):
 
 
 def test_block_shader_stays_within_webgl2():
-    src = matmul.block_shader(mm_kernel(64, 64, 64), detect(mm_kernel(64, 64, 64)))
+    src = matmul.block_shader(matmul_kernel(64, 64, 64), detect(matmul_kernel(64, 64, 64)))
     assert src.startswith("#version 300 es\n")
     assert "layout(location = 3) out uvec4 o3;" in src and "texelFetch" in src
 
@@ -216,6 +204,6 @@ def test_choose_tile_fits_the_draw_buffers_and_the_product(m, n, max_targets, wa
 
 
 def test_eight_row_tile_writes_eight_targets():
-    k = mm_kernel(64, 64, 64)
+    k = matmul_kernel(64, 64, 64)
     src = matmul.block_shader(k, detect(k), matmul.Tile(8, 1))
     assert "layout(location = 7) out uvec4 o7;" in src and "location = 8" not in src

@@ -8,7 +8,7 @@ from jaxcore_webgpu import matmul
 
 from jaxcore import AluExp, AluOp, AluVar, DType, Kernel
 from jaxcore.kernel import Reduction
-from jaxcore.matmul_shape import detect
+from jaxcore.matmul_shape import detect, matmul_kernel
 
 F32 = DType.float32
 RNG = np.random.default_rng(0)
@@ -17,21 +17,6 @@ g, r = AluVar.gidx, AluVar.ridx
 
 def gi(gid: int, n: int, idx: AluExp, dtype: DType = F32) -> AluExp:
     return AluExp.global_index(dtype, gid, n, idx)
-
-
-def mm_kernel(m, n, kk, *, ta=False, tb=False, batch=1, swap=False, epilogue=None, dtype=F32, nargs=2,
-              cast_to=None, acc=None):  # fmt: skip
-    """out[b,i,j] = sum_k A[b,i,k] B[b,k,j]; ta/tb store A as [b,k,i] / B as [b,j,k]."""
-    ib = AluExp.idiv(g, m * n)
-    i = AluExp.mod(AluExp.idiv(g, n), m)
-    j = AluExp.mod(g, n)
-    a_idx = ib * (m * kk) + (r * m + i if ta else i * kk + r)
-    b_idx = ib * (kk * n) + (j * kk + r if tb else r * n + j)
-    x, y = gi(0, batch * m * kk, a_idx, dtype), gi(1, batch * kk * n, b_idx, dtype)
-    if cast_to is not None:
-        x, y = AluExp.cast(cast_to, x), AluExp.cast(cast_to, y)
-    exp = y * x if swap else x * y
-    return Kernel(nargs, batch * m * n, exp, Reduction(acc or exp.dtype, AluOp.Add, kk, epilogue))
 
 
 def run(be, kernel, inputs, out_dtype=np.float32):
@@ -58,7 +43,7 @@ def operands(m, n, kk, batch, ta, tb, dtype=np.float32):
 
 
 def test_detect_shapes():
-    mm = detect(mm_kernel(24, 40, 16, batch=3, tb=True, swap=True))
+    mm = detect(matmul_kernel(24, 40, 16, batch=3, transpose_b=True, swap=True))
     assert (mm.batch, mm.m, mm.n, mm.k) == (3, 24, 40, 16)
     assert mm.a.gid == 0 and mm.b.gid == 1 and mm.b.s_k == 1 and mm.b.s_outer == 16
     assert mm.identity
@@ -79,7 +64,7 @@ def test_detect_shapes():
     ],
 )
 def test_matmul_layouts(gpu, m, n, kk, ta, tb, batch, swap):
-    k = mm_kernel(m, n, kk, ta=ta, tb=tb, batch=batch, swap=swap)
+    k = matmul_kernel(m, n, kk, transpose_a=ta, transpose_b=tb, batch=batch, swap=swap)
     a, b, sa, sb = operands(m, n, kk, batch, ta, tb)
     exe, got = run(gpu, k, [sa, sb])
     assert tiled(exe)
@@ -90,7 +75,7 @@ def test_matmul_layouts(gpu, m, n, kk, ta, tb, batch, swap):
 @pytest.mark.parametrize("tile", sorted(matmul.TILES))
 def test_every_tile_shape(gpu, tile):
     m, n, kk = 70, 140, 36
-    k = mm_kernel(m, n, kk)
+    k = matmul_kernel(m, n, kk)
     plan = matmul.plan_matmul(k, gpu.target, tile=tile)
     if plan is None:
         pytest.skip(f"tile {tile} does not fit this adapter")
@@ -110,7 +95,7 @@ def test_every_tile_shape(gpu, tile):
 def test_epilogue_relu_to_float16(gpu):
     m = n = kk = 48
     epi = AluExp.cast(DType.float16, AluExp.max(AluVar.acc(F32), AluExp.f32(0.0)))
-    k = mm_kernel(m, n, kk, epilogue=epi)
+    k = matmul_kernel(m, n, kk, epilogue=epi)
     a, b, sa, sb = operands(m, n, kk, 1, False, False)
     exe, got = run(gpu, k, [sa, sb], np.float16)
     assert tiled(exe)
@@ -125,7 +110,7 @@ def test_epilogue_reads_a_bias_and_gidx(gpu):
     m, n, kk = 20, 28, 32
     j = AluExp.mod(g, n)
     epi = AluVar.acc(F32) + gi(2, n, j) + AluExp.cast(F32, g)
-    k = mm_kernel(m, n, kk, epilogue=epi, nargs=3)
+    k = matmul_kernel(m, n, kk, epilogue=epi, nargs=3)
     a, b, sa, sb = operands(m, n, kk, 1, False, False)
     bias = RNG.normal(0, 1, n).astype(np.float32)
     exe, got = run(gpu, k, [sa, sb, bias])
@@ -140,7 +125,7 @@ def test_nan_and_inf_propagate(gpu):
     sa = sa.copy()
     sa[5 * kk + 3] = np.nan
     sa[7 * kk + 1] = np.inf
-    exe, got = run(gpu, mm_kernel(m, n, kk), [sa, sb])
+    exe, got = run(gpu, matmul_kernel(m, n, kk), [sa, sb])
     got = got.reshape(m, n)
     assert np.isnan(got[5]).all()
     want = sa.reshape(m, kk).astype(np.float64) @ b[0]
@@ -153,7 +138,7 @@ def test_float16_operands(gpu):
     if DType.float16 not in gpu.capabilities.dtypes:
         pytest.skip("no shader-f16")
     m, n, kk = 36, 40, 48
-    k = mm_kernel(m, n, kk, dtype=DType.float16)
+    k = matmul_kernel(m, n, kk, dtype=DType.float16)
     a, b, sa, sb = operands(m, n, kk, 1, False, False, np.float16)
     exe, got = run(gpu, k, [sa, sb], np.float16)
     assert tiled(exe)
@@ -168,7 +153,7 @@ def test_float16_widened_to_float32(gpu):
     if DType.float16 not in gpu.capabilities.dtypes:
         pytest.skip("no shader-f16")
     m, n, kk = 24, 32, 40
-    k = mm_kernel(m, n, kk, dtype=DType.float16, cast_to=F32)
+    k = matmul_kernel(m, n, kk, dtype=DType.float16, cast_to=F32)
     a, b, sa, sb = operands(m, n, kk, 1, False, False, np.float16)
     exe, got = run(gpu, k, [sa, sb])
     assert tiled(exe)
@@ -180,7 +165,7 @@ def test_float64(gpu):
     if DType.float64 not in gpu.capabilities.dtypes:
         pytest.skip("no shader-f64")
     m, n, kk = 40, 24, 36
-    k = mm_kernel(m, n, kk, dtype=DType.float64)
+    k = matmul_kernel(m, n, kk, dtype=DType.float64)
     a, b, sa, sb = operands(m, n, kk, 1, False, False, np.float64)
     exe, got = run(gpu, k, [sa, sb], np.float64)
     assert tiled(exe)
