@@ -24,6 +24,10 @@ from jaxcore_wasm.toolchain import TRIPLE, datalayout
 V4 = "<4 x float>"
 MR, NV = 3, 3  # register tile: MR rows x NV f32x4 vectors (measured best with Cranelift's allocator)
 NR = 4 * NV
+# bytes one k step advances in the packed A (MR f32x4 splats) and in the packed B (NR floats):
+# equal, so one offset walks both panels (see _micro)
+STEP_BYTES = 16 * MR
+assert 4 * NR == STEP_BYTES
 KC, MC, NC = 256, 72, 516  # cache blocks (MC must be a multiple of MR, NC of NR)
 # The SGEMM's machine code is made at -O0: at -O2+ LLVM's loop strength reduction rewrites the
 # micro-kernel's `inbounds nuw` panel addresses into plain ones, which wasm cannot fold into load
@@ -206,8 +210,12 @@ def _micro(f: Fn, mod: Module, jc, ic, jp, ip, nc, mc, kc, first, ap, bp, tile, 
     pa = _gep(f, F32, ap, _mul(f, _mul(f, _mul(f, ip, kc), str(MR)), "4"))
     pb = _gep(f, F32, bp, _mul(f, _mul(f, jp, kc), str(NR)))
 
-    def step(_: str, carried: list[str]) -> list[str]:
-        a_ptr, b_ptr, accs = carried[0], carried[1], carried[2:]
+    def step(off: str, accs: list[str]) -> list[str]:
+        # both panels advance STEP_BYTES per k: one byte offset indexes both, and each address is
+        # a fresh 32-bit add (one lea) that Cranelift knows to be zero-extended, where a
+        # loop-carried pointer costs an add and a zero-extending mov
+        a_ptr = f.emit(f"getelementptr inbounds nuw i8, ptr {pa}, i32 {off}")
+        b_ptr = f.emit(f"getelementptr inbounds nuw i8, ptr {pb}, i32 {off}")
         bs = [f.emit(f"load {V4}, ptr {_off(f, b_ptr, 16 * v)}, align 16") for v in range(NV)]
         new = []
         for r in range(MR):
@@ -220,12 +228,12 @@ def _micro(f: Fn, mod: Module, jc, ic, jp, ip, nc, mc, kc, first, ap, bp, tile, 
                     )
                 else:
                     new.append(f.fadd(V4, f.fmul(V4, a, bs[v]), acc))
-        return [_off(f, a_ptr, 16 * MR), _off(f, b_ptr, 16 * NV), *new]
+        return new
 
-    # One k step per trip (unrolling made Cranelift spill); the packed panels are walked by two
-    # pointers, so every load is base + constant offset (see CODEGEN_OPT).
-    carried = [("ptr", pa), ("ptr", pb)] + [(V4, "zeroinitializer")] * (MR * NV)
-    accs = loop(f, "0", kc, "1", step, carried, name="mk")[2:]
+    # One k step per trip (unrolling made Cranelift spill); every load is base + offset + constant
+    # (see CODEGEN_OPT).
+    end = _mul(f, kc, str(STEP_BYTES))
+    accs = loop(f, "0", end, str(STEP_BYTES), step, [(V4, "zeroinitializer")] * (MR * NV), name="mk")
     row0 = _add(f, ic, _mul(f, ip, str(MR)))
     col0 = _add(f, jc, _mul(f, jp, str(NR)))
     full = f.bin(
