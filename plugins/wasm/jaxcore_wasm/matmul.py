@@ -145,12 +145,22 @@ def sgemm_ir(relaxed: bool | None = None) -> str:
 
 
 def _pack_b(f: Fn, jc: str, pc: str, nc: str, kc: str, npan: str, bp: str) -> None:
-    """Bp[(p*kc + k)*NR + c] = B[pc+k, jc+p*NR+c] (0 beyond N)."""
+    """Bp[(p*kc + k)*NR + c] = B[pc+k, jc+p*NR+c] (0 beyond N). A whole panel of unit-stride
+    columns is copied NV f32x4 at a time; the rest element by element."""
+    unit = f.icmp("eq", I32, "%sbj", "1")
 
     def p_body(p: str, _: list[str]) -> list[str]:
         col0 = _add(f, jc, _mul(f, p, str(NR)))
         full = f.icmp("sle", I32, _add(f, col0, str(NR)), "%N")
         base_out = _mul(f, _mul(f, p, kc), str(NR))
+
+        def fast_body(k: str, _: list[str]) -> list[str]:
+            src = _gep(f, F32, "%B", _add(f, _mul(f, _add(f, pc, k), "%sbk"), col0))
+            out = _gep(f, F32, bp, _add(f, base_out, _mul(f, k, str(NR))))
+            for v in range(NV):
+                x = f.emit(f"load {V4}, ptr {_off(f, src, 16 * v)}, align 4")
+                f.raw(f"store {V4} {x}, ptr {_off(f, out, 16 * v)}, align 16")
+            return []
 
         def k_body(k: str, _: list[str]) -> list[str]:
             row = _add(f, pc, k)
@@ -165,7 +175,9 @@ def _pack_b(f: Fn, jc: str, pc: str, nc: str, kc: str, npan: str, bp: str) -> No
                 f.raw(f"store float {v}, ptr {_gep(f, F32, out, str(c))}, align 4")
             return []
 
-        loop(f, "0", kc, "1", k_body, name="pbk")
+        fast_end = f.select(f.bin("and", "i1", unit, full), I32, kc, "0")
+        loop(f, "0", fast_end, "1", fast_body, name="pbv")
+        loop(f, fast_end, kc, "1", k_body, name="pbk")
         return []
 
     loop(f, "0", npan, "1", p_body, name="pb")
@@ -173,7 +185,10 @@ def _pack_b(f: Fn, jc: str, pc: str, nc: str, kc: str, npan: str, bp: str) -> No
 
 def _pack_a(f: Fn, ic: str, pc: str, mc: str, kc: str, mpan: str, ap: str) -> None:
     """Ap[(p*kc + k)*MR + r] = splat(A[ic+p*MR+r, pc+k]) (0 beyond M), f32x4 each: no shuffles in
-    the micro-kernel."""
+    the micro-kernel. A panel of whole rows with unit stride over k is read four k at a time (one
+    f32x4 load and four lane shuffles per row); the rest, and the last kc % 4, element by element."""
+    unit = f.icmp("eq", I32, "%sak", "1")
+    kc4 = f.bin("and", I32, kc, "-4")
 
     def p_body(p: str, _: list[str]) -> list[str]:
         row0 = _add(f, ic, _mul(f, p, str(MR)))
@@ -184,9 +199,18 @@ def _pack_a(f: Fn, ic: str, pc: str, mc: str, kc: str, mpan: str, ap: str) -> No
             ok = f.icmp("slt", I32, row, "%M")
             rows.append((ok, f.select(ok, I32, _mul(f, row, "%sai"), "0")))
 
+        def fast_body(k: str, _: list[str]) -> list[str]:
+            out = _gep(f, F32, ap, _mul(f, _add(f, base_out, _mul(f, k, str(MR))), "4"))
+            for r, (_ok, roff) in enumerate(rows):
+                x = f.emit(f"load {V4}, ptr {_gep(f, F32, '%A', _add(f, roff, _add(f, pc, k)))}, align 4")
+                for j in range(4):
+                    lanes = ", ".join([f"i32 {j}"] * 4)
+                    s = f.emit(f"shufflevector {V4} {x}, {V4} poison, <4 x i32> <{lanes}>")
+                    f.raw(f"store {V4} {s}, ptr {_off(f, out, 16 * (j * MR + r))}, align 16")
+            return []
+
         def k_body(k: str, _: list[str]) -> list[str]:
             koff = _mul(f, _add(f, pc, k), "%sak")
-            # A is packed as f32x4 splats: no shuffle in the micro-kernel
             out = _gep(f, F32, ap, _mul(f, _add(f, base_out, _mul(f, k, str(MR))), "4"))
             for r, (ok, roff) in enumerate(rows):
                 v = f.emit(f"load float, ptr {_gep(f, F32, '%A', _add(f, roff, koff))}, align 4")
@@ -194,7 +218,10 @@ def _pack_a(f: Fn, ic: str, pc: str, mc: str, kc: str, mpan: str, ap: str) -> No
                 f.raw(f"store {V4} {_splat(f, v)}, ptr {_gep(f, F32, out, str(4 * r))}, align 16")
             return []
 
-        loop(f, "0", kc, "1", k_body, name="pak")
+        whole = f.icmp("sle", I32, _add(f, row0, str(MR)), "%M")
+        fast_end = f.select(f.bin("and", "i1", unit, whole), I32, kc4, "0")
+        loop(f, "0", fast_end, "4", fast_body, name="pav")
+        loop(f, fast_end, kc, "1", k_body, name="pak")
         return []
 
     loop(f, "0", mpan, "1", p_body, name="pa")
