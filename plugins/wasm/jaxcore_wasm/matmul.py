@@ -28,7 +28,9 @@ NR = 4 * NV
 # equal, so one offset walks both panels (see _micro)
 STEP_BYTES = 16 * MR
 assert 4 * NR == STEP_BYTES
-KC, MC, NC = 256, 72, 516  # cache blocks (MC must be a multiple of MR, NC of NR)
+# cache blocks (MC a multiple of MR, NC of NR): a B micro-panel (KC x NR, 24 KiB) stays in L1, the
+# packed A block (MC x KC splats, 480 KiB) in L2; the B block (KC x NC, 2 MiB) streams from L3
+KC, MC, NC = 512, 60, 1032
 # The SGEMM's machine code is made at -O0: at -O2+ LLVM's loop strength reduction rewrites the
 # micro-kernel's `inbounds nuw` panel addresses into plain ones, which wasm cannot fold into load
 # offsets (six i32.adds more per k step, ~10% of the kernel's time). Cranelift optimises anyway.
