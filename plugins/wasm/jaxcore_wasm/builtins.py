@@ -651,19 +651,23 @@ def _exp_f32(mod: Module) -> str:
     def madd(a: str, b: str, c: str) -> str:
         return f.call(F32, mod.intrinsic("llvm.fmuladd.f32"), [(F32, a), (F32, b), (F32, c)])
 
-    t = madd("%x", w.c(INV_LN2_F), w.c(EXP_SHIFT_F))
+    # x clamped to [-104, 89] (NaN passes): exp(-104) rounds to 0 and exp(89) overflows to inf
+    # through the arithmetic below, so no select of the result is needed. Each clamp is
+    # `c < x ? c : x` (or the mirror), wasm's f32x4.pmin / pmax: one minps / maxps on x86, where
+    # comparing and blending the result took four instructions.
+    x = w.sel(w.cmp("olt", "%x", w.c(-104.0)), w.c(-104.0), "%x")
+    x = w.sel(w.cmp("olt", w.c(89.0), x), w.c(89.0), x)
+    t = madd(x, w.c(INV_LN2_F), w.c(EXP_SHIFT_F))
     k = w.sub(t, w.c(EXP_SHIFT_F))
-    # no clamp: out-of-range x (where k would be garbage) is replaced by the final selects
-    r = madd(k, w.c(-LN2_LO_F), madd(k, w.c(-LN2_HI_F), "%x"))
+    r = madd(k, w.c(-LN2_LO_F), madd(k, w.c(-LN2_HI_F), x))
     p = w.c(EXP_POLY_F[-1])
     for coef in reversed(EXP_POLY_F[:-1]):
         p = madd(p, r, w.c(coef))
+    # k in [-150, 128]: 2^k as two factors, each a normal float (a subnormal result rounds once)
     ki = f.bin("sub", I32, f.cast("bitcast", F32, t, I32), str(0x4B400000))
     k1 = f.bin("ashr", I32, ki, "1")
     k2 = f.bin("sub", I32, ki, k1)
     y = w.mul(w.mul(p, _pow2_f32(w, k1)), _pow2_f32(w, k2))
-    y = w.sel(w.cmp("ogt", "%x", w.c(88.72284)), w.c(math.inf), y)
-    y = w.sel(w.cmp("olt", "%x", w.c(-104.0)), w.c(0.0), y)
     w.ret(y)
     return w.done()
 
