@@ -6,7 +6,8 @@ float32's rounding error) and round once at the end. Helpers are `internal alway
 inlining each kernel is one function and the object needs no linker.
 
 Algorithms (standard ones, written from their math):
-- exp: k = nearest(x/ln2), r = x - k*ln2 (two-part ln2), Taylor of e^r, scale by 2^k in two steps.
+- exp: k = nearest(x/ln2), r = x - k*ln2 (two-part ln2), Taylor of e^r (float32: a degree-6 minimax
+  polynomial, EXP_POLY_F), scale by 2^k in two steps.
 - log: x = 2^e * m, m in [sqrt(1/2), sqrt(2)), s = f/(2+f), log(1+f) = f - s*(f - R(s^2)).
 - sin/cos: k = nearest(x*2/pi), r = x - k*pi/2 (three-part pi/2), Taylor on |r| <= pi/4, quadrant.
   That is exact only while k < 2^20, so |x| > 2^20 branches to an exact Payne-Hanek reduction
