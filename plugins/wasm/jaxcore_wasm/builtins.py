@@ -612,12 +612,6 @@ INV_LN2_F = float.fromhex("0x1.715476p+0")
 SQRT2_F = float.fromhex("0x1.6a09e6p+0")
 
 
-def _pow2_f32(w: _W, k: str) -> str:
-    """2**k for an i32 k in the float normal exponent range, from the bits."""
-    bits = w.f.bin("shl", I32, w.f.bin("add", I32, k, "127"), "23")
-    return w.f.cast("bitcast", I32, bits, F32)
-
-
 EXP_SHIFT_F = 12582912.0  # 1.5 * 2^23: adding it rounds to an integer, kept in the low mantissa bits
 # exp(r) ~ 1 + r + c2 r^2 + ... + c6 r^6 on |r| <= ln2/2: the minimax fit of the relative error
 # (3.1e-9, Lawson's iteration; 0.72 ulp evaluated in float32 with fused multiply-adds), one
@@ -664,11 +658,14 @@ def _exp_f32(mod: Module) -> str:
     p = w.c(EXP_POLY_F[-1])
     for coef in reversed(EXP_POLY_F[:-1]):
         p = madd(p, r, w.c(coef))
-    # k in [-150, 128]: 2^k as two factors, each a normal float (a subnormal result rounds once)
-    ki = f.bin("sub", I32, f.cast("bitcast", F32, t, I32), str(0x4B400000))
-    k1 = f.bin("ashr", I32, ki, "1")
-    k2 = f.bin("sub", I32, ki, k1)
-    y = w.mul(w.mul(p, _pow2_f32(w, k1)), _pow2_f32(w, k2))
+    # k in [-150, 128]: 2^k as two factors 2^k1 * 2^k2, k1 = floor(k/2), each a normal float (a
+    # subnormal result rounds once). t's bits are 0x4B400000 + k, so u = k + 254 comes in one
+    # subtraction, v = u >> 1 = k1 + 127 and u - v = k2 + 127 are the factors' biased exponents:
+    # five integer instructions where computing k, k1, k2 and biasing each took seven
+    u = f.bin("sub", I32, f.cast("bitcast", F32, t, I32), str(0x4B400000 - 254))
+    v = f.bin("ashr", I32, u, "1")
+    e1, e2 = (f.cast("bitcast", I32, f.bin("shl", I32, e, "23"), F32) for e in (v, f.bin("sub", I32, u, v)))
+    y = w.mul(w.mul(p, e1), e2)
     w.ret(y)
     return w.done()
 
