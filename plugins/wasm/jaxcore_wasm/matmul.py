@@ -24,7 +24,13 @@ from jaxcore_wasm.toolchain import TRIPLE, datalayout
 V4 = "<4 x float>"
 MR, NV = 3, 3  # register tile: MR rows x NV f32x4 vectors (measured best with Cranelift's allocator)
 NR = 4 * NV
-KC, MC, NC = 256, 72, 516  # cache blocks (MC must be a multiple of MR, NC of NR)
+# bytes one k step advances in the packed A (MR f32x4 splats) and in the packed B (NR floats):
+# equal, so one offset walks both panels (see _micro)
+STEP_BYTES = 16 * MR
+assert 4 * NR == STEP_BYTES
+# cache blocks (MC a multiple of MR, NC of NR): a B micro-panel (KC x NR, 24 KiB) stays in L1, the
+# packed A block (MC x KC splats, 480 KiB) in L2; the B block (KC x NC, 2 MiB) streams from L3
+KC, MC, NC = 512, 60, 1032
 # The SGEMM's machine code is made at -O0: at -O2+ LLVM's loop strength reduction rewrites the
 # micro-kernel's `inbounds nuw` panel addresses into plain ones, which wasm cannot fold into load
 # offsets (six i32.adds more per k step, ~10% of the kernel's time). Cranelift optimises anyway.
@@ -141,12 +147,22 @@ def sgemm_ir(relaxed: bool | None = None) -> str:
 
 
 def _pack_b(f: Fn, jc: str, pc: str, nc: str, kc: str, npan: str, bp: str) -> None:
-    """Bp[(p*kc + k)*NR + c] = B[pc+k, jc+p*NR+c] (0 beyond N)."""
+    """Bp[(p*kc + k)*NR + c] = B[pc+k, jc+p*NR+c] (0 beyond N). A whole panel of unit-stride
+    columns is copied NV f32x4 at a time; the rest element by element."""
+    unit = f.icmp("eq", I32, "%sbj", "1")
 
     def p_body(p: str, _: list[str]) -> list[str]:
         col0 = _add(f, jc, _mul(f, p, str(NR)))
         full = f.icmp("sle", I32, _add(f, col0, str(NR)), "%N")
         base_out = _mul(f, _mul(f, p, kc), str(NR))
+
+        def fast_body(k: str, _: list[str]) -> list[str]:
+            src = _gep(f, F32, "%B", _add(f, _mul(f, _add(f, pc, k), "%sbk"), col0))
+            out = _gep(f, F32, bp, _add(f, base_out, _mul(f, k, str(NR))))
+            for v in range(NV):
+                x = f.emit(f"load {V4}, ptr {_off(f, src, 16 * v)}, align 4")
+                f.raw(f"store {V4} {x}, ptr {_off(f, out, 16 * v)}, align 16")
+            return []
 
         def k_body(k: str, _: list[str]) -> list[str]:
             row = _add(f, pc, k)
@@ -161,7 +177,9 @@ def _pack_b(f: Fn, jc: str, pc: str, nc: str, kc: str, npan: str, bp: str) -> No
                 f.raw(f"store float {v}, ptr {_gep(f, F32, out, str(c))}, align 4")
             return []
 
-        loop(f, "0", kc, "1", k_body, name="pbk")
+        fast_end = f.select(f.bin("and", "i1", unit, full), I32, kc, "0")
+        loop(f, "0", fast_end, "1", fast_body, name="pbv")
+        loop(f, fast_end, kc, "1", k_body, name="pbk")
         return []
 
     loop(f, "0", npan, "1", p_body, name="pb")
@@ -169,7 +187,10 @@ def _pack_b(f: Fn, jc: str, pc: str, nc: str, kc: str, npan: str, bp: str) -> No
 
 def _pack_a(f: Fn, ic: str, pc: str, mc: str, kc: str, mpan: str, ap: str) -> None:
     """Ap[(p*kc + k)*MR + r] = splat(A[ic+p*MR+r, pc+k]) (0 beyond M), f32x4 each: no shuffles in
-    the micro-kernel."""
+    the micro-kernel. A panel of whole rows with unit stride over k is read four k at a time (one
+    f32x4 load and four lane shuffles per row); the rest, and the last kc % 4, element by element."""
+    unit = f.icmp("eq", I32, "%sak", "1")
+    kc4 = f.bin("and", I32, kc, "-4")
 
     def p_body(p: str, _: list[str]) -> list[str]:
         row0 = _add(f, ic, _mul(f, p, str(MR)))
@@ -180,9 +201,18 @@ def _pack_a(f: Fn, ic: str, pc: str, mc: str, kc: str, mpan: str, ap: str) -> No
             ok = f.icmp("slt", I32, row, "%M")
             rows.append((ok, f.select(ok, I32, _mul(f, row, "%sai"), "0")))
 
+        def fast_body(k: str, _: list[str]) -> list[str]:
+            out = _gep(f, F32, ap, _mul(f, _add(f, base_out, _mul(f, k, str(MR))), "4"))
+            for r, (_ok, roff) in enumerate(rows):
+                x = f.emit(f"load {V4}, ptr {_gep(f, F32, '%A', _add(f, roff, _add(f, pc, k)))}, align 4")
+                for j in range(4):
+                    lanes = ", ".join([f"i32 {j}"] * 4)
+                    s = f.emit(f"shufflevector {V4} {x}, {V4} poison, <4 x i32> <{lanes}>")
+                    f.raw(f"store {V4} {s}, ptr {_off(f, out, 16 * (j * MR + r))}, align 16")
+            return []
+
         def k_body(k: str, _: list[str]) -> list[str]:
             koff = _mul(f, _add(f, pc, k), "%sak")
-            # A is packed as f32x4 splats: no shuffle in the micro-kernel
             out = _gep(f, F32, ap, _mul(f, _add(f, base_out, _mul(f, k, str(MR))), "4"))
             for r, (ok, roff) in enumerate(rows):
                 v = f.emit(f"load float, ptr {_gep(f, F32, '%A', _add(f, roff, koff))}, align 4")
@@ -190,7 +220,10 @@ def _pack_a(f: Fn, ic: str, pc: str, mc: str, kc: str, mpan: str, ap: str) -> No
                 f.raw(f"store {V4} {_splat(f, v)}, ptr {_gep(f, F32, out, str(4 * r))}, align 16")
             return []
 
-        loop(f, "0", kc, "1", k_body, name="pak")
+        whole = f.icmp("sle", I32, _add(f, row0, str(MR)), "%M")
+        fast_end = f.select(f.bin("and", "i1", unit, whole), I32, kc4, "0")
+        loop(f, "0", fast_end, "4", fast_body, name="pav")
+        loop(f, fast_end, kc, "1", k_body, name="pak")
         return []
 
     loop(f, "0", mpan, "1", p_body, name="pa")
@@ -206,8 +239,12 @@ def _micro(f: Fn, mod: Module, jc, ic, jp, ip, nc, mc, kc, first, ap, bp, tile, 
     pa = _gep(f, F32, ap, _mul(f, _mul(f, _mul(f, ip, kc), str(MR)), "4"))
     pb = _gep(f, F32, bp, _mul(f, _mul(f, jp, kc), str(NR)))
 
-    def step(_: str, carried: list[str]) -> list[str]:
-        a_ptr, b_ptr, accs = carried[0], carried[1], carried[2:]
+    def step(off: str, accs: list[str]) -> list[str]:
+        # both panels advance STEP_BYTES per k: one byte offset indexes both, and each address is
+        # a fresh 32-bit add (one lea) that Cranelift knows to be zero-extended, where a
+        # loop-carried pointer costs an add and a zero-extending mov
+        a_ptr = f.emit(f"getelementptr inbounds nuw i8, ptr {pa}, i32 {off}")
+        b_ptr = f.emit(f"getelementptr inbounds nuw i8, ptr {pb}, i32 {off}")
         bs = [f.emit(f"load {V4}, ptr {_off(f, b_ptr, 16 * v)}, align 16") for v in range(NV)]
         new = []
         for r in range(MR):
@@ -220,12 +257,12 @@ def _micro(f: Fn, mod: Module, jc, ic, jp, ip, nc, mc, kc, first, ap, bp, tile, 
                     )
                 else:
                     new.append(f.fadd(V4, f.fmul(V4, a, bs[v]), acc))
-        return [_off(f, a_ptr, 16 * MR), _off(f, b_ptr, 16 * NV), *new]
+        return new
 
-    # One k step per trip (unrolling made Cranelift spill); the packed panels are walked by two
-    # pointers, so every load is base + constant offset (see CODEGEN_OPT).
-    carried = [("ptr", pa), ("ptr", pb)] + [(V4, "zeroinitializer")] * (MR * NV)
-    accs = loop(f, "0", kc, "1", step, carried, name="mk")[2:]
+    # One k step per trip (unrolling made Cranelift spill); every load is base + offset + constant
+    # (see CODEGEN_OPT).
+    end = _mul(f, kc, str(STEP_BYTES))
+    accs = loop(f, "0", end, str(STEP_BYTES), step, [(V4, "zeroinitializer")] * (MR * NV), name="mk")
     row0 = _add(f, ic, _mul(f, ip, str(MR)))
     col0 = _add(f, jc, _mul(f, jp, str(NR)))
     full = f.bin(

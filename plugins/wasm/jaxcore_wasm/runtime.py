@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import queue
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -76,6 +77,29 @@ raw_call = _call  # (ctx, func ref, raw args, nargs, trap out) -> error pointer:
 _Raw = ffi.wasmtime_val_raw_t
 
 
+MADV_HUGEPAGE = 14  # Linux <sys/mman.h>
+
+
+def advise_huge_pages(base: int, nbytes: int) -> bool:
+    """Ask Linux for transparent huge pages over [base, base + nbytes) (madvise MADV_HUGEPAGE; a
+    no-op elsewhere or when refused). Where THP is in `madvise` mode, as it often is, the linear
+    memory otherwise gets 4 KiB pages while numpy's large arrays get 2 MiB ones: a 64 MiB stream
+    then crosses 16,384 pages (a TLB miss each, and the hardware prefetchers stop at every page
+    boundary). Measured on a 16M float32 sum: 21.8 -> 29.9 GB/s. JAXCORE_WASM_HUGE_PAGES=0 turns it off."""
+    from jaxcore_wasm.cache import int_setting
+
+    if not sys.platform.startswith("linux") or not int_setting("huge_pages", 1):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        madvise = libc.madvise
+    except (OSError, AttributeError):
+        return False
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return madvise(base, nbytes, MADV_HUGEPAGE) == 0
+
+
 class Memory:
     """The shared linear memory: grows on demand, never moves (shared memories are reserved up front)."""
 
@@ -83,6 +107,8 @@ class Memory:
         ty = wasmtime.MemoryType(wasmtime.Limits(1, MAX_PAGES), shared=True)
         self.shared = wasmtime.SharedMemory(eng, ty)
         self.base = ctypes.cast(self.shared.data_ptr(), ctypes.c_void_p).value or 0
+        # the whole reservation: pages committed later by `grow` keep the advice
+        self.huge_pages = advise_huge_pages(self.base, MAX_PAGES * PAGE)
         self._lock = threading.Lock()
 
     @property

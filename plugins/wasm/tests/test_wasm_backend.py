@@ -70,7 +70,7 @@ def _matmul_kernel(m: int, n: int, kk: int, transpose_b: bool = False, epilogue=
         (100, 30, 17, True, 1),
         (16, 24, 40, False, 5),
         (257, 3, 600, True, 1),
-        (150, 530, 260, False, 1),  # several M, N and K blocks, each with a partial last tile
+        (151, 1100, 602, False, 1),  # several M, N and K blocks (MC 60, NC 1032, KC 512), partial tiles
     ],
 )
 def test_matmul_path(wasm_backend, m: int, n: int, kk: int, transpose_b: bool, batch: int) -> None:

@@ -164,3 +164,16 @@ def test_second_process_starts_warm_and_corrupt_entries_rebuild(tmp_path: Path) 
     assert run() == "disk"
     env["JAXCORE_WASM_DISK_CACHE"] = "0"
     assert run() == "llvm"
+
+
+@pytest.mark.skipif(
+    not Path("/sys/kernel/mm/transparent_hugepage").is_dir(), reason="no transparent huge pages (Linux only)"
+)
+def test_linear_memory_asks_for_huge_pages(monkeypatch) -> None:
+    from jaxcore import settings
+
+    eng = runtime.engine()
+    assert runtime.Memory(eng).huge_pages
+    monkeypatch.setenv("JAXCORE_WASM_HUGE_PAGES", "0")
+    monkeypatch.setattr(settings, "_current", settings.Settings.from_env())
+    assert not runtime.Memory(eng).huge_pages
