@@ -28,6 +28,7 @@ def run_cli(
     plugins: str = "jaxcore_cpu.plugin",
     extra_path: tuple[Path, ...] = (),
     env: dict[str, str] | None = None,
+    module: str = "jaxcore.cli",
 ) -> Any:
     """`python -m jaxcore.cli ARGS` with only the named plugins, working installed or from a checkout."""
     extra_env = env or {}
@@ -38,7 +39,7 @@ def run_cli(
     env["JAXCORE_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env["JAXCORE_PLUGINS"] = plugins
     return subprocess.run(
-        [sys.executable, "-m", "jaxcore.cli", *args], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=env, timeout=120
     )
 
 
@@ -50,6 +51,12 @@ def test_devices_lists_cpu_and_runs_the_smoke_kernel() -> None:
     assert "f32" in out
     assert "ok  x*2+1 = [1.0, 3.0, 5.0, 7.0]" in out
     assert "JAXCORE_PLUGINS=jaxcore_cpu.plugin" in out
+
+
+def test_python_dash_m_jaxcore_is_the_command() -> None:
+    proc = run_cli("devices", module="jaxcore")
+    assert proc.returncode == 0, proc.stderr
+    assert "ok  x*2+1 = [1.0, 3.0, 5.0, 7.0]" in proc.stdout
 
 
 def test_devices_with_a_bad_default_device_explains_and_fails() -> None:
