@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jaxcore import AluExp, AluOp, AluVar, DType, Kernel, Reduction
+from jaxcore.matmul_shape import matmul_kernel
 from jaxcore_wasm import backend as wb
 
 F32 = DType.float32
@@ -52,16 +53,6 @@ def test_split_reduction(wasm_backend, op: AluOp) -> None:
     np.testing.assert_array_equal(run(wasm_backend, k, [a]), want)
 
 
-def _matmul_kernel(m: int, n: int, kk: int, transpose_b: bool = False, epilogue=None, batch: int = 1):
-    ib = AluExp.idiv(g, m * n)
-    i = AluExp.mod(AluExp.idiv(g, n), m)
-    j = AluExp.mod(g, n)
-    a_idx = ib * (m * kk) + i * kk + r
-    b_idx = ib * (kk * n) + (j * kk + r if transpose_b else r * n + j)
-    exp = gi(0, batch * m * kk, a_idx) * gi(1, batch * kk * n, b_idx)
-    return Kernel(2, batch * m * n, exp, Reduction(F32, AluOp.Add, kk, epilogue))
-
-
 @pytest.mark.parametrize(
     "m,n,kk,transpose_b,batch",
     [
@@ -74,7 +65,7 @@ def _matmul_kernel(m: int, n: int, kk: int, transpose_b: bool = False, epilogue=
     ],
 )
 def test_matmul_path(wasm_backend, m: int, n: int, kk: int, transpose_b: bool, batch: int) -> None:
-    k = _matmul_kernel(m, n, kk, transpose_b, batch=batch)
+    k = matmul_kernel(m, n, kk, transpose_b=transpose_b, batch=batch)
     exe = wasm_backend.prepare_kernel(k)
     assert exe.data.plan.matmul is not None
     x = RNG.normal(0, 1, (batch, m, kk)).astype(np.float32)
@@ -87,7 +78,7 @@ def test_matmul_path(wasm_backend, m: int, n: int, kk: int, transpose_b: bool, b
 def test_matmul_with_epilogue(wasm_backend) -> None:
     m = n = kk = 48
     epi = AluExp.cast(DType.float16, AluExp.max(AluVar.acc(F32), AluExp.f32(0.0)))
-    k = _matmul_kernel(m, n, kk, epilogue=epi)
+    k = matmul_kernel(m, n, kk, epilogue=epi)
     exe = wasm_backend.prepare_kernel(k)
     assert exe.data.plan.matmul is not None and not exe.data.plan.matmul.direct
     x, y = RNG.normal(0, 1, (m, kk)).astype(np.float32), RNG.normal(0, 1, (kk, n)).astype(np.float32)
