@@ -83,6 +83,8 @@ class AluGroup:
         | {AluOp.Sqrt, AluOp.Reciprocal, AluOp.Floor, AluOp.Ceil}
     )
     Commutative = frozenset({AluOp.Add, AluOp.Mul, AluOp.Min, AluOp.Max})
+    # what the tolerance table lets a device compute within a tolerance (conformance/tolerances.py)
+    Approximate = RequiredFloat - {AluOp.Floor, AluOp.Ceil}
 
 
 _ARITY = {op: 2 for op in AluGroup.Binary | AluGroup.Compare} | {op: 1 for op in AluGroup.Unary}

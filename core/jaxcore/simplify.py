@@ -32,20 +32,7 @@ _WRAPPING = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv})
 
 # Ops whose result a device computes only within a tolerance (conformance/tolerances.py): their
 # ranges are widened by this much, relatively and absolutely, so no decision rests on the last ulps.
-_APPROX = frozenset(
-    {
-        AluOp.Sin,
-        AluOp.Cos,
-        AluOp.Asin,
-        AluOp.Atan,
-        AluOp.Exp,
-        AluOp.Log,
-        AluOp.Erf,
-        AluOp.Erfc,
-        AluOp.Sqrt,
-        AluOp.Reciprocal,
-    }
-)
+_APPROX = AluGroup.Approximate
 _APPROX_MARGIN = 2.0**-8
 _NP_FLOAT: dict[DType, type[np.floating]] = {DType.float16: np.float16, DType.float32: np.float32}
 

@@ -23,7 +23,7 @@ wgpu = pytest.importorskip("wgpu") if os.environ.get("CI") != "true" else __impo
 from jaxcore_webgpu.codegen import ShaderPlan, WgslTarget, compile_kernel, fold_grid  # noqa: E402
 from jaxcore_webgpu.device import keeps_subnormals  # noqa: E402
 
-from jaxcore.alu import AluExp, AluOp, AluVar  # noqa: E402
+from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar  # noqa: E402
 from jaxcore.backend import UnsupportedOpError  # noqa: E402
 from jaxcore.conformance.tolerances import lookup  # noqa: E402
 from jaxcore.dtype import INT32_MAX, INT32_MIN, DType, byte_width, to_numpy  # noqa: E402
@@ -333,20 +333,7 @@ def test_shift_mixed_count_dtype(gpu: Harness) -> None:
     run_check(gpu, k, [a, b.view(np.uint32)])
 
 
-UNARY = [
-    AluOp.Sin,
-    AluOp.Cos,
-    AluOp.Asin,
-    AluOp.Atan,
-    AluOp.Exp,
-    AluOp.Log,
-    AluOp.Erf,
-    AluOp.Erfc,
-    AluOp.Sqrt,
-    AluOp.Floor,
-    AluOp.Ceil,
-    AluOp.Reciprocal,
-]
+UNARY = [op for op in AluOp if op in AluGroup.RequiredFloat]
 
 
 def _unary_inputs(op: AluOp, dtype: DType) -> np.ndarray:
