@@ -192,3 +192,25 @@ def test_conformance_passes_devices_and_pytest_args(monkeypatch: pytest.MonkeyPa
     assert cli.main(["conformance", "cpu", "wasm", "--", "-x", "-k", "sort"], io.StringIO()) == 3
     assert cli.main(["conformance"], io.StringIO()) == 3
     assert calls == [(["cpu", "wasm"], ["-x", "-k", "sort"]), ([], [])]
+
+
+def test_bench_times_short_runs_on_the_second_of_two() -> None:
+    """Every side of a short workload runs once untimed before each timed run (threads that slept
+    while the other side ran would otherwise be counted waking up)."""
+    calls = {"device": 0, "numpy": 0}
+
+    def count(side: str) -> Callable[[], None]:
+        def run() -> None:
+            calls[side] += 1
+
+        return run
+
+    def build(b: Any, rng: Any) -> Any:
+        return jaxcore.bench.Case(count("device"), count("numpy"), lambda: None, 1.0, "GB/s")
+
+    w = jaxcore.bench.Workload("probe", "test", "counts calls", build)
+    res = jaxcore.bench.run_workload(
+        w, jaxcore.get_backend("cpu"), 3, jaxcore.bench.Progress(1, io.StringIO())
+    )
+    assert res.status == "ok" and res.reps == 3 and len(res.device_times) == 3
+    assert calls == {"device": 1 + 2 * 3, "numpy": 1 + 2 * 3}  # the warm-up, then pairs
