@@ -85,8 +85,9 @@ def _negative_zeros_first(y: np.ndarray, x: np.ndarray) -> None:
         return
     rows_y, rows_x = y.reshape(-1, n), x.reshape(-1, n)
     if len(rows_y) <= 16:
+        zero = y.dtype.type(0)  # of the array's own dtype: a Python 0 would make numpy convert the row
         for ry, rx in zip(rows_y, rows_x):
-            lo, hi = np.searchsorted(ry, 0, "left"), np.searchsorted(ry, 0, "right")
+            lo, hi = np.searchsorted(ry, zero, "left"), np.searchsorted(ry, zero, "right")
             if hi > lo:
                 neg = int(np.count_nonzero(np.signbit(rx[rx == 0])))
                 ry[lo : lo + neg] = -0.0
