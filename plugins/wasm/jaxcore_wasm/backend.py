@@ -2,8 +2,9 @@
 
 Dispatch calls the kernel's exported function through the raw C API on the calling thread's lane;
 large kernels are split across a pool of worker threads, each with its own Store and instances of
-the same module over the same memory (wasmtime releases the GIL while wasm runs). Routines run as
-host code (numpy) on views of the linear memory.
+the same module over the same memory (wasmtime releases the GIL while wasm runs). Sort and
+Argsort of long 32-bit rows run as a radix sort in wasm (`radix.py`); the other routines, and short
+or 64-bit rows, run as host code (numpy) on views of the linear memory.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from jaxcore.plugin import (
     run_routine,
     to_numpy,
 )
-from jaxcore_wasm import codegen, matmul, peak, runtime
+from jaxcore_wasm import codegen, matmul, peak, radix, runtime
 from jaxcore_wasm.codegen import KernelPlan
 from jaxcore_wasm.compiler import compiler, memory_cache_size
 from jaxcore_wasm.memory import Allocator
@@ -45,7 +46,7 @@ CAPABILITIES = Capabilities(
     max_args=64,
     max_buffer_bytes=(MAX_PAGES - 1) * PAGE,
     description="LLVM -> WebAssembly (simd128) kernels run by wasmtime on one shared linear memory; "
-    "routines run as host code on that memory",
+    "long 32-bit sorts as a wasm radix sort, the other routines as host code on that memory",
 )
 
 # Work (output elements x reduction items x op weight) below which a kernel runs on the calling
@@ -116,6 +117,7 @@ class WasmBackend(BaseBackend):
         self._setup_lock = threading.Lock()  # the pool and scratch blocks are made once, on first use
         self.compiler = compiler()
         self._sgemm_module: wasmtime.Module | None = None
+        self._radix_module: wasmtime.Module | None = None
         self._scratch: list[int] = []
 
     # ---- memory ------------------------------------------------------------------------------
@@ -324,6 +326,34 @@ class WasmBackend(BaseBackend):
         finally:
             self.allocator.free(buf)
 
+    # ---- sort ------------------------------------------------------------------------------------
+    def _radix_sort(self, routine: Routine, inputs: list[int], outputs: list[int]) -> bool:
+        """Sort / Argsort of long 32-bit rows by the radix module; False leaves it to the host."""
+        t = routine.type
+        dtype = str(t.input_dtypes[0])
+        if routine.name not in (Routines.Sort, Routines.Argsort) or dtype not in radix.MODES:
+            return False
+        n = t.input_shapes[0][-1] if t.input_shapes[0] else 1
+        if n < radix.MIN_ROW or n >= 1 << 28:
+            return False
+        rows = math.prod(t.input_shapes[0][:-1])
+        if self._radix_module is None:  # built once; racing threads get the same module
+            self._radix_module = self.compiler.library("radix", radix.plan_key(), radix.radix_ir)
+        argsort = routine.name == Routines.Argsort
+        fname = f"{'argsort' if argsort else 'sort'}_{radix.MODES[dtype]}"
+        scratch = self.allocator.alloc(radix.scratch_bytes(n))
+        try:
+            with self._lane_lock:
+                fref = self.lane.funcs(self._radix_module)[fname]
+                for r in range(rows):
+                    off = 4 * n * r
+                    ptrs = [inputs[0] + off, outputs[0] + off] + ([outputs[1] + off] if argsort else [])
+                    args = runtime.make_args([*(_i32(p) for p in ptrs), n, _i32(scratch)])
+                    self.lane.call(fref, args, len(ptrs) + 2)
+        finally:
+            self.allocator.free(scratch)
+        return True
+
     # ---- matmul ----------------------------------------------------------------------------------
     def _sgemm(self) -> wasmtime.Module:
         if self._sgemm_module is None:  # the compiler builds it once; racing threads get the same module
@@ -385,6 +415,8 @@ class WasmBackend(BaseBackend):
 
     def _run_routine(self, routine: Routine, inputs: list[int], outputs: list[int]) -> None:
         t = routine.type
+        if self._radix_sort(routine, inputs, outputs):
+            return
         ins = [self.array(p, d, s) for p, d, s in zip(inputs, t.input_dtypes, t.input_shapes)]
         outs = [self.array(p, d, s) for p, d, s in zip(outputs, t.output_dtypes, t.output_shapes)]
         run_routine(routine, ins, outs)

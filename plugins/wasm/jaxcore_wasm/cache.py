@@ -38,6 +38,7 @@ _SOURCES = (
     "emitter.py",
     "builtins.py",
     "matmul.py",
+    "radix.py",
     "irtext.py",
     "toolchain.py",
     "module.py",
