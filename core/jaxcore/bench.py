@@ -2,7 +2,7 @@
 
 Each workload builds its kernels with the public API, runs once to warm up and is **verified
 against numpy** before any time counts. Then the device and numpy run round-robin, alternating
-which goes first, and the median of each is reported (a side whose run is short is timed on the
+which goes first, and the median of each is reported (a short compute-bound run is timed on the
 second of two back-to-back runs, so no side pays for waking threads that slept while others ran).
 `speed` is numpy time / device time, so above 1 means the device is faster than numpy here.
 
@@ -487,10 +487,12 @@ class Progress:
 
 # Longer than OpenBLAS's default spin (2**28 cycles, about 0.1 s at 2.5 GHz) before its workers sleep.
 BLAS_SETTLE_S = 0.15
-# A side whose run is shorter than this is timed on its second of two back-to-back runs: threads
-# that slept while the other sides ran (a virtual machine's idle vCPUs are descheduled) take a
-# millisecond or two to wake, which a 3 ms matmul would otherwise count (512: 91 -> 54 GFLOP/s
-# after 0.2 s idle on the 2-core CI machine). Every side, numpy and the peers too, gets the same.
+# A compute-bound side (GFLOP/s) whose run is shorter than this is timed on its second of two
+# back-to-back runs: threads that slept while the other sides ran (a virtual machine's idle vCPUs
+# are descheduled) take a millisecond or two to wake, which a 3 ms matmul would otherwise count
+# (512: 91 -> 54 GFLOP/s after 0.2 s idle on the 2-core CI machine). Every side, numpy and the
+# peers too, gets the same. Memory-bound workloads are not primed: a second pass over the same
+# 64 MiB would partly read it from cache, and they are meant to be timed from memory.
 PRIME_BELOW_S = 0.1
 
 
@@ -543,7 +545,8 @@ def run_workload(
                 if k != "device":
                     times[k].append(_timed(fn))
         order = list(sides)
-        primed = warm < PRIME_BELOW_S  # short runs: each timed run follows an untimed one of its side
+        # short compute-bound runs: each timed run follows an untimed one of its side
+        primed = warm < PRIME_BELOW_S and case.unit == "GFLOP/s"
         for i in range(n):
             first = i % len(order)
             for name in order[first:] + order[:first]:

@@ -194,9 +194,11 @@ def test_conformance_passes_devices_and_pytest_args(monkeypatch: pytest.MonkeyPa
     assert calls == [(["cpu", "wasm"], ["-x", "-k", "sort"]), ([], [])]
 
 
-def test_bench_times_short_runs_on_the_second_of_two() -> None:
-    """Every side of a short workload runs once untimed before each timed run (threads that slept
-    while the other side ran would otherwise be counted waking up)."""
+@pytest.mark.parametrize("unit,runs", [("GFLOP/s", 2), ("GB/s", 1)])
+def test_bench_primes_short_compute_bound_runs(unit: str, runs: int) -> None:
+    """Every side of a short compute-bound workload runs once untimed before each timed run
+    (threads that slept while the other side ran would otherwise be counted waking up); a
+    memory-bound one is timed cold."""
     calls = {"device": 0, "numpy": 0}
 
     def count(side: str) -> Callable[[], None]:
@@ -206,11 +208,11 @@ def test_bench_times_short_runs_on_the_second_of_two() -> None:
         return run
 
     def build(b: Any, rng: Any) -> Any:
-        return jaxcore.bench.Case(count("device"), count("numpy"), lambda: None, 1.0, "GB/s")
+        return jaxcore.bench.Case(count("device"), count("numpy"), lambda: None, 1.0, unit)
 
     w = jaxcore.bench.Workload("probe", "test", "counts calls", build)
     res = jaxcore.bench.run_workload(
         w, jaxcore.get_backend("cpu"), 3, jaxcore.bench.Progress(1, io.StringIO())
     )
     assert res.status == "ok" and res.reps == 3 and len(res.device_times) == 3
-    assert calls == {"device": 1 + 2 * 3, "numpy": 1 + 2 * 3}  # the warm-up, then pairs
+    assert calls == {"device": 1 + runs * 3, "numpy": 1 + runs * 3}  # the warm-up, then the rounds
