@@ -380,11 +380,14 @@ class JaxPeer(Peer):
 
 
 class TorchPeer(Peer):
-    """PyTorch on the CPU (eager), with its default intra-op threads."""
+    """PyTorch on the CPU (eager), with its default intra-op threads. Its OpenMP workers wait
+    passively (OMP_WAIT_POLICY=PASSIVE unless set): spinning, they kept the cores busy for the side
+    timed next (a wasm sum after a torch one: 1.75 -> 2.9 ms on two cores)."""
 
     name, module = "torch", "torch"
 
     def make(self, op: str, inputs: tuple[np.ndarray, ...]) -> Callable[[], object] | None:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch's OpenMP starts
         import torch
 
         t = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
