@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from jaxcore.alu import AluExp, AluOp, AluVar
 from jaxcore.dtype import DType, is_float
-from jaxcore.kernel import Kernel
+from jaxcore.kernel import Kernel, Reduction
 from jaxcore.tuner import tune_nullopt
 
 
@@ -168,8 +168,6 @@ def matmul_kernel(
     product; `acc` is the sum's dtype (default: the product's); `nargs` leaves room for inputs the
     epilogue reads.
     """
-    from jaxcore.kernel import Reduction
-
     g, r = AluVar.gidx, AluVar.ridx
     ib = AluExp.idiv(g, AluExp.i32(m * n))
     i = AluExp.mod(AluExp.idiv(g, AluExp.i32(n)), AluExp.i32(m))

@@ -294,7 +294,16 @@ def _scaled(c: int, t: AluExp) -> AluExp:
     return t if c == 1 else AluExp.mul(AluExp.const(t.dtype, c), t)
 
 
-_MAX_TERMS = 32  # longer sums are left alone (the walk is repeated at every node of a chain)
+_MAX_TERMS = 64  # sums of more terms are left alone
+
+
+def _minus_one(e: AluExp) -> bool:
+    return e.op == AluOp.Const and e.arg == (-1 if e.dtype == DType.int32 else UINT32_MAX)
+
+
+def _negated(e: AluExp) -> bool:
+    """A Sub or a -1 * x: only a sum with such a term can cancel (tested before walking it)."""
+    return e.op == AluOp.Sub or (e.op == AluOp.Mul and (_minus_one(e.src[0]) or _minus_one(e.src[1])))
 
 
 def _cancel_terms(e: AluExp) -> AluExp | None:
@@ -303,13 +312,10 @@ def _cancel_terms(e: AluExp) -> AluExp | None:
     minus_one = -1 if dtype == DType.int32 else UINT32_MAX
     plus: dict[AluExp, int] = {}
     minus: dict[AluExp, int] = {}
-    seen = 0
+    leaves = 0
     stack = [(e, 1)]
     while stack:
         n, sign = stack.pop()
-        seen += 1
-        if seen > _MAX_TERMS:
-            return None
         if n.op in (AluOp.Add, AluOp.Sub):
             stack.append((n.src[1], sign if n.op == AluOp.Add else -sign))
             stack.append((n.src[0], sign))
@@ -322,6 +328,9 @@ def _cancel_terms(e: AluExp) -> AluExp | None:
             if a.op == AluOp.Const and a.arg == minus_one:
                 stack.append((b, -sign))
                 continue
+        leaves += 1
+        if leaves > _MAX_TERMS:
+            return None
         side = plus if sign > 0 else minus
         side[n] = side.get(n, 0) + 1
     if not any(t in minus for t in plus):
@@ -414,7 +423,7 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
                 return other
     # R3b: integer terms that cancel (x - x, x + (0 - x), -1 * x + x, (x + y) - x): Add and Sub
     # wrap as a ring, so this is sound; NVIDIA's GLSL compiler crashed on such sums left to it
-    if op in (AluOp.Add, AluOp.Sub) and dtype in _BOUNDS:
+    if op in (AluOp.Add, AluOp.Sub) and dtype in _BOUNDS and (op == AluOp.Sub or any(map(_negated, src))):
         cancelled = _cancel_terms(AluExp(op, dtype, tuple(src), e.arg))
         if cancelled is not None:
             return again(cancelled)

@@ -334,14 +334,17 @@ class WasmBackend(BaseBackend):
         if routine.name not in (Routines.Sort, Routines.Argsort) or dtype not in radix.MODES:
             return False
         n = t.input_shapes[0][-1] if t.input_shapes[0] else 1
-        if n < radix.MIN_ROW or n >= 1 << 28:
+        if n < radix.MIN_ROW:
             return False
         rows = math.prod(t.input_shapes[0][:-1])
         if self._radix_module is None:  # built once; racing threads get the same module
             self._radix_module = self.compiler.library("radix", radix.plan_key(), radix.radix_ir)
         argsort = routine.name == Routines.Argsort
         fname = f"{'argsort' if argsort else 'sort'}_{radix.MODES[dtype]}"
-        scratch = self.allocator.alloc(radix.scratch_bytes(n))
+        try:
+            scratch = self.allocator.alloc(radix.scratch_bytes(n, argsort))
+        except MemoryError:  # no room for the scratch halves: numpy sorts in place on the host
+            return False
         try:
             with self._lane_lock:
                 fref = self.lane.funcs(self._radix_module)[fname]

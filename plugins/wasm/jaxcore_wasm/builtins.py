@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from jaxcore.pi_bits import pi_fixed, two_over_pi_chunks
 from jaxcore_wasm.irtext import F32, F64, I1, I32, I64, Fn, Module, fconst, iconst
 
 # Constants (hex floats from 60-digit mpmath; see module docstring).
@@ -306,31 +307,12 @@ def _sincos_core(mod: Module, hi: bool, cos: bool) -> str:
 # call, which costs Cranelift's register allocation some 10-20% of a sin-only loop).
 
 
-def _atan_inv(n: int, one: int) -> int:
-    """atan(1/n) in fixed point (`one` = 1.0), by its alternating series."""
-    total, term, k = 0, one // n, 1
-    while term:
-        total += term // k if k % 4 == 1 else -(term // k)
-        term //= n * n
-        k += 2
-    return total
-
-
-def _two_over_pi_chunks(count: int) -> tuple[int, ...]:
-    """The first `count` 24-bit chunks of 2/pi (pi by Machin's formula in Python integers)."""
-    bits, guard = 24 * count, 64
-    one = 1 << (bits + guard)
-    pi = 16 * _atan_inv(5, one) - 4 * _atan_inv(239, one)
-    frac = ((2 * one * one) // pi) >> guard  # floor(2/pi 2^bits), correct but for the last guard bits
-    return tuple((frac >> (24 * (count - 1 - i))) & 0xFFFFFF for i in range(count))
-
-
 TRIG_BIG = 2.0**20
 # two zero chunks in front: for |x| just above 2^20 the start chunk j is -2 or -1
-TWO_OVER_PI_CHUNKS = (0, 0, *_two_over_pi_chunks(49))
+TWO_OVER_PI_CHUNKS = (0, 0, *two_over_pi_chunks(49, 24))
 _NCHUNK = 9
 # pi/2 as hi + lo, hi split in two 26-bit halves (Dekker's exact product); exact from the same integers
-_PI_FIX = 16 * _atan_inv(5, 1 << 200) - 4 * _atan_inv(239, 1 << 200)  # pi 2^200
+_PI_FIX = pi_fixed(200)  # pi 2^200
 PIO2_HI = PI_OVER_2
 PIO2_LO = float(Fraction(_PI_FIX, 1 << 201) - Fraction(PIO2_HI))
 PIO2_H1 = PIO2_HI * 134217729.0 - (PIO2_HI * 134217729.0 - PIO2_HI)  # Veltkamp: 26 bits

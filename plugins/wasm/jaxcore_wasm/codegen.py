@@ -30,7 +30,9 @@ MATMUL_MIN_WORK = 1 << 15
 REDUCE_INTERLEAVE = 4  # vector accumulators per reduction loop (hides the add latency)
 TILE = 4096  # outputs per tile of a column reduction (16-32 KiB of accumulators in scratch)
 ROW_GROUP = 8  # rows a column reduction adds per pass over its accumulators
-SCRATCH_BYTES = TILE * 8  # outputs x reduction items below which the generic loop is cheaper
+# A thread's scratch (the backend allocates at least this much): a column reduction's TILE
+# accumulators of up to 8 bytes, or TILE float32 ones and TILE i32 NaN flags
+SCRATCH_BYTES = TILE * 8
 # Big kernels compile differently, because LLVM's wasm backend is superlinear in a function's size
 # and in its dependence chains (WebAssembly Register Stackify, machine sinking): past INLINE_BUDGET
 # instructions (counting every helper inlined) the helpers stay calls, and past that or
@@ -263,20 +265,18 @@ class _KernelWriter:
         ty = reg_type(red.dtype)
         ident = Emitter.const(red.dtype, red.identity)
 
-        def combine(em: Emitter, acc: str, x: str) -> str:
-            return accumulate(em, red.op, red.dtype, acc, x)
-
+        # float32 min/max: wasm's f32x4.max/min (NaN-propagating, -0 < +0) cost Cranelift ~8 x86
+        # instructions a vector. `acc < x ? x : acc` (max; `x < acc ? x : acc` for min) becomes
+        # f32x4.relaxed_max/min (one maxps/minps): what it does with a NaN does not matter, since an
+        # OR of `x != x` in a flag beside each accumulator makes the result NaN, and ReduceMax/Min
+        # leave the zero sign open
         flags = red.dtype == DType.float32 and red.op in (AluOp.Min, AluOp.Max)
-        if flags:
-            # wasm's f32x4.max/min (NaN-propagating, -0 < +0) cost Cranelift ~8 x86 instructions a
-            # vector. `acc < x ? x : acc` becomes f32x4.relaxed_max (one maxps): what it does with
-            # a NaN does not matter, since an OR of `x != x` in a flag beside each accumulator
-            # makes the result NaN, and ReduceMax leaves the zero sign open
-            lt_first = red.op == AluOp.Max
 
-            def combine(em: Emitter, acc: str, x: str) -> str:
-                a, b = (acc, x) if lt_first else (x, acc)
-                return fn.select(fn.fcmp("olt", F32, a, b), F32, x, acc)
+        def combine(em: Emitter, acc: str, x: str) -> str:
+            if not flags:
+                return accumulate(em, red.op, red.dtype, acc, x)
+            a, b = (acc, x) if red.op == AluOp.Max else (x, acc)
+            return fn.select(fn.fcmp("olt", F32, a, b), F32, x, acc)
 
         def acc_ptr(g: str, c0: str) -> str:
             return fn.emit(

@@ -12,8 +12,9 @@ over bytes of an order-preserving key are linear and stable. Each row:
 
 Keys (unsigned order): uint32 as is; int32 with the sign bit flipped; float32 through
 `b ^ ((b >> 31) & 0x7fffffff)` (the signed order of the numbers, -0 below +0), sign bit flipped,
-then rotated down by 0x7fffff so that negative NaNs (which sat below -inf) move above positive
-ones: every NaN sorts last and the map stays a bijection, so Sort returns each value's own bits.
+then 0x7fffff subtracted (mod 2^32) so that negative NaNs, which sat below -inf, wrap around above
+the positive ones: every NaN sorts last and the map stays a bijection, so Sort returns each value's
+own bits.
 For Argsort every NaN takes the largest key and -0 the key of +0: they tie, and stability keeps
 their input order, as the contract's stable argsort says.
 """
@@ -26,12 +27,12 @@ from jaxcore_wasm.toolchain import TRIPLE, datalayout
 MIN_ROW = 1 << 12  # shorter rows stay with the host's numpy sort (the passes' setup dominates)
 MODES = {"float32": 0, "int32": 1, "uint32": 2, "bool": 2}
 HIST_BYTES = 4 * 256 * 4
-ROT = 0x7FFFFF  # the float key's rotation (see the module docstring)
+ROT = 0x7FFFFF  # subtracted from the float key (see the module docstring)
 
 
-def scratch_bytes(n: int) -> int:
-    """Scratch for one row of n keys: the histograms, two key halves and two index halves."""
-    return HIST_BYTES + 16 * n
+def scratch_bytes(n: int, argsort: bool) -> int:
+    """Scratch for one row of n keys: the histograms, two key halves and (Argsort) two index halves."""
+    return HIST_BYTES + (16 if argsort else 8) * n
 
 
 def _p(f: Fn, ptr: str, idx: str) -> str:
@@ -85,7 +86,7 @@ def _function(mod: Module, mode: int, argsort: bool) -> str:
     hist = "%S"
     ka = f.emit("getelementptr inbounds i8, ptr %S, i32 " + str(HIST_BYTES))
     kb = _p(f, ka, "%n")
-    ia = _p(f, kb, "%n")
+    ia = _p(f, kb, "%n")  # the index halves (Argsort only)
     ib = _p(f, ia, "%n")
 
     def zero(i: str, _: list[str]) -> list[str]:
@@ -109,7 +110,7 @@ def _function(mod: Module, mode: int, argsort: bool) -> str:
     for d in range(4):
         # exclusive prefix sums of byte d; `trivial` when one bin holds every key (nothing moves)
         def prefix(b: str, acc: list[str], d: int = d) -> list[str]:
-            slot = f.bin("add", I32, b, str(256 * d), "nuw nsw")
+            slot = f.bin("add", I32, b, str(256 * d), "nuw nsw") if d else b
             c = _ld(f, hist, slot)
             _st(f, hist, slot, acc[0])
             return [f.bin("add", I32, acc[0], c), f.bin("or", "i1", acc[1], f.icmp("eq", I32, c, "%n"))]

@@ -102,3 +102,21 @@ def test_short_rows_stay_on_the_host_and_agree(wasm_backend) -> None:
         x = RNG.standard_normal(n).astype(np.float32)
         (y,) = run(wasm_backend, "Sort", x, "float32")
         np.testing.assert_array_equal(y, np.sort(x))
+
+
+def test_no_room_for_the_scratch_falls_back_to_the_host(wasm_backend, monkeypatch) -> None:
+    x = specials((N,))
+    alloc = wasm_backend.allocator.alloc
+    scratch = radix.scratch_bytes(N, False)
+
+    def tight(nbytes: int) -> int:
+        if nbytes == scratch:
+            raise MemoryError("wasm: out of linear memory (test)")
+        return alloc(nbytes)
+
+    monkeypatch.setattr(wasm_backend.allocator, "alloc", tight)
+    (y,) = run(wasm_backend, "Sort", x, "float32")
+    want = np.array(sorted(x.tolist(), key=order_key), np.float32)
+    ok = ~np.isnan(want)
+    np.testing.assert_array_equal(y[ok].view(np.uint32), want[ok].view(np.uint32))
+    assert np.isnan(y[~ok]).all()

@@ -3,12 +3,13 @@
 Two draws. The block pass covers a (ceil(N/cols)) x (batch * ceil(M/rows)) grid: the fragment at
 (jq, b * Mq + iq) computes the `Tile` of C at rows rows*iq.., columns cols*jq.. as vec4
 accumulators and writes row r's vec v to colour attachment r * vecs + v (RGBA32UI textures holding
-float bits). The tile is the largest the context's draw buffers allow (8x4 into eight targets; 4x4
-into the four WebGL2 guarantees): texture fetches bound fragment shaders, and a taller tile reuses
-each fetched B texel for more rows. The k loop walks four at a time, reading A and B as whole texels
-where the layout allows: A contiguous along k (row-major: one texel per block row) or along m
-(transposed: one texel per four rows and k), B contiguous along n (row-major: one texel per four
-columns and k) or along k (transposed: one texel per block column); any other layout reads words.
+float bits). The tile is the largest the context's draw buffers allow and the product fills (8x4
+into eight targets; 4x8 when M < 8 <= N; 4x4 into the four WebGL2 guarantees): texture fetches
+bound fragment shaders, and a bigger tile reuses each fetched texel for more outputs. The k loop
+walks four at a time, reading A and B as whole texels where the layout allows: A contiguous along
+k (row-major: one texel per block row) or along m (transposed: one texel per four rows and k), B
+contiguous along n (row-major: one texel per four columns and k) or along k (transposed: one texel
+per block column); any other layout reads words.
 Rows and columns past the edge of a partial block read the last valid ones (always in bounds) and
 are never stored. A k remainder (K % 4) runs as up to three word steps.
 
