@@ -421,6 +421,9 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
                 return AluExp.const(dtype, 0)
             if op == AluOp.Idiv and i == 1 and v == 1 and not flt:
                 return other
+    # R3a: min(x, x) = max(x, x) = x, in every dtype (NaN and -0 included)
+    if op in (AluOp.Min, AluOp.Max) and src[0] == src[1]:
+        return src[0]
     # R3b: integer terms that cancel (x - x, x + (0 - x), -1 * x + x, (x + y) - x): Add and Sub
     # wrap as a ring, so this is sound; NVIDIA's GLSL compiler crashed on such sums left to it
     if op in (AluOp.Add, AluOp.Sub) and dtype in _BOUNDS and (op == AluOp.Sub or any(map(_negated, src))):

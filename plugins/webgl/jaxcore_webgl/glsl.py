@@ -210,7 +210,10 @@ class GLSLLanguage(CStyleLanguage):
             return _f16(r, v) if dst == F16 else v
         if src in FLOATS:
             return f"{r.need('jx_f2i' if dst == I32 else 'jx_f2u')}({x})"
-        return f"{self.type_name(dst)}({x})"  # int <-> uint keeps the bits; bool -> 0/1
+        if src == BOOL:  # 0/1 through an AND the compiler cannot drop (NVIDIA made true 0xffffffff)
+            u = f"{r.need('jx_b2u')}({x})"
+            return u if dst == U32 else f"int({u})"
+        return f"{self.type_name(dst)}({x})"  # int <-> uint keeps the bits
 
     def render_bitcast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
         x = strip_parens(x)

@@ -40,6 +40,9 @@ uniform uint jx_z;
 float jx_o(float x) { return uintBitsToFloat(floatBitsToUint(x) ^ jx_z); }
 """,
 )
+# bool -> 0/1: NVIDIA's compiler (GLES 3.2, driver 580) turned uint(b) into 0xffffffff for true
+# inside max(acc, uint(b)); an AND with a 1 it cannot see (1 ^ jx_z) keeps the low bit only.
+_def("jx_b2u", "uint jx_b2u(bool b) { return uint(b) & (1u ^ jx_z); }", ("jx_o",))
 _def(
     "jx_isnan",
     """

@@ -19,7 +19,7 @@ from jaxcore.alu import AluExp, AluOp, AluVar
 from jaxcore.backend import UnsupportedOpError
 from jaxcore.conformance.harness import map_kernel, reduce_kernel, run_kernel, run_routine
 from jaxcore.dtype import DType
-from jaxcore.kernel import Kernel
+from jaxcore.kernel import Kernel, Reduction
 from jaxcore.routine import Routine, Routines
 
 PLUGIN = Path(__file__).resolve().parents[1]
@@ -356,3 +356,16 @@ def test_exported_kernels_write_out_the_per_word_calls(gl, dtype: DType) -> None
     assert "for (int c" not in shader
     assert [f"const int c = {c};" in shader for c in range(words + 1)] == [True] * words + [False]
     assert shader.split("void main")[0] == exe.data.source.split("void main")[0]
+
+
+@pytest.mark.parametrize("dtype", ["uint32", "int32"])
+def test_bool_casts_are_anded_to_one_bit(gl, dtype: str) -> None:
+    """Max over rows of bool -> int casts: 0/1 through an AND the compiler cannot drop (NVIDIA's
+    compiler made uint(true) 0xffffffff inside max(acc, uint(b)); llvmpipe never did)."""
+    dt = DType(dtype)
+    x = np.array([0, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0], np.int32)  # bool storage: 4 bytes of 0/1
+    read = AluExp.global_index(DType.bool, 0, 12, AluVar.gidx * 4 + AluVar.ridx)
+    k = Kernel(1, 3, AluExp.cast(dt, read), Reduction(dt, AluOp.Max, 4))
+    assert "jx_b2u(" in glsl.kernel_shader(k, 0)
+    got = run_kernel(gl, k, [x])
+    np.testing.assert_array_equal(got.astype(np.int64), [1, 0, 1])
