@@ -84,7 +84,7 @@ def _negative_zeros_first(y: np.ndarray, x: np.ndarray) -> None:
     if y.size == 0:
         return
     rows_y, rows_x = y.reshape(-1, n), x.reshape(-1, n)
-    if len(rows_y) <= 16 and np.shares_memory(rows_y, y):  # a view: writes to the rows reach y
+    if len(rows_y) <= 16 and np.may_share_memory(rows_y, y):  # a view: writes to the rows reach y
         zero = y.dtype.type(0)  # of the array's own dtype: a Python 0 would make numpy convert the row
         for ry, rx in zip(rows_y, rows_x):
             lo, hi = np.searchsorted(ry, zero, "left"), np.searchsorted(ry, zero, "right")

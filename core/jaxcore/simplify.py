@@ -309,7 +309,6 @@ def _negated(e: AluExp) -> bool:
 def _cancel_terms(e: AluExp) -> AluExp | None:
     """`e`, an int32/uint32 sum, with the terms that cancel removed; None if none do."""
     dtype = e.dtype
-    minus_one = -1 if dtype == DType.int32 else UINT32_MAX
     plus: dict[AluExp, int] = {}
     minus: dict[AluExp, int] = {}
     leaves = 0
@@ -320,14 +319,10 @@ def _cancel_terms(e: AluExp) -> AluExp | None:
             stack.append((n.src[1], sign if n.op == AluOp.Add else -sign))
             stack.append((n.src[0], sign))
             continue
-        if n.op == AluOp.Mul:  # -1 * x
+        if n.op == AluOp.Mul and (_minus_one(n.src[0]) or _minus_one(n.src[1])):  # -1 * x
             a, b = n.src
-            if b.op == AluOp.Const and b.arg == minus_one:
-                stack.append((a, -sign))
-                continue
-            if a.op == AluOp.Const and a.arg == minus_one:
-                stack.append((b, -sign))
-                continue
+            stack.append((a if _minus_one(b) else b, -sign))
+            continue
         leaves += 1
         if leaves > _MAX_TERMS:
             return None

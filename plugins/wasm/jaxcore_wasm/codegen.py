@@ -19,7 +19,7 @@ from jaxcore.matmul_shape import gidx_divisors
 from jaxcore.plugin import AluExp, AluOp, DType, Kernel, tune_nullopt
 from jaxcore_wasm import matmul
 from jaxcore_wasm.emitter import DEVICE, Emitter, Ranges, accumulate, reg_type
-from jaxcore_wasm.irtext import F32, F64, I32, Fn, Module, loop
+from jaxcore_wasm.irtext import F32, F64, I32, Fn, Module, loop, order_key
 from jaxcore_wasm.matmul import MatmulPlan
 from jaxcore_wasm.toolchain import TRIPLE, datalayout
 
@@ -58,12 +58,6 @@ class KernelPlan:
     acc_bytes: int  # bytes of one accumulator in the split scratch
     out_dtype: DType
     matmul: MatmulPlan | None = None  # run as SGEMM (+ an `epilogue` map unless direct)
-
-
-def _key(fn: Fn, bits: str) -> str:
-    """The order key of float32 `bits` (an i32 value): `b ^ ((b >> 31) & 0x7fffffff)`; the same
-    map turns a key back into bits."""
-    return fn.bin("xor", I32, bits, fn.bin("and", I32, fn.bin("ashr", I32, bits, "31"), "2147483647"))
 
 
 def _order_key(bits: int) -> int:
@@ -170,7 +164,7 @@ class _KernelWriter:
         nslot = len(fn.lines) - 1
         em = self._emitter(fn, {"gidx": gidx, "ridx": ridx}, self.rranges)
         x = em.value(exp)
-        new = fn.call(I32, smm, [(I32, acc), (I32, _key(fn, fn.cast("bitcast", F32, x, I32)))])
+        new = fn.call(I32, smm, [(I32, acc), (I32, order_key(fn, fn.cast("bitcast", F32, x, I32)))])
         isnan = fn.cast("zext", "i1", fn.fcmp("uno", F32, x, x), I32)
         new_nan = fn.bin("or", I32, nan, isnan)
         fn.lines[slot] = fn.lines[slot].replace(tok, new)
@@ -182,7 +176,7 @@ class _KernelWriter:
         md = self.mod.loop_md(interleave=REDUCE_INTERLEAVE) if red.size >= 64 else ""
         fn.raw(f"br i1 {cond}, label %{head}, label %{exit_}" + (f", !llvm.loop {md}" if md else ""))
         fn.start(exit_)
-        val = fn.cast("bitcast", I32, _key(fn, new), F32)
+        val = fn.cast("bitcast", I32, order_key(fn, new), F32)
         # an empty range [rstart, rstop) never enters the loop body's result: the caller guards it
         return fn.select(fn.icmp("ne", I32, new_nan, "0"), F32, "0x7FF8000000000000", val)
 

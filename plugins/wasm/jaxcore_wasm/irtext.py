@@ -220,6 +220,13 @@ def _noinline(helper: str) -> str:
 LoopBody = Callable[[str, list[str]], list[str]]
 
 
+def order_key(f: Fn, bits: str) -> str:
+    """The order key of float32 `bits` (an i32 value), `b ^ ((b >> 31) & 0x7fffffff)`: as signed
+    integers the keys order every non-NaN float as numbers do (-0 below +0). The map is its own
+    inverse, so the same call turns a key back into bits."""
+    return f.bin("xor", I32, bits, f.bin("and", I32, f.bin("ashr", I32, bits, "31"), "2147483647"))
+
+
 def loop(
     f: Fn,
     start: str,

@@ -21,7 +21,7 @@ their input order, as the contract's stable argsort says.
 
 from __future__ import annotations
 
-from jaxcore_wasm.irtext import I32, Fn, Module, loop
+from jaxcore_wasm.irtext import I32, Fn, Module, loop, order_key
 from jaxcore_wasm.toolchain import TRIPLE, datalayout
 
 MIN_ROW = 1 << 12  # shorter rows stay with the host's numpy sort (the passes' setup dominates)
@@ -60,8 +60,7 @@ def _key(f: Fn, b: str, mode: int, argsort: bool) -> str:
         return f.bin("xor", I32, b, "-2147483648")
     if argsort:  # NaN -> the largest key, -0 -> +0: they tie
         b = f.select(f.icmp("eq", I32, b, "-2147483648"), I32, "0", b)
-    s = f.bin("xor", I32, b, f.bin("and", I32, f.bin("ashr", I32, b, "31"), "2147483647"))
-    k = f.bin("sub", I32, f.bin("xor", I32, s, "-2147483648"), str(ROT))
+    k = f.bin("sub", I32, f.bin("xor", I32, order_key(f, b), "-2147483648"), str(ROT))
     if argsort:
         nan = f.icmp("ugt", I32, f.bin("and", I32, b, "2147483647"), "2139095040")
         k = f.select(nan, I32, "-1", k)
@@ -73,8 +72,7 @@ def _unkey(f: Fn, k: str, mode: int) -> str:
         return k
     if mode == 1:
         return f.bin("xor", I32, k, "-2147483648")
-    s = f.bin("xor", I32, f.bin("add", I32, k, str(ROT)), "-2147483648")
-    return f.bin("xor", I32, s, f.bin("and", I32, f.bin("ashr", I32, s, "31"), "2147483647"))
+    return order_key(f, f.bin("xor", I32, f.bin("add", I32, k, str(ROT)), "-2147483648"))
 
 
 def _function(mod: Module, mode: int, argsort: bool) -> str:
