@@ -334,19 +334,6 @@ def _per_element(n: int, statement: str, written_out: bool) -> list[str]:
     return [f"  {{ const int c = {c}; {statement} }}" for c in range(n)]
 
 
-def store_f16_main(size: int, out_shift: int, written_out: bool = False) -> list[str]:
-    """main() for a float16 output: `compute` returns each element's 16 bits, two per word."""
-    main = [
-        "layout(location = 0) out uvec4 o;",
-        "void main() {",
-        f"  int t = (int(gl_FragCoord.y) << {out_shift}) + (int(gl_FragCoord.x) & {(1 << out_shift) - 1});",
-        "  uvec4 r = uvec4(0u);",
-    ]
-    store = f"int g = 8 * t + c; if (g < {size}) r[c >> 1] |= compute(g) << uint(16 * (c & 1));"
-    main += _per_element(8, store, written_out)
-    return [*main, "  o = r;", "}"]
-
-
 def kernel_shader(kernel: Kernel, out_shift: int, written_out: bool = False) -> str:
     """The fragment shader computing `kernel` into an output texture of width 2^out_shift
     (`written_out`: the per-word calls written out, as exported for browsers; see `_per_element`)."""
@@ -423,17 +410,18 @@ def assemble(
     decls = [*input_decls(nargs), *extra_decls]
     ret = "uint" if out_dt == F16 else LANG.type_name(out_dt)
     fn = [f"{ret} compute(int gidx) {{", *body, f"  return {result};", "}"]
-    if out_dt == F16:
-        code = "\n".join([*decls, *fn, *store_f16_main(size, out_shift, written_out)])
-        return HEADER + LANG.render_helpers(helpers) + code + "\n"
+    if out_dt == F16:  # `compute` returns each element's 16 bits: eight per texel, two per word
+        n, store = 8, f"int g = 8 * t + c; if (g < {size}) r[c >> 1] |= compute(g) << uint(16 * (c & 1));"
+    else:
+        n, store = 4, f"int g = 4 * t + c; if (g < {size}) r[c] = {LANG.store_word(out_dt, 'compute(g)')};"
     main = [
         "layout(location = 0) out uvec4 o;",
         "void main() {",
         f"  int t = (int(gl_FragCoord.y) << {out_shift}) + (int(gl_FragCoord.x) & {(1 << out_shift) - 1});",
         "  uvec4 r = uvec4(0u);",
+        *_per_element(n, store, written_out),
+        "  o = r;",
+        "}",
     ]
-    word = LANG.store_word(out_dt, "compute(g)")
-    main += _per_element(4, f"int g = 4 * t + c; if (g < {size}) r[c] = {word};", written_out)
-    main += ["  o = r;", "}"]
     code = "\n".join([*decls, *fn, *main])
     return HEADER + LANG.render_helpers(helpers) + code + "\n"
