@@ -12,8 +12,12 @@ What is here, by purpose (docs/backend-reference.md explains each):
   `Slot`, and the errors `SlotError`, `UnsupportedOpError`, `UnsupportedRoutineError`
 - the IR it receives: `Kernel`, `Reduction`, `AluExp`, `AluOp`, `AluGroup`, `AluVar`, `View`,
   `ShapeTracker`, `Routine`, `RoutineType`, `Routines`, `ScatterOp` and the routine params
-- lowering: `tune_nullopt` → `TuneResult`/`TuneSize`; `value_range` (range analysis);
-  `lowering_digest()` (put it in every on-disk cache key)
+- lowering: `tune_nullopt`/`tune_gpu` → `TuneResult`/`TuneSize` (`GpuLimits`); `value_range` (range
+  analysis); `lowering_digest()` (put it in every on-disk cache key)
+- the shared lowering a C-like target renders through (docs/backend-reference.md §8): `legalize`
+  with `TargetTraits` (the contract as AluExp rewrites; `opaque`, `is_nan`, `divide_rn`), `expansions`
+  (the float32 transcendentals as AluExp trees), `CStyleLanguage`/`ExpRenderer` (the renderer a dialect
+  subclasses), `matmul_shape` (`detect`, `matmul_kernel`, `MatmulShape`)
 - the numeric contract as numpy reference code, to test against or to run on the host:
   `idiv`/`mod` (C-style, x/0 = 0), `arith`, `cast` (saturating, NaN→0), `bitcast`, `bit_shift` (counts
   mod 32, arithmetic/logical right shift), `bit_combine`, `compare`, `threefry2x32`, `round_f16`,
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxcore import expansions, matmul_shape
 from jaxcore.alu import NORMAL_RANGE, AluExp, AluGroup, AluOp, AluVar, pending
 from jaxcore.backend import (
     API_VERSION,
@@ -42,6 +47,7 @@ from jaxcore.backend import (
     UnsupportedOpError,
     UnsupportedRoutineError,
 )
+from jaxcore.cstyle import CStyleLanguage, ExpRenderer, strip_parens
 from jaxcore.digest import lowering_digest
 from jaxcore.dtype import (
     INT32_MAX,
@@ -70,6 +76,8 @@ from jaxcore.hookspecs import BackendFactory, RegisterDevice, hookimpl
 from jaxcore.host_routines import run_routine
 from jaxcore.interpret import Interpreter
 from jaxcore.kernel import Kernel, Reduction
+from jaxcore.legalize import TargetTraits, divide_rn, is_nan, legalize, opaque
+from jaxcore.matmul_shape import MatmulShape
 from jaxcore.registry import DeviceUnavailable
 from jaxcore.routine import (
     FftParams,
@@ -87,7 +95,7 @@ from jaxcore.settings import Settings
 from jaxcore.settings import current as current_settings
 from jaxcore.shape import ShapeTracker, View
 from jaxcore.simplify import Range, value_range
-from jaxcore.tuner import TuneResult, TuneSize, tune_nullopt
+from jaxcore.tuner import GpuLimits, TuneResult, TuneSize, tune_gpu, tune_nullopt
 
 
 def idiv(a: np.ndarray, b: np.ndarray, dtype: DType) -> np.ndarray:
@@ -107,6 +115,19 @@ def round_f16(x: np.ndarray) -> np.ndarray:
 
 
 __all__ = [
+    "expansions",
+    "matmul_shape",
+    "CStyleLanguage",
+    "ExpRenderer",
+    "strip_parens",
+    "TargetTraits",
+    "divide_rn",
+    "is_nan",
+    "legalize",
+    "opaque",
+    "MatmulShape",
+    "GpuLimits",
+    "tune_gpu",
     "API_VERSION",
     "INT32_MAX",
     "INT32_MIN",

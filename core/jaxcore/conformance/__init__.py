@@ -59,6 +59,8 @@ AREAS = (
     "differential",
     "fuzz",
     "fuzz_regressions",
+    "specials",
+    "mixed_dtypes",
     "misuse",
     "concurrency",
 )
