@@ -8,9 +8,17 @@ structure: equal subtrees share one digest), everything else is inlined with ful
 parenthesisation, so no precedence table is needed.
 
 A dialect subclasses `CStyleLanguage`, fills the tables and overrides the few `render_*` hooks
-whose spelling differs. Helper functions (exact fmod, accurate transcendentals, threefry) are
-registered by name with their source and dependencies; a renderer collects the ones an
-expression needs and the dialect emits them once, in dependency order, before the entry point.
+whose spelling differs. Helper functions (exact fmod, threefry) are registered by name with their
+source and dependencies; a renderer collects the ones an expression needs and the dialect emits
+them once, in dependency order, before the entry point.
+
+The float32 transcendentals are not written per dialect: `Sin`, `Cos`, `Exp`, `Log`, `Asin`,
+`Atan`, `Erf` and `Erfc` render as calls of `jc_<op>_f32`, a helper *generated* from
+`jaxcore.expansions` (the AluExp tree, legalized with the dialect's traits and rendered by the
+dialect itself, so every spelling rule applies inside it too); float16 calls it through casts, as
+the contract computes float16 in float32 and rounds once. float64 calls `jc_<op>_f64` where the
+dialect's `helpers` table has one. A dialect whose built-ins meet the tolerance table overrides
+those `code_for_op` entries instead.
 """
 
 from __future__ import annotations
@@ -21,10 +29,22 @@ from typing import ClassVar
 from jaxcore.alu import AluExp, AluOp
 from jaxcore.backend import UnsupportedOpError
 from jaxcore.dtype import DType, is_float
-from jaxcore.legalize import OPAQUE, TargetTraits
+from jaxcore.legalize import OPAQUE, TargetTraits, legalize
 
 # code_for_op entries: (renderer, node, rendered operands) -> expression text.
 OpRender = Callable[["ExpRenderer", AluExp, list[str]], str]
+
+# The ops whose float32 spelling is a helper generated from jaxcore.expansions.
+TRANSCENDENTALS: dict[AluOp, str] = {
+    AluOp.Sin: "sin",
+    AluOp.Cos: "cos",
+    AluOp.Exp: "exp",
+    AluOp.Log: "log",
+    AluOp.Asin: "asin",
+    AluOp.Atan: "atan",
+    AluOp.Erf: "erf",
+    AluOp.Erfc: "erfc",
+}
 
 
 def strip_parens(s: str) -> str:
@@ -46,6 +66,26 @@ def _infix(sym: str) -> OpRender:
 
 def _call(fn: str) -> OpRender:
     return lambda r, e, a: f"{fn}({', '.join(strip_parens(x) for x in a)})"
+
+
+def transcendental_helper(op: AluOp, dtype: DType) -> str:
+    """The name of the helper that computes `op` in `dtype` (`jc_sin_f32`, `jc_exp_f64`)."""
+    return f"jc_{TRANSCENDENTALS[op]}_{'f64' if dtype == DType.float64 else 'f32'}"
+
+
+def _transcendental(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+    """float32 through the generated helper, float16 through it in float32 (rounded once),
+    float64 through the dialect's own helper or not at all."""
+    lang, x = r.lang, strip_parens(a[0])
+    name = transcendental_helper(e.op, e.dtype)
+    if e.dtype == DType.float32:
+        return f"{r.need(name)}({x})"
+    if e.dtype == DType.float16:
+        wide = lang.render_cast(r, DType.float32, DType.float16, x)
+        return lang.render_cast(r, DType.float16, DType.float32, f"{r.need(name)}({strip_parens(wide)})")
+    if e.dtype == DType.float64 and name in lang.helpers:
+        return f"{r.need(name)}({x})"
+    raise UnsupportedOpError(e.op, e.dtype, lang.name, "no float64 helper in this dialect")
 
 
 class CStyleLanguage:
@@ -70,6 +110,7 @@ class CStyleLanguage:
         AluOp.Sqrt: _call("sqrt"),
         AluOp.Floor: _call("floor"),
         AluOp.Ceil: _call("ceil"),
+        **{op: _transcendental for op in TRANSCENDENTALS},
     }
     # name -> (source, names of helpers it calls)
     helpers: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {}
@@ -115,6 +156,14 @@ class CStyleLanguage:
     def render_let(self, name: str, dtype: DType, value: str) -> str:
         return f"{self.type_name(dtype)} {name} = {strip_parens(value)};"
 
+    def function_header(self, name: str, params: list[tuple[str, DType]], ret: DType) -> str:
+        """The opening line of a helper function, up to and including its `{`."""
+        args = ", ".join(f"{self.type_name(dt)} {p}" for p, dt in params)
+        return f"{self.type_name(ret)} {name}({args}) {{"
+
+    def render_return(self, value: str) -> str:
+        return f"return {strip_parens(value)};"
+
     def render_special(self, r: ExpRenderer, e: AluExp) -> str:
         return e.arg[0] if e.op == AluOp.Special else e.arg
 
@@ -148,6 +197,41 @@ class CStyleLanguage:
         return fn(r, e, args)
 
     # ---- helpers -----------------------------------------------------------------------------
+    def render_function(
+        self, name: str, params: list[tuple[str, DType]], body: AluExp
+    ) -> tuple[str, set[str]]:
+        """A helper function returning `body`, whose Variables are `params`; with the helpers the
+        body calls."""
+        r = ExpRenderer(self)
+        r.count(body)
+        value = r.render(body)
+        lines = [self.function_header(name, params, body.dtype)]
+        lines += [f"  {line}" for line in r.lines]
+        lines += [f"  {self.render_return(value)}", "}"]
+        return "\n".join(lines), set(r.used_helpers)
+
+    def helper_source(self, name: str) -> tuple[str, tuple[str, ...]]:
+        """(source, helpers it calls) of a helper: the dialect's table, else one generated."""
+        if name in self.helpers:
+            return self.helpers[name]
+        generated: dict[str, tuple[str, tuple[str, ...]]] = self.__dict__.setdefault("_generated", {})
+        if name not in generated:
+            generated[name] = self._generate_helper(name)
+        return generated[name]
+
+    def _generate_helper(self, name: str) -> tuple[str, tuple[str, ...]]:
+        """A float32 transcendental from its expansion, legalized for this dialect's traits."""
+        from jaxcore.expansions import expand_node
+
+        ops = {transcendental_helper(op, DType.float32): op for op in TRANSCENDENTALS}
+        if name not in ops:
+            raise KeyError(f"{self.name} has no helper {name!r}")
+        x = AluExp.variable(DType.float32, "x")
+        body = expand_node(AluExp(ops[name], DType.float32, (x,)))
+        assert body is not None  # every TRANSCENDENTALS op has a float32 expansion
+        source, calls = self.render_function(name, [("x", DType.float32)], legalize(body, self.traits))
+        return source, tuple(sorted(calls - {name}))
+
     def helper_order(self, names: Iterable[str]) -> list[str]:
         """The named helpers and their dependencies, each after what it calls."""
         out: list[str] = []
@@ -157,9 +241,7 @@ class CStyleLanguage:
             if n in seen:
                 return
             seen.add(n)
-            if n not in self.helpers:
-                raise KeyError(f"{self.name} has no helper {n!r}")
-            for d in self.helpers[n][1]:
+            for d in self.helper_source(n)[1]:
                 visit(d)
             out.append(n)
 
@@ -168,7 +250,7 @@ class CStyleLanguage:
         return out
 
     def render_helpers(self, names: Iterable[str]) -> str:
-        return "\n".join(self.helpers[n][0].strip() + "\n" for n in self.helper_order(names))
+        return "\n".join(self.helper_source(n)[0].strip() + "\n" for n in self.helper_order(names))
 
 
 _INT_BIT = (("and", "&"), ("or", "|"), ("xor", "^"))
