@@ -91,22 +91,14 @@ class _KernelWriter:
     def _emitter(self, fn: Fn, env: dict[str, str], ranges: dict[str, tuple[int, int]]) -> Emitter:
         return Emitter(self.mod, fn, [f"%in{i}" for i in range(self.nargs)], env, Ranges(ranges))
 
-    def _loop(self, fn: Fn, var: str, start: str, stop: str, body: Body, start_block: str) -> None:
-        """for var in [start, stop): body(var). Assumes start < stop was checked or is static."""
-        head = fn.label(f"{var}_body")
-        latch = fn.label(f"{var}_latch")
-        exit_ = fn.label(f"{var}_exit")
-        fn.br(head)
-        fn.start(head)
-        nxt = f"%{var}_next{fn.label('')}"
-        iv = fn.phi(I32, [(start, start_block), (nxt, latch)])
-        body(iv)
-        fn.br(latch)
-        fn.start(latch)
-        fn.lines.append(f"  {nxt} = add nsw i32 {iv}, 1")
-        cond = fn.icmp("slt", I32, nxt, stop)
-        fn.raw(f"br i1 {cond}, label %{head}, label %{exit_}")
-        fn.start(exit_)
+    def _loop(self, fn: Fn, start: str, stop: str, body: Body) -> None:
+        """for gidx in [start, stop): body(gidx), where the caller checked start < stop."""
+
+        def each(gidx: str, _: list[str]) -> list[str]:
+            body(gidx)
+            return []
+
+        loop(fn, start, stop, "1", each, name="gidx", entered=True)
 
     def _reduce(self, fn: Fn, gidx: str, rstart: str, rstop: str) -> str:
         """Emit the reduction loop for one gidx; returns the final accumulator."""
@@ -114,30 +106,19 @@ class _KernelWriter:
         assert red is not None  # only a reduction has a ridx loop
         if red.dtype == DType.float32 and red.op in (AluOp.Min, AluOp.Max) and red.size:
             return self._reduce_minmax(fn, gidx, rstart, rstop)
-        ty = reg_type(red.dtype)
         ident = Emitter.const(red.dtype, red.identity)
         if rstart == "0" and rstop == str(red.size) and red.size == 0:
             return ident
-        pre = fn.block
-        head, latch, exit_ = fn.label("r_body"), fn.label("r_latch"), fn.label("r_exit")
-        nxt, tok = f"%ridx_next{fn.label('')}", f"@@acc{fn.label('')}@@"
-        fn.br(head)
-        fn.start(head)
-        ridx = fn.phi(I32, [(rstart, pre), (nxt, latch)])
-        acc = fn.phi(ty, [(ident, pre), (tok, latch)])
-        slot = len(fn.lines) - 1
-        em = self._emitter(fn, {"gidx": gidx, "ridx": ridx}, self.rranges)
-        new = accumulate(em, red.op, red.dtype, acc, em.value(exp))
-        fn.lines[slot] = fn.lines[slot].replace(tok, new)
-        fn.br(latch)
-        fn.start(latch)
-        fn.lines.append(f"  {nxt} = add nuw nsw i32 {ridx}, 1")
-        cond = fn.icmp("slt", I32, nxt, rstop)
+
+        def step(ridx: str, acc: list[str]) -> list[str]:
+            em = self._emitter(fn, {"gidx": gidx, "ridx": ridx}, self.rranges)
+            return [accumulate(em, red.op, red.dtype, acc[0], em.value(exp))]
+
         # several vector accumulators hide the add latency (float sums carry `reassoc`)
         md = self.mod.loop_md(interleave=REDUCE_INTERLEAVE) if red.size >= 64 else ""
-        fn.raw(f"br i1 {cond}, label %{head}, label %{exit_}" + (f", !llvm.loop {md}" if md else ""))
-        fn.start(exit_)
-        return new
+        carried = [(reg_type(red.dtype), ident)]
+        (acc,) = loop(fn, rstart, rstop, "1", step, carried, "r", entered=True, flags="nuw nsw", metadata=md)
+        return acc
 
     def _reduce_minmax(self, fn: Fn, gidx: str, rstart: str, rstop: str) -> str:
         """float32 min/max as a signed-integer min/max of order-preserving keys, NaN tracked aside.
@@ -152,33 +133,23 @@ class _KernelWriter:
         assert red is not None  # only a reduction has a ridx loop
         smm = self.mod.intrinsic(f"llvm.{'smax' if red.op == AluOp.Max else 'smin'}.i32")
         ident = _order_key(0xFF800000 if red.op == AluOp.Max else 0x7F800000)
-        pre = fn.block
-        head, latch, exit_ = fn.label("r_body"), fn.label("r_latch"), fn.label("r_exit")
-        nxt, tok, ntok = f"%ridx_next{fn.label('')}", f"@@acc{fn.label('')}@@", f"@@nan{fn.label('')}@@"
-        fn.br(head)
-        fn.start(head)
-        ridx = fn.phi(I32, [(rstart, pre), (nxt, latch)])
-        acc = fn.phi(I32, [(str(ident), pre), (tok, latch)])
-        slot = len(fn.lines) - 1
-        nan = fn.phi(I32, [("0", pre), (ntok, latch)])
-        nslot = len(fn.lines) - 1
-        em = self._emitter(fn, {"gidx": gidx, "ridx": ridx}, self.rranges)
-        x = em.value(exp)
-        new = fn.call(I32, smm, [(I32, acc), (I32, order_key(fn, fn.cast("bitcast", F32, x, I32)))])
-        isnan = fn.cast("zext", "i1", fn.fcmp("uno", F32, x, x), I32)
-        new_nan = fn.bin("or", I32, nan, isnan)
-        fn.lines[slot] = fn.lines[slot].replace(tok, new)
-        fn.lines[nslot] = fn.lines[nslot].replace(ntok, new_nan)
-        fn.br(latch)
-        fn.start(latch)
-        fn.lines.append(f"  {nxt} = add nuw nsw i32 {ridx}, 1")
-        cond = fn.icmp("slt", I32, nxt, rstop)
+
+        def step(ridx: str, carried: list[str]) -> list[str]:
+            acc, nan = carried
+            em = self._emitter(fn, {"gidx": gidx, "ridx": ridx}, self.rranges)
+            x = em.value(exp)
+            key = fn.call(I32, smm, [(I32, acc), (I32, order_key(fn, fn.cast("bitcast", F32, x, I32)))])
+            isnan = fn.cast("zext", "i1", fn.fcmp("uno", F32, x, x), I32)
+            return [key, fn.bin("or", I32, nan, isnan)]
+
         md = self.mod.loop_md(interleave=REDUCE_INTERLEAVE) if red.size >= 64 else ""
-        fn.raw(f"br i1 {cond}, label %{head}, label %{exit_}" + (f", !llvm.loop {md}" if md else ""))
-        fn.start(exit_)
-        val = fn.cast("bitcast", I32, order_key(fn, new), F32)
+        carried = [(I32, str(ident)), (I32, "0")]
+        key, nan = loop(
+            fn, rstart, rstop, "1", step, carried, "r", entered=True, flags="nuw nsw", metadata=md
+        )
+        val = fn.cast("bitcast", I32, order_key(fn, key), F32)
         # an empty range [rstart, rstop) never enters the loop body's result: the caller guards it
-        return fn.select(fn.icmp("ne", I32, new_nan, "0"), F32, "0x7FF8000000000000", val)
+        return fn.select(fn.icmp("ne", I32, nan, "0"), F32, "0x7FF8000000000000", val)
 
     def interchange(self) -> bool:
         """A column reduction: reads run along gidx but not along ridx. Looping ridx outside gidx
@@ -349,7 +320,7 @@ class _KernelWriter:
         go = fn.label("go")
         fn.cbr(fn.icmp("slt", I32, start, stop), go, entry_exit)
         fn.start(go)
-        self._loop(fn, "gidx", start, stop, body, go)
+        self._loop(fn, start, stop, body)
         fn.br(entry_exit)
         fn.start(entry_exit)
         fn.raw("ret void")
@@ -410,7 +381,7 @@ class _KernelWriter:
         skip = fn.label("skip")
         fn.cbr(fn.icmp("slt", I32, "%rbegin", "%rend"), ok, skip)
         fn.start(ok)
-        self._loop(fn, "gidx", "0", str(k.size), pbody, ok)
+        self._loop(fn, "0", str(k.size), pbody)
         fn.br(skip)
         fn.start(skip)
         fn.raw("ret void")
@@ -421,26 +392,16 @@ class _KernelWriter:
         )
 
         def fbody(gidx: str) -> None:
+            def part(p: str, acc: list[str]) -> list[str]:
+                idx = fn.bin("add", I32, fn.bin("mul", I32, p, str(k.size)), gidx)
+                ptr = fn.emit(f"getelementptr inbounds {ty}, ptr %scratch, i32 {idx}")
+                x = fn.emit(f"load {ty}, ptr {ptr}")
+                return [accumulate(self._emitter(fn, {}, {}), red.op, red.dtype, acc[0], x)]
+
+            # the runtime always has at least one part
             ident = Emitter.const(red.dtype, red.identity)
-            pre = fn.block
-            head, exit_ = fn.label("p_body"), fn.label("p_exit")
-            nxt, accn = f"%p_next{fn.label('')}", f"%pacc{fn.label('')}"
-            fn.br(head)
-            fn.start(head)
-            p = fn.phi(I32, [("0", pre), (nxt, head)])
-            acc = fn.phi(ty, [(ident, pre), (accn, head)])
-            slot = len(fn.lines) - 1
-            em = self._emitter(fn, {}, {})
-            idx = fn.bin("add", I32, fn.bin("mul", I32, p, str(k.size)), gidx)
-            ptr = fn.emit(f"getelementptr inbounds {ty}, ptr %scratch, i32 {idx}")
-            x = fn.emit(f"load {ty}, ptr {ptr}")
-            new = accumulate(em, red.op, red.dtype, acc, x)
-            fn.lines[slot] = fn.lines[slot].replace(accn, new)
-            accn = new
-            fn.lines.append(f"  {nxt} = add nuw nsw i32 {p}, 1")
-            fn.cbr(fn.icmp("slt", I32, nxt, "%nparts"), head, exit_)
-            fn.start(exit_)
-            em = self._emitter(fn, {"gidx": gidx, "acc": accn}, self.granges)
+            (acc,) = loop(fn, "0", "%nparts", "1", part, [(ty, ident)], "p", entered=True, flags="nuw nsw")
+            em = self._emitter(fn, {"gidx": gidx, "acc": acc}, self.granges)
             assert self.tuned.epilogue is not None  # a reduction's
             em.store("%out", gidx, k.dtype, em.value(self.tuned.epilogue))
 

@@ -42,6 +42,20 @@ def iconst(value: int, ty: str = I32) -> str:
     return str(v)
 
 
+class Phi:
+    """A phi whose incoming edges are added as the blocks that feed it are written: a loop's back
+    edge carries a value that exists only once the body is emitted."""
+
+    def __init__(self, name: str, ty: str, incoming: list[tuple[str, str]]) -> None:
+        self.name, self.ty, self.incoming = name, ty, list(incoming)
+
+    def add(self, value: str, block: str) -> None:
+        self.incoming.append((value, block))
+
+    def __str__(self) -> str:
+        return f"  {self.name} = phi {self.ty} " + ", ".join(f"[ {v}, %{b} ]" for v, b in self.incoming)
+
+
 class Fn:
     """One function being written: fresh names, instructions, basic blocks."""
 
@@ -49,7 +63,7 @@ class Fn:
         self, name: str, ret: str, params: list[tuple[str, str]], attrs: str = "", linkage: str = ""
     ) -> None:
         self.name, self.ret, self.params, self.attrs, self.linkage = name, ret, params, attrs, linkage
-        self.lines: list[str] = []
+        self.lines: list[str | Phi] = []
         self._n = 0
         self.block = "entry"
 
@@ -115,11 +129,17 @@ class Fn:
         inc = ", ".join(f"[ {v}, %{b} ]" for v, b in incoming)
         return self.emit(f"phi {ty} {inc}")
 
+    def open_phi(self, ty: str, incoming: list[tuple[str, str]], prefix: str = "t") -> Phi:
+        """A phi to which later blocks add their edges (`Phi.add`)."""
+        phi = Phi(self.fresh(prefix), ty, incoming)
+        self.lines.append(phi)
+        return phi
+
     def render(self) -> str:
         params = ", ".join(f"{t} {n}" for t, n in self.params)
         link = f"{self.linkage} " if self.linkage else ""
         head = f"define {link}{self.ret} @{self.name}({params}) {self.attrs} {{"
-        body = "\n".join(self.lines)
+        body = "\n".join(map(str, self.lines))
         return f"{head}\nentry:\n{body}\n}}\n"
 
 
@@ -235,37 +255,39 @@ def loop(
     body: LoopBody,
     carried: Sequence[tuple[str, str]] = (),
     name: str = "l",
+    *,
+    entered: bool = False,
+    flags: str = "nsw",
+    metadata: str = "",
 ) -> list[str]:
-    """Top-tested counted loop `for iv = start; iv < end; iv += step` (signed i32).
+    """Counted loop `for iv = start; iv < end; iv += step` (signed i32).
 
     `body(iv, values)` emits the body (it may open blocks) and returns the new values of the
-    `carried` (type, initial value) pairs; the result is their values after the loop.
+    `carried` (type, initial value) pairs; the result is their values after the loop. Top-tested,
+    unless the caller knows it is `entered` (start < end): then the test is at the bottom, where
+    `metadata` (an `!llvm.loop` node) goes, and the result is the last iteration's values.
     """
     pre = f.block
-    head, bodyl, latch, exit_ = (
-        f.label(f"{name}_h"),
-        f.label(f"{name}_b"),
-        f.label(f"{name}_l"),
-        f.label(f"{name}_x"),
-    )
+    head = f.label(f"{name}_h")
+    bodyl = head if entered else f.label(f"{name}_b")
+    latch, exit_ = f.label(f"{name}_l"), f.label(f"{name}_x")
     f.br(head)
     f.start(head)
-    tok = f"@@{head}@@"
-    iv = f.emit(f"phi i32 [ {start}, %{pre} ], [ {tok}iv, %{latch} ]", "iv")
-    iv_line = len(f.lines) - 1
-    phis, lines = [], []
-    for i, (ty, init) in enumerate(carried):
-        phis.append(f.emit(f"phi {ty} [ {init}, %{pre} ], [ {tok}{i}, %{latch} ]", "c"))
-        lines.append(len(f.lines) - 1)
-    f.cbr(f.icmp("slt", I32, iv, end), bodyl, exit_)
-    f.start(bodyl)
-    new = list(body(iv, phis) or [])
+    iv = f.open_phi(I32, [(start, pre)], "iv")
+    phis = [f.open_phi(ty, [(init, pre)], "c") for ty, init in carried]
+    if not entered:
+        f.cbr(f.icmp("slt", I32, iv.name, end), bodyl, exit_)
+        f.start(bodyl)
+    new = list(body(iv.name, [p.name for p in phis]) or [])
     f.br(latch)
     f.start(latch)
-    nxt = f.bin("add", I32, iv, step, "nsw")
-    f.br(head)
-    f.lines[iv_line] = f.lines[iv_line].replace(f"{tok}iv", nxt)
-    for i, ln in enumerate(lines):
-        f.lines[ln] = f.lines[ln].replace(f"{tok}{i}", new[i])
+    nxt = f.bin("add", I32, iv.name, step, flags)
+    for phi, value in zip([iv, *phis], [nxt, *new], strict=True):
+        phi.add(value, latch)
+    if entered:
+        tail = f", !llvm.loop {metadata}" if metadata else ""
+        f.raw(f"br i1 {f.icmp('slt', I32, nxt, end)}, label %{head}, label %{exit_}{tail}")
+    else:
+        f.br(head)
     f.start(exit_)
-    return phis
+    return new if entered else [p.name for p in phis]
