@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import enum
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from jaxcore.alu import AluOp
 
 
 class DType(enum.StrEnum):
@@ -131,20 +135,25 @@ _ARITH_UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": n
 _BIT_UFUNCS = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
 
 
-def arith(op: str, a: np.ndarray, b: np.ndarray, dtype: DType) -> np.ndarray:
-    """Binary arithmetic `op` in {add, sub, mul, idiv, mod, min, max} natively in `dtype`."""
+def arith(op: AluOp | str, a: np.ndarray, b: np.ndarray, dtype: DType) -> np.ndarray:
+    """Binary arithmetic `op` natively in `dtype`: an `AluOp` (Add, Sub, Mul, Idiv, Mod, Min, Max),
+    as a backend holds it in its IR, or its lowercase name ("add", ..., "max").
+
+    `AluOp` is a str enum whose values are capitalised ("Add"), so both spellings are taken
+    case-insensitively rather than making every caller translate one into the other."""
+    name = str(op).lower()
     with _errstate():
         if dtype == DType.bool:
-            r = arith(op, a.astype(np.int32), b.astype(np.int32), DType.int32)
+            r = arith(name, a.astype(np.int32), b.astype(np.int32), DType.int32)
             return normalize_bool(r)
-        ufunc = _ARITH_UFUNCS.get(op)
+        ufunc = _ARITH_UFUNCS.get(name)
         if ufunc is not None:
             return ufunc(a, b)
-        if op == "idiv":
+        if name == "idiv":
             return _idiv(a, b, dtype)
-        if op == "mod":
+        if name == "mod":
             return _mod(a, b, dtype)
-    raise ValueError(f"unknown arithmetic op {op!r}")
+    raise ValueError(f"unknown arithmetic op {op!r}: one of {sorted([*_ARITH_UFUNCS, 'idiv', 'mod'])}")
 
 
 def _idiv(a: np.ndarray, b: np.ndarray, dtype: DType) -> np.ndarray:

@@ -109,3 +109,25 @@ def test_the_reference_documents_every_op_routine_and_tolerance() -> None:
         )
     for field in ("exp", "epilogue", "output_idx_exp", "thread_count", "size"):
         assert f"| `{field}` |" in REFERENCE
+
+
+def test_arith_takes_alu_ops_and_their_names() -> None:
+    """`arith` takes the AluOp a backend holds in its IR, as well as the lowercase names."""
+    a = np.array([-7, 7, P.INT32_MIN, 5], np.int32)
+    b = np.array([2, -2, -1, 0], np.int32)
+    ops = [(P.AluOp.Idiv, "idiv"), (P.AluOp.Mod, "mod"), (P.AluOp.Add, "add"), (P.AluOp.Max, "max")]
+    for op, name in ops:
+        assert P.arith(op, a, b, P.DType.int32).tolist() == P.arith(name, a, b, P.DType.int32).tolist(), op
+    assert P.arith(P.AluOp.Idiv, a, b, P.DType.int32).tolist() == [-3, -3, P.INT32_MIN, 0]
+    t, f = np.array([1, 1, 0], np.int32), np.array([1, 0, 0], np.int32)
+    assert P.arith(P.AluOp.Add, t, f, P.DType.bool).tolist() == [1, 1, 0]  # bool Add is OR
+    with pytest.raises(ValueError, match="unknown arithmetic op"):
+        P.arith(P.AluOp.Sin, a, b, P.DType.int32)
+
+
+def test_value_range_is_a_named_range_that_still_unpacks() -> None:
+    gidx = P.AluExp.special(P.DType.int32, "gidx", 10)
+    r = P.value_range(gidx * 3 + 1)
+    assert isinstance(r, P.Range) and (r.lo, r.hi) == (1, 28)
+    lo, hi = r
+    assert (lo, hi) == (1, 28) and r[0] == 1 and r == (1, 28)
