@@ -17,13 +17,25 @@ from __future__ import annotations
 
 import math
 from functools import reduce
+from typing import NamedTuple
 
 import numpy as np
 
 from jaxcore.alu import AluExp, AluGroup, AluOp, pending
 from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, is_float
 
-Range = tuple[float, float]
+
+class Range(NamedTuple):
+    """The closed interval `[lo, hi]` an expression's values lie in (`value_range`).
+
+    A NamedTuple, so `lo, hi = value_range(e)` and `value_range(e)[0]` keep working where code
+    was written against the plain pair it used to be."""
+
+    lo: float
+    hi: float
+
+
+_Pair = tuple[float, float]  # the rules' working form, before `_set_range` stores a Range
 _INF = math.inf
 _BOUNDS: dict[DType, tuple[int, int]] = {DType.int32: (INT32_MIN, INT32_MAX), DType.uint32: (0, UINT32_MAX)}
 # Ops whose exact integer result can leave the dtype (Idiv only at INT32_MIN / -1).
@@ -111,11 +123,11 @@ def _set_range(e: AluExp) -> None:
                 lo, hi = max(lo, blo), min(hi, bhi)
         if lo > hi:
             lo, hi = blo, bhi
-    object.__setattr__(e, "_range", (lo, hi))
+    object.__setattr__(e, "_range", Range(lo, hi))
     object.__setattr__(e, "_wraps", wraps)
 
 
-def _range_inner(e: AluExp) -> Range:
+def _range_inner(e: AluExp) -> _Pair:
     op = e.op
     s = [x.__dict__["_range"] for x in e.src]  # `pending` ranged the operands first
     try:
@@ -182,7 +194,7 @@ def _range_inner(e: AluExp) -> Range:
     return (-_INF, _INF)
 
 
-def _cast_range(dst: DType, src: DType, r: Range) -> Range:
+def _cast_range(dst: DType, src: DType, r: _Pair) -> _Pair:
     lo, hi = r
     if dst == DType.bool:
         if lo == 0 and hi == 0 and not is_float(src):  # a float "0" may be NaN, which is true
