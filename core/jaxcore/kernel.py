@@ -147,6 +147,25 @@ class Kernel:
         return list(self._input_bytes)
 
     @cached_property
+    def input_dtypes(self) -> tuple[DType | None, ...]:
+        """The element dtype of each input, from the GlobalIndex/GlobalView nodes that read it
+        (the item expression and the epilogue); None for an input the kernel never reads.
+
+        A backend allocates, binds or declares its inputs by dtype (a typed storage binding, a
+        texture format), so it should not have to walk the tree for that. The IR gives a buffer
+        one element dtype; a kernel that reads one input as two dtypes raises ValueError here."""
+        found: list[DType | None] = [None] * self.nargs
+        for node in self.nodes():
+            if node.op not in (AluOp.GlobalIndex, AluOp.GlobalView):
+                continue
+            gid = node.arg[0]
+            seen = found[gid]
+            if seen is not None and seen != node.dtype:
+                raise ValueError(f"kernel reads input {gid} as both {seen} and {node.dtype}")
+            found[gid] = node.dtype
+        return tuple(found)
+
+    @cached_property
     def _input_bytes(self) -> tuple[int, ...]:
         need = [0] * self.nargs
         for node in self.nodes():

@@ -92,3 +92,22 @@ def test_kernel_keys_and_input_sizes() -> None:
     assert Kernel(1, 3, a.exp, Reduction(DType.float32, AluOp.Max, 4)).key() != a.key()
     assert a.input_bytes() == [48]
     assert a.exp.simplify() is a.exp  # the constructor simplified it already
+
+
+def test_kernel_says_its_inputs_dtypes() -> None:
+    """Each input's dtype comes from the reads of it, in the items and in the epilogue (through a
+    view too); an input never read is None, and one read as two dtypes is an error."""
+    st = ShapeTracker.from_shape((3, 4))
+    item = AluExp.cast(
+        DType.float32, AluExp.global_view(DType.int32, 0, st, [*unravel_alu([3], AluVar.gidx), AluVar.ridx])
+    ) * AluExp.global_index(DType.float32, 2, 12, AluVar.gidx * AluExp.i32(4) + AluVar.ridx)
+    row = AluExp.global_index(DType.uint32, 3, 3, AluVar.gidx)
+    epilogue = AluExp.cast(DType.float64, AluVar.acc(DType.float32)) + AluExp.cast(DType.float64, row)
+    k = Kernel(4, 3, item, Reduction(DType.float32, AluOp.Add, 4, epilogue))
+    assert k.input_dtypes == (DType.int32, None, DType.float32, DType.uint32)
+    assert Kernel(0, 2, AluExp.f32(1)).input_dtypes == ()
+    as_f32 = AluExp.global_index(DType.float32, 0, 4, AluVar.gidx)
+    as_i32 = AluExp.global_index(DType.int32, 0, 4, AluVar.gidx)
+    twice = Kernel(1, 4, as_f32 + AluExp.cast(DType.float32, as_i32))
+    with pytest.raises(ValueError, match="reads input 0 as both float32 and int32"):
+        _ = twice.input_dtypes
