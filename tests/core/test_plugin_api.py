@@ -131,3 +131,25 @@ def test_value_range_is_a_named_range_that_still_unpacks() -> None:
     assert isinstance(r, P.Range) and (r.lo, r.hi) == (1, 28)
     lo, hi = r
     assert (lo, hi) == (1, 28) and r[0] == 1 and r == (1, 28)
+
+
+def _prose(text: str) -> str:
+    return " ".join(text.replace("**", "").split())
+
+
+def test_the_reference_states_the_readmes_out_of_range_rule() -> None:
+    """The README's rule for an unmasked out-of-range read is the contract (the suite pins it);
+    section 7 of the reference says the same, and nowhere lets a backend raise instead."""
+    readme = (ROOT / "README.md").read_text()
+    rule = _prose(readme[readme.index("**Out-of-range reads.**") :].split("\n\n")[0])
+    section = _prose(REFERENCE[REFERENCE.index("## 7. Reads") : REFERENCE.index("## 8. Reductions")])
+    assert "may raise" not in section
+    for phrase in (
+        "0 or some element of the same buffer",
+        "never returns another buffer's data",
+        "never writes anything",
+        "never crashes or raises",
+        "every in-range lane is exact",
+    ):
+        assert phrase in rule, phrase
+        assert phrase in section, phrase
