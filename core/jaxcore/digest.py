@@ -17,6 +17,7 @@ from pathlib import Path
 # The core modules whose code decides what a backend lowers.
 LOWERING_SOURCES: tuple[str, ...] = (
     "alu.py",
+    "cstyle.py",
     "dtype.py",
     "expansions.py",
     "interpret.py",

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from jaxcore import settings
 from jaxcore.matmul_shape import gidx_divisors
-from jaxcore.plugin import AluExp, AluOp, DType, Kernel, tune_nullopt
+from jaxcore.plugin import AluExp, AluOp, DType, Kernel, legalize, tune_nullopt
 from jaxcore_wasm import matmul
-from jaxcore_wasm.emitter import DEVICE, Emitter, Ranges, accumulate, reg_type
+from jaxcore_wasm.emitter import DEVICE, WASM_TRAITS, Emitter, Ranges, accumulate, reg_type
 from jaxcore_wasm.irtext import F32, F64, I32, Fn, Module, loop, order_key
 from jaxcore_wasm.matmul import MatmulPlan
 from jaxcore_wasm.toolchain import TRIPLE, datalayout
@@ -73,6 +73,10 @@ class _KernelWriter:
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
         self.tuned = tune_nullopt(kernel)
+        # the contract spelled for LLVM by the core (what wasm does natively: emitter.WASM_TRAITS)
+        self.exp = legalize(self.tuned.exp, WASM_TRAITS)
+        epilogue = self.tuned.epilogue
+        self.epilogue = legalize(epilogue, WASM_TRAITS) if epilogue is not None else None
         self.mod = Module(TRIPLE, datalayout())
         self.red = kernel.reduction
         self.nargs = kernel.nargs
@@ -102,7 +106,7 @@ class _KernelWriter:
 
     def _reduce(self, fn: Fn, gidx: str, rstart: str, rstop: str) -> str:
         """Emit the reduction loop for one gidx; returns the final accumulator."""
-        red, exp = self.red, self.tuned.exp
+        red, exp = self.red, self.exp
         assert red is not None  # only a reduction has a ridx loop
         if red.dtype == DType.float32 and red.op in (AluOp.Min, AluOp.Max) and red.size:
             return self._reduce_minmax(fn, gidx, rstart, rstop)
@@ -129,7 +133,7 @@ class _KernelWriter:
         numbers do (-0 < +0 too), so i32x4.max_s (one instruction) finds the same element; an OR of
         `x != x` remembers whether any item was NaN, which then is the result (as the contract says).
         """
-        red, exp = self.red, self.tuned.exp
+        red, exp = self.red, self.exp
         assert red is not None  # only a reduction has a ridx loop
         smm = self.mod.intrinsic(f"llvm.{'smax' if red.op == AluOp.Max else 'smin'}.i32")
         ident = _order_key(0xFF800000 if red.op == AluOp.Max else 0x7F800000)
@@ -195,7 +199,7 @@ class _KernelWriter:
             ).simplify()
             n2 = divs(e2)
             if n2 < best_n:
-                best, best_n = (c, e2), n2
+                best, best_n = (c, legalize(e2, WASM_TRAITS)), n2  # legalized after simplifying
         return best
 
     def _row_split(self, fn: Fn, c: int, exp: AluExp) -> None:
@@ -278,7 +282,7 @@ class _KernelWriter:
                         for i in range(count):  # in row order: the same sums as one row at a time
                             ri = fn.bin("add", I32, r, str(i), "nuw nsw") if i else r
                             em = self._emitter(fn, {"gidx": g, "ridx": ri}, self.rranges)
-                            x = em.value(self.tuned.exp)
+                            x = em.value(self.exp)
                             acc = combine(em, acc, x)
                             if flags:
                                 isnan = fn.cast("sext", "i1", fn.fcmp("uno", F32, x, x), I32)
@@ -305,8 +309,8 @@ class _KernelWriter:
                     nan = fn.icmp("ne", I32, fn.emit(f"load i32, ptr {flag_ptr(g, c0)}"), "0")
                     acc = fn.select(nan, F32, "0x7FF8000000000000", acc)
                 em = self._emitter(fn, {"gidx": g, "acc": acc}, self.granges)
-                assert self.tuned.epilogue is not None  # a reduction's
-                em.store("%out", g, k.dtype, em.value(self.tuned.epilogue))
+                assert self.epilogue is not None  # a reduction's
+                em.store("%out", g, k.dtype, em.value(self.epilogue))
                 return []
 
             loop(fn, c0, c1, "1", fin, name="tf")
@@ -332,13 +336,13 @@ class _KernelWriter:
         def body(gidx: str) -> None:
             if red is None:
                 em = self._emitter(fn, {"gidx": gidx}, self.granges)
-                v = em.value(self.tuned.exp)
+                v = em.value(self.exp)
                 em.store("%out", gidx, k.dtype, v)
                 return
             acc = self._reduce(fn, gidx, "0", str(red.size))
             em = self._emitter(fn, {"gidx": gidx, "acc": acc}, self.granges)
-            assert self.tuned.epilogue is not None  # a reduction's
-            em.store("%out", gidx, k.dtype, em.value(self.tuned.epilogue))
+            assert self.epilogue is not None  # a reduction's
+            em.store("%out", gidx, k.dtype, em.value(self.epilogue))
 
         if self.interchange():
             self._interchanged(fn)
@@ -357,8 +361,8 @@ class _KernelWriter:
             p = fn.emit(f"getelementptr inbounds float, ptr %accs, i32 {gidx}")
             acc = fn.emit(f"load float, ptr {p}, align 4")
             em = self._emitter(fn, {"gidx": gidx, "acc": acc}, self.granges)
-            assert self.tuned.epilogue is not None  # a reduction's
-            em.store("%out", gidx, k.dtype, em.value(self.tuned.epilogue))
+            assert self.epilogue is not None  # a reduction's
+            em.store("%out", gidx, k.dtype, em.value(self.epilogue))
 
         self._guarded(fn, "%begin", "%end", body)
         self.mod.functions.append(fn.render())
@@ -402,8 +406,8 @@ class _KernelWriter:
             ident = Emitter.const(red.dtype, red.identity)
             (acc,) = loop(fn, "0", "%nparts", "1", part, [(ty, ident)], "p", entered=True, flags="nuw nsw")
             em = self._emitter(fn, {"gidx": gidx, "acc": acc}, self.granges)
-            assert self.tuned.epilogue is not None  # a reduction's
-            em.store("%out", gidx, k.dtype, em.value(self.tuned.epilogue))
+            assert self.epilogue is not None  # a reduction's
+            em.store("%out", gidx, k.dtype, em.value(self.epilogue))
 
         self._guarded(fn, "%begin", "%end", fbody)
         self.mod.functions.append(fn.render())
@@ -429,7 +433,7 @@ def depth(exp: AluExp) -> int:
 def _generated(w: _KernelWriter, p: KernelPlan) -> Generated:
     if not w.mod.functions:
         return Generated("", p)
-    exps = [w.tuned.exp, w.tuned.epilogue] if w.tuned.epilogue is not None else [w.tuned.exp]
+    exps = [w.exp, w.epilogue] if w.epilogue is not None else [w.exp]
     small = w.mod.inlined_size() <= INLINE_BUDGET
     shallow = max(depth(e) for e in exps) <= DEPTH_BUDGET
     return Generated(w.mod.render(inline=small), p, 3 if small and shallow else 0)

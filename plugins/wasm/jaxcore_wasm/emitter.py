@@ -2,10 +2,12 @@
 
 Registers: float32 and float16 values live in `float` (a float16 value is always one that float16
 can hold: every float16 op rounds its result), float64 in `double`, int32/uint32/bool in `i32`
-(bool as 0/1). Every op follows the contract: integer division by zero gives 0 and never traps,
-INT_MIN / -1 = INT_MIN, shifts count mod 32, float->int saturates with NaN -> 0, min/max propagate
-NaN, out-of-range reads are clamped to element 0 unless range analysis (`Ranges`) proves them in
-range.
+(bool as 0/1). The expressions arrive legalized by the core for `WASM_TRAITS`, which say what LLVM
+does natively: float->int saturates with NaN -> 0 (`fptosi.sat`), min/max propagate NaN
+(`llvm.minimum`), compares are IEEE and never folded, float division is correctly rounded; integer
+division by zero and INT_MIN / -1 trap and shifts of 32 or more are poison, so `legalize` guards
+those and the emitter writes the bare instructions. Out-of-range reads are clamped to element 0
+unless range analysis (`Ranges`) proves them in range.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from jaxcore.plugin import (
     AluExp,
     AluOp,
     DType,
+    TargetTraits,
     UnsupportedOpError,
     byte_width,
     is_float,
@@ -28,6 +31,18 @@ from jaxcore_wasm import builtins
 from jaxcore_wasm.irtext import F32, F64, I1, I32, Fn, Module, fconst, iconst, suffix
 
 DEVICE = "wasm"
+
+WASM_TRAITS = TargetTraits(
+    native_int_mod_truncates=True,  # srem
+    native_correct_division=True,  # fdiv is IEEE
+    native_nan_minmax=True,  # llvm.minimum / llvm.maximum
+    native_saturating_casts=True,  # llvm.fpto[su]i.sat
+    native_nan_compare=True,  # fcmp olt / une
+    native_float_to_bool=True,  # fcmp une x, 0.0
+    has_f16=True,  # computed in float32, rounded per op
+    has_f64=True,
+    exact_transcendentals=True,  # builtins.py: the wasm SIMD expansions, within the tolerance table
+)
 
 
 def reg_type(dtype: DType) -> str:
@@ -265,30 +280,19 @@ class Emitter:
             return self.intr(f"llvm.{name}.i32", I32, [(I32, a), (I32, b)])
         if op == AluOp.BitCombine:
             return f.bin(e.arg, I32, a, b)
-        if op == AluOp.BitShift:
-            cnt = f.bin("and", I32, b, "31")
+        if op == AluOp.BitShift:  # legalize masked a count that may reach 32
             if e.arg == "shl":
-                return f.bin("shl", I32, a, cnt)
-            return f.bin("ashr" if signed else "lshr", I32, a, cnt)
+                return f.bin("shl", I32, a, b)
+            return f.bin("ashr" if signed else "lshr", I32, a, b)
         raise UnsupportedOpError(op, d, DEVICE)
 
     def _intdiv(self, e: AluExp, a: str, b: str, signed: bool) -> str:
-        f = self.f
+        """The bare instruction: `legalize` made the divisor nonzero and INT_MIN / -1 impossible."""
         ra, rb = self.ranges.get(e.src[0]), self.ranges.get(e.src[1])
         div = e.op == AluOp.Idiv
-        if rb is not None and rb[0] > 0 and (not signed or (ra is not None and ra[0] >= 0)):
-            return f.bin("udiv" if div else "urem", I32, a, b)  # no zero divisor, no sign fix-ups
-        zero = f.icmp("eq", I32, b, "0")
-        safe = f.select(zero, I32, "1", b)
-        if signed:
-            ovf = f.bin("and", I1, f.icmp("eq", I32, a, iconst(INT32_MIN)), f.icmp("eq", I32, b, "-1"))
-            safe = f.select(ovf, I32, "1", safe)
-            q = f.bin("sdiv" if div else "srem", I32, a, safe)
-            if not div:
-                q = f.select(ovf, I32, "0", q)
-        else:
-            q = f.bin("udiv" if div else "urem", I32, a, safe)
-        return f.select(zero, I32, "0", q)
+        if not signed or (rb is not None and rb[0] > 0 and ra is not None and ra[0] >= 0):
+            return self.f.bin("udiv" if div else "urem", I32, a, b)  # no sign fix-ups
+        return self.f.bin("sdiv" if div else "srem", I32, a, b)
 
     def _unary(self, e: AluExp, x: str) -> str:
         op, d, f = e.op, e.dtype, self.f
