@@ -24,12 +24,15 @@ those `code_for_op` entries instead.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from jaxcore.alu import AluExp, AluOp
 from jaxcore.backend import UnsupportedOpError
 from jaxcore.dtype import DType, is_float
 from jaxcore.legalize import OPAQUE, TargetTraits, legalize
+
+if TYPE_CHECKING:
+    from jaxcore.program import Param, Program
 
 # code_for_op entries: (renderer, node, rendered operands) -> expression text.
 OpRender = Callable[["ExpRenderer", AluExp, list[str]], str]
@@ -163,6 +166,42 @@ class CStyleLanguage:
 
     def render_return(self, value: str) -> str:
         return f"return {strip_parens(value)};"
+
+    # ---- statements (jaxcore.program): what a whole kernel is spelled with -----------------------
+    def render_program(self, program: Program) -> str:
+        """The whole source of a statement program (jaxcore.program); a dialect whose entry point
+        is not a function over buffers (a fragment shader) overrides this one hook."""
+        from jaxcore.program import render_program
+
+        return render_program(program, self)
+
+    def render_prelude(self) -> str:
+        """Text before the helpers (includes, type definitions, enables)."""
+        return ""
+
+    def render_kernel(self, name: str, params: tuple[Param, ...], body: list[str]) -> str:
+        """The entry point around the body's lines: the signature that binds every parameter."""
+        raise NotImplementedError
+
+    def render_grid(self, var: str, size: int) -> tuple[str, str]:
+        """The lines opening and closing the body run once per output index `var` < `size`; a
+        serial target's is a loop, a GPU's its thread index and a bounds check."""
+        return self.render_loop(var, size, 1)
+
+    def render_loop(self, var: str, size: int, step: int) -> tuple[str, str]:
+        i32 = self.type_name(DType.int32)
+        return f"for ({i32} {var} = 0; {var} < {size}; {var} += {step}) {{", "}"
+
+    def render_define(self, name: str, dtype: DType, value: str) -> str:
+        """A mutable scalar (an accumulator) with its initial value."""
+        return self.render_let(name, dtype, value)
+
+    def render_assign(self, name: str, value: str) -> str:
+        return f"{name} = {strip_parens(value)};"
+
+    def render_store(self, r: ExpRenderer, param: str, idx: str, value: str, dtype: DType) -> str:
+        """Element `idx` of the output `param` set to `value` (converted to the storage type)."""
+        return f"{param}[{strip_parens(idx)}] = {strip_parens(value)};"
 
     def render_special(self, r: ExpRenderer, e: AluExp) -> str:
         return e.arg[0] if e.op == AluOp.Special else e.arg
