@@ -91,6 +91,12 @@ def value_range(e: AluExp) -> Range:
     return e.__dict__["_range"]
 
 
+def never_wraps(e: AluExp) -> bool:
+    """Whether an integer node's value is its op applied to its operands' values in Z (no
+    wrap-around): what LLVM's `nsw`/`nuw` flags promise of an add, sub or mul."""
+    return _exact(e)
+
+
 def _exact(e: AluExp) -> bool:
     """Whether the node's value is its op applied to its operands' values in Z: it cannot wrap."""
     value_range(e)

@@ -18,7 +18,7 @@ from jaxcore import settings
 from jaxcore.matmul_shape import gidx_divisors
 from jaxcore.plugin import AluExp, AluOp, DType, Kernel, legalize, tune_nullopt
 from jaxcore_wasm import matmul
-from jaxcore_wasm.emitter import DEVICE, WASM_TRAITS, Emitter, Ranges, accumulate, reg_type
+from jaxcore_wasm.emitter import DEVICE, WASM_TRAITS, Emitter, accumulate, reg_type
 from jaxcore_wasm.irtext import F32, F64, I32, Fn, Module, loop, order_key
 from jaxcore_wasm.matmul import MatmulPlan
 from jaxcore_wasm.toolchain import TRIPLE, datalayout
@@ -80,9 +80,6 @@ class _KernelWriter:
         self.mod = Module(TRIPLE, datalayout())
         self.red = kernel.reduction
         self.nargs = kernel.nargs
-        # exact ranges of the lane variables, for the emitters' no-wrap analysis
-        self.granges = {"gidx": (0, max(kernel.size - 1, 0))}
-        self.rranges = dict(self.granges, ridx=(0, max(self.red.size - 1, 0))) if self.red else self.granges
 
     def _fn(self, name: str, extra: list[tuple[str, str]]) -> Fn:
         # noalias: dispatch never lets the output be an input (it computes into a temporary then),
@@ -92,8 +89,8 @@ class _KernelWriter:
         attrs = self.mod.attr_group(f'nounwind "wasm-export-name"="{name}"')
         return Fn(name, "void", params, attrs)
 
-    def _emitter(self, fn: Fn, env: dict[str, str], ranges: dict[str, tuple[int, int]]) -> Emitter:
-        return Emitter(self.mod, fn, [f"%in{i}" for i in range(self.nargs)], env, Ranges(ranges))
+    def _emitter(self, fn: Fn, env: dict[str, str]) -> Emitter:
+        return Emitter(self.mod, fn, [f"%in{i}" for i in range(self.nargs)], env)
 
     def _loop(self, fn: Fn, start: str, stop: str, body: Body) -> None:
         """for gidx in [start, stop): body(gidx), where the caller checked start < stop."""
@@ -115,7 +112,7 @@ class _KernelWriter:
             return ident
 
         def step(ridx: str, acc: list[str]) -> list[str]:
-            em = self._emitter(fn, {"gidx": gidx, "ridx": ridx}, self.rranges)
+            em = self._emitter(fn, {"gidx": gidx, "ridx": ridx})
             return [accumulate(em, red.op, red.dtype, acc[0], em.value(exp))]
 
         # several vector accumulators hide the add latency (float sums carry `reassoc`)
@@ -140,7 +137,7 @@ class _KernelWriter:
 
         def step(ridx: str, carried: list[str]) -> list[str]:
             acc, nan = carried
-            em = self._emitter(fn, {"gidx": gidx, "ridx": ridx}, self.rranges)
+            em = self._emitter(fn, {"gidx": gidx, "ridx": ridx})
             x = em.value(exp)
             key = fn.call(I32, smm, [(I32, acc), (I32, order_key(fn, fn.cast("bitcast", F32, x, I32)))])
             isnan = fn.cast("zext", "i1", fn.fcmp("uno", F32, x, x), I32)
@@ -206,7 +203,6 @@ class _KernelWriter:
         k = self.kernel
         lo = fn.bin("udiv", I32, "%begin", str(c))
         hi = fn.bin("udiv", I32, fn.bin("add", I32, "%end", str(c - 1), "nuw nsw"), str(c))
-        ranges = {"jc_o": (0, k.size // c - 1), "jc_i": (0, c - 1), "gidx": (0, k.size - 1)}
 
         def row(o: str, _: list[str]) -> list[str]:
             base = fn.bin("mul", I32, o, str(c), "nuw nsw")
@@ -216,7 +212,7 @@ class _KernelWriter:
 
             def col(i: str, _: list[str]) -> list[str]:
                 g = fn.bin("add", I32, base, i, "nuw nsw")
-                em = self._emitter(fn, {"jc_o": o, "jc_i": i, "gidx": g}, ranges)
+                em = self._emitter(fn, {"jc_o": o, "jc_i": i, "gidx": g})
                 em.store("%out", g, k.dtype, em.value(exp))
                 return []
 
@@ -281,7 +277,7 @@ class _KernelWriter:
                         nan = fn.emit(f"load i32, ptr {flag_ptr(g, c0)}") if flags else ""
                         for i in range(count):  # in row order: the same sums as one row at a time
                             ri = fn.bin("add", I32, r, str(i), "nuw nsw") if i else r
-                            em = self._emitter(fn, {"gidx": g, "ridx": ri}, self.rranges)
+                            em = self._emitter(fn, {"gidx": g, "ridx": ri})
                             x = em.value(self.exp)
                             acc = combine(em, acc, x)
                             if flags:
@@ -308,7 +304,7 @@ class _KernelWriter:
                 if flags:
                     nan = fn.icmp("ne", I32, fn.emit(f"load i32, ptr {flag_ptr(g, c0)}"), "0")
                     acc = fn.select(nan, F32, "0x7FF8000000000000", acc)
-                em = self._emitter(fn, {"gidx": g, "acc": acc}, self.granges)
+                em = self._emitter(fn, {"gidx": g, "acc": acc})
                 assert self.epilogue is not None  # a reduction's
                 em.store("%out", g, k.dtype, em.value(self.epilogue))
                 return []
@@ -335,12 +331,12 @@ class _KernelWriter:
 
         def body(gidx: str) -> None:
             if red is None:
-                em = self._emitter(fn, {"gidx": gidx}, self.granges)
+                em = self._emitter(fn, {"gidx": gidx})
                 v = em.value(self.exp)
                 em.store("%out", gidx, k.dtype, v)
                 return
             acc = self._reduce(fn, gidx, "0", str(red.size))
-            em = self._emitter(fn, {"gidx": gidx, "acc": acc}, self.granges)
+            em = self._emitter(fn, {"gidx": gidx, "acc": acc})
             assert self.epilogue is not None  # a reduction's
             em.store("%out", gidx, k.dtype, em.value(self.epilogue))
 
@@ -360,7 +356,7 @@ class _KernelWriter:
         def body(gidx: str) -> None:
             p = fn.emit(f"getelementptr inbounds float, ptr %accs, i32 {gidx}")
             acc = fn.emit(f"load float, ptr {p}, align 4")
-            em = self._emitter(fn, {"gidx": gidx, "acc": acc}, self.granges)
+            em = self._emitter(fn, {"gidx": gidx, "acc": acc})
             assert self.epilogue is not None  # a reduction's
             em.store("%out", gidx, k.dtype, em.value(self.epilogue))
 
@@ -378,7 +374,7 @@ class _KernelWriter:
 
         def pbody(gidx: str) -> None:
             acc = self._reduce(fn, gidx, "%rbegin", "%rend")
-            em = self._emitter(fn, {}, {})
+            em = self._emitter(fn, {})
             em.store("%scratch", gidx, acc_dt, acc)
 
         ok = fn.label("ok")
@@ -400,12 +396,12 @@ class _KernelWriter:
                 idx = fn.bin("add", I32, fn.bin("mul", I32, p, str(k.size)), gidx)
                 ptr = fn.emit(f"getelementptr inbounds {ty}, ptr %scratch, i32 {idx}")
                 x = fn.emit(f"load {ty}, ptr {ptr}")
-                return [accumulate(self._emitter(fn, {}, {}), red.op, red.dtype, acc[0], x)]
+                return [accumulate(self._emitter(fn, {}), red.op, red.dtype, acc[0], x)]
 
             # the runtime always has at least one part
             ident = Emitter.const(red.dtype, red.identity)
             (acc,) = loop(fn, "0", "%nparts", "1", part, [(ty, ident)], "p", entered=True, flags="nuw nsw")
-            em = self._emitter(fn, {"gidx": gidx, "acc": acc}, self.granges)
+            em = self._emitter(fn, {"gidx": gidx, "acc": acc})
             assert self.epilogue is not None  # a reduction's
             em.store("%out", gidx, k.dtype, em.value(self.epilogue))
 

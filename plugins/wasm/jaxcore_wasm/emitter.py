@@ -7,7 +7,8 @@ does natively: float->int saturates with NaN -> 0 (`fptosi.sat`), min/max propag
 (`llvm.minimum`), compares are IEEE and never folded, float division is correctly rounded; integer
 division by zero and INT_MIN / -1 trap and shifts of 32 or more are poison, so `legalize` guards
 those and the emitter writes the bare instructions. Out-of-range reads are clamped to element 0
-unless range analysis (`Ranges`) proves them in range.
+unless the core's range analysis (`value_range`, over the lane Specials' extents) proves them in
+range.
 """
 
 from __future__ import annotations
@@ -15,9 +16,6 @@ from __future__ import annotations
 import numpy as np
 
 from jaxcore.plugin import (
-    INT32_MAX,
-    INT32_MIN,
-    UINT32_MAX,
     AluExp,
     AluOp,
     DType,
@@ -26,7 +24,9 @@ from jaxcore.plugin import (
     byte_width,
     is_float,
     pending,
+    value_range,
 )
+from jaxcore.simplify import never_wraps
 from jaxcore_wasm import builtins
 from jaxcore_wasm.irtext import F32, F64, I1, I32, Fn, Module, fconst, iconst, suffix
 
@@ -57,77 +57,11 @@ def _mem_type(dtype: DType) -> str:
     return {DType.float32: F32, DType.float64: F64, DType.float16: "i16"}.get(dtype, I32)
 
 
-_BOUNDS = {DType.int32: (INT32_MIN, INT32_MAX), DType.uint32: (0, UINT32_MAX), DType.bool: (0, 1)}
-
-
-class Ranges:
-    """Exact integer ranges for subtrees that provably never wrap (None when they might)."""
-
-    def __init__(self, env: dict[str, tuple[int, int]]) -> None:
-        self.env = env
-        self.memo: dict[str, tuple[int, int] | None] = {}
-
-    def get(self, e: AluExp) -> tuple[int, int] | None:
-        k = e.key()
-        if k not in self.memo:
-            # Operands first (post-order), so `_compute` never recurses down a deep expression.
-            for n in pending(e, lambda n: n.key() in self.memo):
-                self.memo[n.key()] = self._compute(n)
-        return self.memo[k]
-
-    def _compute(self, e: AluExp) -> tuple[int, int] | None:
-        if e.dtype not in _BOUNDS:
-            return None
-        lo_b, hi_b = _BOUNDS[e.dtype]
-        op = e.op
-        if op == AluOp.Const:
-            return (int(e.arg), int(e.arg))
-        if op == AluOp.Special:
-            return self.env.get(e.arg[0], (0, e.arg[1] - 1))
-        if op == AluOp.Variable:
-            return self.env.get(e.arg)
-        if op in (AluOp.Cmplt, AluOp.Cmpne) or e.dtype == DType.bool:
-            return (0, 1)
-        s: list = [self.get(x) if x.dtype == e.dtype else None for x in e.src]  # (lo, hi) ranges or None
-        if op == AluOp.Where:
-            a, b = self.get(e.src[1]), self.get(e.src[2])
-            return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
-        if op == AluOp.BitCombine and e.arg == "and":
-            ms = [x for x in s if x is not None and x[0] >= 0]
-            return (0, min(x[1] for x in ms)) if ms else None
-        if any(x is None for x in s) or not s:
-            return None
-        if op == AluOp.Add:
-            r = (s[0][0] + s[1][0], s[0][1] + s[1][1])
-        elif op == AluOp.Sub:
-            r = (s[0][0] - s[1][1], s[0][1] - s[1][0])
-        elif op == AluOp.Mul:
-            c = [a * b for a in s[0] for b in s[1]]
-            r = (min(c), max(c))
-        elif op == AluOp.Idiv:
-            if s[1][0] <= 0 <= s[1][1]:
-                return None
-            c = [int(a / b) if abs(a) < 2**52 else a // b for a in s[0] for b in s[1]]
-            r = (min(c), max(c))
-        elif op == AluOp.Mod:
-            m = max(abs(s[1][0]), abs(s[1][1])) - 1
-            if m < 0:
-                return (0, 0)
-            r = (0 if s[0][0] >= 0 else -m, min(s[0][1], m) if s[0][1] >= 0 else 0)
-        elif op == AluOp.Min:
-            r = (min(s[0][0], s[1][0]), min(s[0][1], s[1][1]))
-        elif op == AluOp.Max:
-            r = (max(s[0][0], s[1][0]), max(s[0][1], s[1][1]))
-        else:
-            return None
-        return r if lo_b <= r[0] and r[1] <= hi_b else None
-
-
 class Emitter:
     """Lowers AluExp nodes into one function, with common subexpressions computed once."""
 
-    def __init__(self, mod: Module, fn: Fn, inputs: list[str], env: dict[str, str], ranges: Ranges) -> None:
-        self.mod, self.f, self.inputs, self.env, self.ranges = mod, fn, inputs, env, ranges
+    def __init__(self, mod: Module, fn: Fn, inputs: list[str], env: dict[str, str]) -> None:
+        self.mod, self.f, self.inputs, self.env = mod, fn, inputs, env
         self.memo: dict[str, str] = {}
 
     # ---- helpers -----------------------------------------------------------------------------
@@ -206,8 +140,8 @@ class Emitter:
         f = self.f
         gid, length = e.arg
         idx = self.value(e.src[0])
-        r = self.ranges.get(e.src[0])
-        if r is None or r[0] < 0 or r[1] >= length:
+        r = value_range(e.src[0])
+        if r.lo < 0 or r.hi >= length:
             ok = f.icmp("ult", I32, idx, str(max(length, 1)))
             idx = f.select(ok, I32, idx, "0")
         mt = _mem_type(e.dtype)
@@ -230,13 +164,10 @@ class Emitter:
 
     # ---- ops ---------------------------------------------------------------------------------------
     def _flags(self, e: AluExp) -> str:
-        if e.dtype not in (DType.int32, DType.uint32) or self.ranges.get(e) is None:
+        if e.dtype not in (DType.int32, DType.uint32) or not never_wraps(e):
             return ""
-        srcs = [self.ranges.get(s) for s in e.src]
         if e.dtype == DType.int32:
-            own = self.ranges.get(e)
-            assert own is not None  # checked above
-            nonneg = all(s is not None and s[0] >= 0 for s in srcs) and own[0] >= 0
+            nonneg = all(value_range(s).lo >= 0 for s in (*e.src, e))
             return "nuw nsw" if nonneg else "nsw"
         return "nuw"
 
@@ -288,9 +219,8 @@ class Emitter:
 
     def _intdiv(self, e: AluExp, a: str, b: str, signed: bool) -> str:
         """The bare instruction: `legalize` made the divisor nonzero and INT_MIN / -1 impossible."""
-        ra, rb = self.ranges.get(e.src[0]), self.ranges.get(e.src[1])
         div = e.op == AluOp.Idiv
-        if not signed or (rb is not None and rb[0] > 0 and ra is not None and ra[0] >= 0):
+        if not signed or (value_range(e.src[1]).lo > 0 and value_range(e.src[0]).lo >= 0):
             return self.f.bin("udiv" if div else "urem", I32, a, b)  # no sign fix-ups
         return self.f.bin("sdiv" if div else "srem", I32, a, b)
 
