@@ -249,7 +249,7 @@ class GLSLLanguage(CStyleLanguage):
         return super().render_bit(r, e, a)
 
     def render_load(self, r: ExpRenderer, e: AluExp, idx: str) -> str:
-        gid, i = e.arg[0], strip_parens(idx)
+        gid, i = e.arg[0], word_index(e.src[0].dtype, idx)
         if e.dtype == F16:
             return f"{r.need('jx_h')}(ld{gid}(({i}) >> 1), ({i}) & 1)"
         word = f"ld{gid}({i})"
@@ -289,6 +289,12 @@ def _hoist(top: ExpRenderer, exp: AluExp) -> None:
         top.bind(node)
 
 
+def word_index(dtype: DType, idx: str) -> str:
+    """A read's element index as the `int` the loaders take (a uint32 index keeps its bits; one past
+    INT32_MAX is out of range either way)."""
+    return strip_parens(idx) if dtype == I32 else f"int({strip_parens(idx)})"
+
+
 def f16_bits_literal(value: float) -> str:
     return f"{int(np.array(value, np.float16).view(np.uint16))}u"
 
@@ -303,7 +309,7 @@ def render_f16_bits(r: ExpRenderer, e: AluExp) -> str:
     if hit is not None:
         return hit
     if e.op == AluOp.GlobalIndex and e.dtype == F16:
-        i = strip_parens(r.render(e.src[0]))
+        i = word_index(e.src[0].dtype, r.render(e.src[0]))
         s = f"{r.need('jx_hb')}(ld{e.arg[0]}(({i}) >> 1), ({i}) & 1)"
     elif e.op == AluOp.Where and e.dtype == F16:
         c = r.render(e.src[0])
@@ -340,10 +346,12 @@ def kernel_shader(kernel: Kernel, out_shift: int, written_out: bool = False) -> 
     out_dt = kernel.dtype
     if out_dt not in LANG.type_map:
         raise UnsupportedOpError(None, out_dt, LANG.name)
-    exp = legalize(kernel.exp.rewrite_global_views(), GLSL_TRAITS)
+    red = kernel.reduction
+    # a reduction folds its items cast to its own dtype (as tuner.tune_nullopt spells it)
+    exp = kernel.exp if red is None else AluExp.cast(red.dtype, kernel.exp)
+    exp = legalize(exp.rewrite_global_views(), GLSL_TRAITS)
     top = ExpRenderer(LANG)
     body: list[str] = []
-    red = kernel.reduction
     if red is None:
         top.count(exp)
         result = strip_parens(render_f16_bits(top, exp) if out_dt == F16 else top.render(exp))
