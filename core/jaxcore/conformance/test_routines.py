@@ -79,6 +79,43 @@ def test_argsort_stability_vector(backend: Backend) -> None:
     assert idx.tolist() == [8, 9, 1, 2, 7, 5, 0, 4, 10, 3, 6], idx.tolist()
 
 
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view(f"<u{a.dtype.itemsize}")
+
+
+def signed_zero_and_nan_rows(dtype: str) -> np.ndarray:
+    """Rows mixing -0.0 and +0.0, NaNs of either sign and several payloads, and ordinary values."""
+    st = oracle.storage(dtype)
+    width = 8 * st.itemsize
+    exp_bits = {16: 0x7C00, 32: 0x7F800000, 64: 0x7FF0000000000000}[width]
+    nans = [exp_bits | 1 << (width - 12 if width > 16 else 9), exp_bits | 1, 1 << (width - 1) | exp_bits | 5]
+    nan_vals = list(np.array(nans, f"<u{st.itemsize}").view(st))
+    base = [-0.0, 0.0, 1.5, -0.0, -2.0, 0.0, np.inf, -np.inf, 0.25, -0.0]
+    rows = [base + nan_vals, nan_vals[::-1] + base[::-1], [0.0, -0.0] * 6 + nan_vals[:1]]
+    return np.array(rows, dtype=object).astype(st)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_sort_keeps_the_bits_of_signed_zeros(backend: Backend, dtype: str) -> None:
+    """Sort and Argsort move values, so -0.0 and +0.0 (equal keys) keep their bits, with NaNs of
+    any sign last. Argsort is stable: its values are exactly x[stable order]. Sort may order equal
+    keys either way, so its run of zeros must hold the input's zeros, sign for sign."""
+    x = signed_zero_and_nan_rows(dtype)
+    (got,) = run_routine(backend, prepared(backend, routine(Routines.Sort, [x], [dtype])), [x])
+    want = np.sort(x, axis=-1)
+    assert_close(got, want, "Sort", dtype, backend)
+    for r, (g, w, src) in enumerate(zip(got, want, x)):
+        have, need = sorted(_bits(g[w == 0]).tolist()), sorted(_bits(src[src == 0]).tolist())
+        assert have == need, f"Sort<{dtype}> row {r}: the zeros came out as bits {have}, not {need}"
+    vals, idx = run_routine(backend, prepared(backend, routine(Routines.Argsort, [x], [dtype])), [x])
+    want_idx = np.argsort(x, axis=-1, kind="stable").astype(np.int32)
+    assert_close(idx, want_idx, "Argsort", "int32", backend, what="Argsort indices")
+    moved = np.take_along_axis(x, want_idx, axis=-1)
+    assert_close(vals, moved, "Argsort", dtype, backend, what="Argsort values")
+    bad = np.argwhere((_bits(vals) != _bits(moved)) & ~np.isnan(moved))
+    assert bad.size == 0, f"Argsort<{dtype}> values lost their bits at {bad[:6].tolist()}: {vals} != {moved}"
+
+
 @pytest.mark.parametrize("n", [1, 8191, 8192])
 def test_sort_lengths(backend: Backend, n: int) -> None:
     """Lengths that are not (or are) a power of two and exceed one GPU workgroup; reversed input."""
