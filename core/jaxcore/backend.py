@@ -183,6 +183,21 @@ def _is_index_variable(node: AluExp) -> bool:
     return (node.op == AluOp.Variable and node.arg in _INDEX_VARIABLES) or node.op == AluOp.Special
 
 
+# Quirks with a common name: what a device's runtime does that the contract does not let a compiler
+# do, which its plugin works around. A plugin may report others in the same style; the descriptions
+# are what `jaxcore devices` prints beside the names.
+QUIRKS: dict[str, str] = {
+    "flushes-f32-subnormals": "float32 subnormal inputs and results are taken as 0 (WGSL allows it); "
+    "float32 arithmetic is spelled through exact helpers",
+    "fuses-mul-add": "the driver may fuse a * b + c into one rounding; products are kept out of its reach",
+    "folds-float-identities": "the driver folds float arithmetic as if there were no NaN, Inf or -0 "
+    "(x * 0 -> 0, x - x -> 0); operands are hidden from it",
+    "no-f16-bitcast": "the shader language cannot reinterpret float16 bits: float16 NaN constants are "
+    "the canonical NaN, and NaN signs may not survive",
+    "inexact-f64-division": "float64 division is not correctly rounded natively; it is computed in steps",
+}
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a backend declares it can do; tests, the suite and the CLI read this, never a device name.
@@ -211,6 +226,10 @@ class Capabilities:
     tests compare other devices against it). `inexact_nan_constants`: dtypes whose NaN constants
     the device's shader language can only spell as its canonical NaN (WGSL through naga has no f64
     or f16 bitcast); the suite then does not hold their constants' payloads to the contract.
+    `quirks`: what this device's runtime does that the contract does not let a compiler do, and
+    the plugin works around, probed where it can be (names from `QUIRKS`, or the plugin's own in
+    the same style). For people reading `jaxcore devices` and the suite's summary: nothing in the
+    core decides by it.
     """
 
     dtypes: frozenset[DType]
@@ -224,6 +243,14 @@ class Capabilities:
     handles_aliasing: bool = False
     inexact_nan_constants: frozenset[DType] = frozenset()
     description: str = ""
+    quirks: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        quirks = (self.quirks,) if isinstance(self.quirks, str) else tuple(self.quirks)
+        bad = [q for q in quirks if not isinstance(q, str) or not q.strip()]
+        if bad:
+            raise TypeError(f"Capabilities.quirks must be non-empty strings, got {bad!r}")
+        object.__setattr__(self, "quirks", quirks)
 
     def supports_op(self, op: AluOp, dtype: DType) -> bool:
         return dtype in self.dtypes and (op, dtype) not in self.unsupported_ops
