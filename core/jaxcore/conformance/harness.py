@@ -7,6 +7,7 @@ what a backend can do is read from `backend.capabilities`.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +21,46 @@ from jaxcore.conformance.tolerances import SIGN_AGNOSTIC, lookup
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel, Reduction
 from jaxcore.routine import Routine
+
+# What the suite imports besides jaxcore and numpy (module -> requirement); the `conformance` extra
+# of core/pyproject.toml installs exactly these.
+REQUIREMENTS = {"pytest": "pytest>=8", "scipy": "scipy>=1.11", "hypothesis": "hypothesis>=6.100"}
+INSTALL_HINT = "pip install 'jaxcore[conformance]'"
+
+
+def missing_requirements() -> list[str]:
+    """The suite's own dependencies that cannot be imported here: a run stops and names them, rather
+    than reporting the cases that import them (TriangularSolve's oracle is scipy's) as the device's
+    failures."""
+    return [name for name in REQUIREMENTS if importlib.util.find_spec(name) is None]
+
+
+def requirements_message(missing: Sequence[str]) -> str:
+    return (
+        f"the jaxcore conformance suite needs {', '.join(missing)}, which "
+        f"{'is' if len(missing) == 1 else 'are'} not installed here: {INSTALL_HINT}"
+    )
+
+
+def default_reference() -> tuple[str, str] | None:
+    """The device differential checks trust, and why it was chosen: `jaxcore.reference_backend()`
+    if the registry has one, else the device whose capabilities say `reference=True` (searched from
+    the lowest priority up), else the lowest-priority ready device; None when nothing is ready."""
+    import jaxcore
+
+    fn = getattr(jaxcore, "reference_backend", None)
+    if callable(fn):
+        return fn().name, "jaxcore.reference_backend()"
+    lowest_first = list(reversed(jaxcore.device_info()))
+    for info in lowest_first:
+        if info.status == "not-initialised":
+            jaxcore.init([info.name])
+            info = jaxcore.device_info(info.name)
+        if info.status == "ready" and getattr(info.capabilities, "reference", False):
+            return info.name, "capabilities.reference=True"
+    ready = [i.name for i in lowest_first if jaxcore.device_info(i.name).status == "ready"]
+    return (ready[0], "lowest-priority ready device") if ready else None
+
 
 # The reason prefix of a case skipped because the backend declared it cannot run it (after the
 # suite checked that it indeed raises at prepare time); the summary table counts these apart.

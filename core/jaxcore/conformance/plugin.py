@@ -159,9 +159,13 @@ class _State:
         return self.known
 
     def resolve(self) -> list[str]:
-        """The selected devices, initialised; ends the session (usage error) if one is not ready."""
+        """The selected devices, initialised; ends the session (usage error) if one is not ready or
+        the suite's own requirements (scipy, hypothesis) are not installed."""
         if self.devices is not None:
             return self.devices
+        missing = harness.missing_requirements()
+        if missing:
+            pytest.exit(f"jaxcore conformance: {harness.requirements_message(missing)}", returncode=4)
         import jaxcore
 
         spec = self.config.getoption("jaxcore_device") or "all"
@@ -205,8 +209,6 @@ class _State:
         lowest priority up), else the lowest-priority ready device. Returns (name, how it was chosen)."""
         if self.reference is not None:
             return self.reference
-        import jaxcore
-
         opt = self.config.getoption("jaxcore_reference")
         if opt:
             why = _check_ready(opt)
@@ -214,24 +216,12 @@ class _State:
                 pytest.exit(f"jaxcore conformance: --jaxcore-reference: {why}", returncode=4)
             self.reference = (opt, "--jaxcore-reference")
             return self.reference
-        fn = getattr(jaxcore, "reference_backend", None)
-        if callable(fn):
-            self.reference = (fn().name, "jaxcore.reference_backend()")
-            return self.reference
-        lowest_first = list(reversed(jaxcore.device_info()))
-        for info in lowest_first:
-            if info.status == "not-initialised":
-                jaxcore.init([info.name])
-                info = jaxcore.device_info(info.name)
-            if info.status == "ready" and getattr(info.capabilities, "reference", False):
-                self.reference = (info.name, "capabilities.reference=True")
-                return self.reference
-        ready = [i.name for i in lowest_first if jaxcore.device_info(i.name).status == "ready"]
-        if not ready:
+        chosen = harness.default_reference()
+        if chosen is None:
             pytest.exit(
                 "jaxcore conformance: no ready device to use as the differential reference", returncode=4
             )
-        self.reference = (ready[0], "lowest-priority ready device")
+        self.reference = chosen
         return self.reference
 
 
