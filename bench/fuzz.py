@@ -2,8 +2,9 @@
 
 Each case is checked against the oracle (an independent evaluation of the unsimplified tree) and,
 for a device that is not the reference, against the reference device too. Mismatches are minimised
-and printed as they are found; keep each one as a case in
-core/jaxcore/conformance/test_fuzz_regressions.py.
+and printed as they are found, each with the `jaxcore conformance` line that replays just it; keep
+each one as a case in core/jaxcore/conformance/test_fuzz_regressions.py. `jaxcore conformance DEVICE
+--fuzz SECONDS` is the same fuzz after the suite, for a plugin author.
 
     python bench/fuzz.py                                  # every ready device, 10,000 cases each
     python bench/fuzz.py --device wasm --count 50000      # one device, longer
@@ -12,6 +13,7 @@ core/jaxcore/conformance/test_fuzz_regressions.py.
     python bench/fuzz.py --device cpu --no-reference      # oracle only
     python bench/fuzz.py --seed 20261201 --count 700      # exactly what CI runs
     python bench/fuzz.py --batch 1                        # one kernel per case (no packing)
+    python bench/fuzz.py --device webgl --seconds 600      # each device for at most ten minutes
 
 Exit status: 0 when no device mismatched, 1 otherwise.
 """
@@ -26,20 +28,14 @@ from _common import setup_path
 
 
 def _reference(name: str | None) -> str:
+    """`name`, else the device the conformance suite compares with."""
     import jaxcore
+    from jaxcore.conformance.harness import default_reference
 
     if name:
         return name
-    fn = getattr(jaxcore, "reference_backend", None)
-    if callable(fn):
-        return fn().name
-    for info in reversed(jaxcore.device_info()):
-        if info.status == "not-initialised":
-            jaxcore.init([info.name])
-            info = jaxcore.device_info(info.name)
-        if info.status == "ready" and getattr(info.capabilities, "reference", False):
-            return info.name
-    return jaxcore.devices()[-1]
+    chosen = default_reference()
+    return chosen[0] if chosen is not None else jaxcore.devices()[-1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-reference", action="store_true", help="compare with the oracle only")
     p.add_argument("--seed", type=int, default=None, help="first seed (default: time-based, printed)")
     p.add_argument("--count", type=int, default=10_000, help="cases per device (default 10000)")
+    p.add_argument("--seconds", type=float, default=None, help="stop each device's run after this long")
     p.add_argument("--chunk", type=int, default=1000, help="cases per seed (seed, seed+1, ...)")
     p.add_argument("--batch", type=int, default=8, help="elementwise cases packed per kernel (1: none)")
     p.add_argument("--minimise", type=int, default=150, help="device runs spent minimising each mismatch")
@@ -81,9 +78,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n[{device}] MISMATCH {m}", flush=True)
 
         seed = seed0
-        while done < args.count:
+        while done < args.count and (args.seconds is None or seconds < args.seconds):
             n = min(args.chunk, args.count - done)
-            rep = fuzz(backend, reference, seed, n, args.batch, args.minimise, on_mismatch=show)
+            left = None if args.seconds is None else args.seconds - seconds
+            rep = fuzz(backend, reference, seed, n, args.batch, args.minimise, on_mismatch=show, seconds=left)
             cases, kernels, skipped = cases + rep.cases, kernels + rep.kernels, skipped + rep.skipped
             seconds += rep.seconds
             found += rep.mismatches

@@ -42,8 +42,9 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,7 +54,7 @@ from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
 from jaxcore.backend import Backend
 from jaxcore.conformance import oracle, values
 from jaxcore.conformance.harness import garbage, skip_if_undeclared, to_buffer, tolerance, undeclared
-from jaxcore.dtype import DType
+from jaxcore.dtype import DType, is_float
 from jaxcore.kernel import Kernel, Reduction
 from jaxcore.shape import ShapeTracker
 
@@ -252,7 +253,9 @@ class Case:
     views: list[str] = field(default_factory=list)
     sum_abs: np.ndarray | None = None
     batchable: bool = True
-    epilogue: AluExp | None = None  # unsimplified, for reports
+    epilogue: AluExp | None = None  # unsimplified, for reports and the minimiser
+    fold: tuple[AluOp, DType] | None = None  # a reduction's op and dtype as drawn (f16 sums become f32)
+    indices: tuple[int, ...] = ()  # the draws of its seed this case is (several: a batch)
 
     @property
     def size(self) -> int:
@@ -514,8 +517,6 @@ class Generator:
                 leaves.setdefault(DType.int32, []).extend([Leaf(AluVar.gidx, True), Leaf(AluVar.ridx, True)])
             item = self.tree(leaves, red_dt, int(rng.integers(0, 4)), root=True).exp
         item_env = Env(env_vars, inputs, views)
-        items = evaluate(item, item_env)
-        acc = oracle.reduce_rows(str(op), items.reshape(rows, cols), str(red_dt))
         compare = "sum" if floaty and op == AluOp.Add else "exact"
         epi = None
         if compare != "sum" and rng.random() < 0.6:
@@ -532,25 +533,57 @@ class Generator:
             if not epi.some(lambda x: x.op == AluOp.Variable and x.arg == "acc"):
                 a = AluVar.acc(red_dt)
                 epi = AluExp.where(AluExp.cmplt(a, a), epi, epi) if self.ok(AluOp.Cmplt, red_dt) else None
-        red = Reduction(red_dt, op, cols, epi)
-        kernel = Kernel(len(inputs), rows, item, red)
-        env = Env({"gidx": np.arange(rows, dtype=np.int32)}, inputs, views)
-        sum_abs = None
-        if epi is not None:
-            expected = evaluate(epi, Env({**env.vars, "acc": acc}, inputs, views))
-        elif compare == "sum":
-            i64 = items.astype(np.float64).reshape(rows, cols)
-            with np.errstate(all="ignore"):  # Inf - Inf is NaN, as intended
-                expected = np.sum(i64, axis=1)  # exact enough: the bound below is far wider
-            finite = np.where(np.isfinite(i64), np.abs(i64), 0.0)
-            sum_abs = np.sum(finite, axis=1)
-        else:
-            expected = acc
-        return Case(kernel, inputs, expected, compare, item, item_env, label, view_ops, sum_abs, False, epi)
+        return reduction_case(item, epi, (op, red_dt), rows, item_env, label, view_ops)
 
     def case(self, label: str, reduction_share: float = 0.3) -> Case:
         """One case; the IR may refuse a draw (TypeError/ValueError), which the caller counts."""
         return self.reduction(label) if self.rng.random() < reduction_share else self.elementwise(label)
+
+
+def reduction_case(
+    item: AluExp,
+    epi: AluExp | None,
+    fold: tuple[AluOp, DType],
+    rows: int,
+    item_env: Env,
+    label: str,
+    views: list[str] | None = None,
+) -> Case:
+    """The case that folds `item` (evaluated per (gidx, ridx) lane of `item_env`) over rows of
+    equal length with `fold`, then applies `epi`: drawn once, and again for each candidate the
+    minimiser tries."""
+    op, red_dt = fold
+    items = evaluate(item, item_env).reshape(rows, -1)
+    cols = items.shape[1]
+    acc = oracle.reduce_rows(str(op), items, str(red_dt))
+    compare = "sum" if is_float(red_dt) and op == AluOp.Add else "exact"
+    kernel = Kernel(len(item_env.inputs), rows, item, Reduction(red_dt, op, cols, epi))
+    env_vars = {"gidx": np.arange(rows, dtype=np.int32)}
+    sum_abs = None
+    if epi is not None:
+        expected = evaluate(epi, Env({**env_vars, "acc": acc}, item_env.inputs, item_env.views))
+    elif compare == "sum":
+        i64 = items.astype(np.float64)
+        with np.errstate(all="ignore"):  # Inf - Inf is NaN, as intended
+            expected = np.sum(i64, axis=1)  # exact enough: the bound below is far wider
+        finite = np.where(np.isfinite(i64), np.abs(i64), 0.0)
+        sum_abs = np.sum(finite, axis=1)
+    else:
+        expected = acc
+    return Case(
+        kernel,
+        item_env.inputs,
+        expected,
+        compare,
+        item,
+        item_env,
+        label,
+        views or [],
+        sum_abs,
+        False,
+        epi,
+        fold,
+    )
 
 
 def _split(rng: np.random.Generator, n: int) -> tuple[int, int]:
@@ -728,28 +761,35 @@ def judge_batch(
 
 
 def minimise(case: Case, fails: Callable[[Case], bool], budget: int = 150) -> Case:
-    """Greedy shrinking of the tree: replace nodes by an operand or a simple leaf while it still fails."""
-    if case.kernel.reduction is not None:
-        return case
+    """Greedy shrinking: replace a node (of the elementwise tree, or of a reduction's items or
+    epilogue) by one of its operands or a simple constant while the case still fails."""
     best = case
     tries = 0
     changed = True
     while changed and tries < budget:
         changed = False
-        for node in list(best.tree.nodes())[::-1]:
-            if node is best.tree and node.op in (AluOp.Variable, AluOp.GlobalIndex, AluOp.GlobalView):
-                continue
+        for part, node in _shrinkable(best):
             for rep in _replacements(node):
                 tries += 1
                 if tries > budget:
                     return best
-                cand = _with_tree(best, _replace(best.tree, node, rep))
+                cand = _shrunk(best, part, node, rep)
                 if cand is not None and fails(cand):
                     best, changed = cand, True
                     break
             if changed:
                 break
     return best
+
+
+def _shrinkable(case: Case) -> Iterator[tuple[str, AluExp]]:
+    """(part, node) for every node worth replacing, roots first: the items, then the epilogue."""
+    parts = [("tree", case.tree)] + ([("epilogue", case.epilogue)] if case.epilogue is not None else [])
+    for part, root in parts:
+        for node in list(root.nodes())[::-1]:
+            if node is root and node.op in (AluOp.Variable, AluOp.GlobalIndex, AluOp.GlobalView):
+                continue
+            yield part, node
 
 
 def _replacements(node: AluExp) -> list[AluExp]:
@@ -766,19 +806,35 @@ def _replace(tree: AluExp, target: AluExp, rep: AluExp) -> AluExp:
     return tree.rewrite(lambda n: rep if n == target else None)
 
 
-def _with_tree(case: Case, tree: AluExp) -> Case | None:
+def _shrunk(case: Case, part: str, target: AluExp, rep: AluExp) -> Case | None:
+    """`case` with `target` replaced by `rep` in one part, its expectation recomputed by the
+    oracle; None where the IR refuses the result or it would no longer test the same root op."""
+    tree, epi = case.tree, case.epilogue
+    if part == "tree":
+        tree = _replace(tree, target, rep)
+    elif epi is not None:
+        epi = _replace(epi, target, rep)
     if case.compare in {str(op) for op in ROOT_OPS} and tree.op != AluOp(case.compare):
         return None
+    label = case.label if case.label.endswith("~min") else case.label + "~min"
     try:
-        kernel = Kernel(case.kernel.nargs, case.size, tree)
-        expected = evaluate(tree, case.env)
-    except Exception:
+        if case.fold is not None:
+            small = reduction_case(tree, epi, case.fold, case.size, case.env, label, case.views)
+        else:
+            kernel = Kernel(case.kernel.nargs, case.size, tree)
+            compare = case.compare if case.compare != "bits" else "exact"
+            small = Case(
+                kernel, case.inputs, evaluate(tree, case.env), compare, tree, case.env, label, case.views
+            )
+    except Exception:  # the IR or the oracle refuses the candidate: not a smaller case
         return None
-    compare = case.compare if case.compare != "bits" else "exact"
-    return Case(kernel, case.inputs, expected, compare, tree, case.env, case.label + "~min", case.views)
+    small.indices = case.indices
+    return small
 
 
 # ---- the fuzz loop -------------------------------------------------------------------------------
+
+DEFAULT_REDUCTION_SHARE = 0.3
 
 
 @dataclass
@@ -788,14 +844,25 @@ class Mismatch:
     kernel: str
     views: list[str]
     minimised: str | None = None
+    rerun: str | None = None  # one command line that draws this case again and runs just it
+    seed: int | None = None
+    cases: tuple[int, ...] = ()  # its draws of `seed` (several: a finding that shows only batched)
 
     def __str__(self) -> str:
-        text = f"{self.label}: {self.why}\n{self.kernel}"
+        lines = [f"{self.label}: {self.why}", *_field("kernel", self.kernel)]
         if self.views:
-            text += "\n  view: " + ".".join(self.views)
+            lines += _field("view", ".".join(self.views))
         if self.minimised:
-            text += f"\n  minimised: {self.minimised}"
-        return text
+            lines += _field("minimised", self.minimised)
+        if self.rerun:
+            lines += _field("rerun", self.rerun)
+        return "\n".join(lines)
+
+
+def _field(name: str, text: str) -> list[str]:
+    """`name:` and `text`, its later lines indented under its first."""
+    first, *rest = text.splitlines() or [""]
+    return [f"  {name + ':':<11}{first}", *(" " * 13 + line for line in rest)]
 
 
 @dataclass
@@ -809,13 +876,32 @@ class Report:
     stopped_early: bool = False
     by_kind: dict[str, int] = field(default_factory=dict)
     mismatches: list[Mismatch] = field(default_factory=list)
+    reference: str | None = None
+
+
+def rerun_command(
+    device: str, reference: str, seed: int, cases: Sequence[int], reduction_share: float
+) -> str:
+    """The `jaxcore conformance` line that replays `cases` of `seed`: the draws depend on the seed,
+    the reduction share and what both devices declare, so all of them are on it."""
+    args = ["jaxcore", "conformance", device, "--reference", reference, "--seed", str(seed)]
+    args += ["--case", ",".join(str(i) for i in cases)]
+    if reduction_share != DEFAULT_REDUCTION_SHARE:
+        args += ["--reduction-share", repr(reduction_share)]
+    return shlex.join(args)
 
 
 def _attempt(backend: Backend, case: Case) -> tuple[np.ndarray | None, str | None]:
     try:
         return run(backend, case.kernel, case.inputs), None
     except Exception as exc:  # a crash is a finding too: kept with its type and message
-        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        return None, f"{type(exc).__name__}: {_gist(str(exc))}"
+
+
+def _gist(message: str, lines: int = 3, chars: int = 300) -> str:
+    """The first lines of an error (a compiler's says what failed on its second line), on one line."""
+    text = " / ".join([line.strip() for line in message.splitlines() if line.strip()][:lines])
+    return text if len(text) <= chars else text[: chars - 3] + "..."
 
 
 def check_one(backend: Backend, reference: Backend | None, case: Case) -> str | None:
@@ -835,43 +921,80 @@ def check_one(backend: Backend, reference: Backend | None, case: Case) -> str | 
     return None
 
 
-def fuzz(
-    backend: Backend,
-    reference: Backend | None,
-    seed: int,
-    count: int,
-    batch_size: int = 8,
-    minimise_budget: int = 150,
-    on_mismatch: Callable[[Mismatch], None] | None = None,
-    reduction_share: float = 0.3,
-    seconds: float | None = None,
-) -> Report:
-    """Run `count` random cases on `backend` (and `reference`, if it is another device), or as
-    many as `seconds` allow (a device whose shader compiler is slow still gets a bounded run)."""
-    if reference is not None and reference.name == backend.name and reference is backend:
-        reference = None
-    dtypes, ok = capable(backend, reference)
-    gen = Generator(np.random.default_rng(seed), dtypes, ok)
-    rep = Report(backend.name, seed)
-    start = time.perf_counter()
-    pending: dict[tuple[int, DType], list[Case]] = {}
+class _Runner:
+    """Draws the cases of one seed and runs them on a backend (and the reference); every mismatch
+    is recorded minimised, with the command line that replays it."""
 
-    def record(case: Case, why: str) -> None:
-        def fails(c: Case) -> bool:
-            return check_one(backend, reference, c) is not None
+    def __init__(
+        self,
+        backend: Backend,
+        reference: Backend | None,
+        seed: int,
+        reduction_share: float,
+        minimise_budget: int,
+        on_mismatch: Callable[[Mismatch], None] | None,
+    ) -> None:
+        if reference is backend:
+            reference = None
+        self.backend, self.reference, self.seed = backend, reference, seed
+        self.reduction_share, self.minimise_budget, self.on_mismatch = (
+            reduction_share,
+            minimise_budget,
+            on_mismatch,
+        )
+        self.rep = Report(backend.name, seed, reference=reference.name if reference is not None else None)
+        dtypes, ok = capable(backend, reference)
+        self.gen = Generator(np.random.default_rng(seed), dtypes, ok)
 
-        small = minimise(case, fails, minimise_budget) if minimise_budget else case
-        m = Mismatch(case.label, why, str(case.kernel), case.views)
+    def draw(self, i: int) -> Case | None:
+        """Draw `i` (every earlier one must have been drawn); None when the IR refuses it or a side
+        does not declare what it needs (counted as skipped)."""
+        rep = self.rep
+        try:
+            case = self.gen.case(f"seed={self.seed} case={i}", self.reduction_share)
+        except (TypeError, ValueError) as exc:  # the IR refused a draw: a generator limit, not a finding
+            kind = f"refused {type(exc).__name__}"
+            rep.skipped += 1
+            rep.by_kind[kind] = rep.by_kind.get(kind, 0) + 1
+            return None
+        sides = [self.backend] if self.reference is None else [self.backend, self.reference]
+        if any(undeclared(b, case.kernel) for b in sides):
+            rep.skipped += 1
+            return None
+        case.indices = (i,)
+        rep.cases += 1
+        kind = ("reduce " if case.kernel.reduction else "map ") + str(case.kernel.dtype)
+        kind += " view" if case.views else ""
+        rep.by_kind[kind] = rep.by_kind.get(kind, 0) + 1
+        return case
+
+    def fails(self, case: Case) -> bool:
+        return check_one(self.backend, self.reference, case) is not None
+
+    def record(self, case: Case, why: str) -> None:
+        small = minimise(case, self.fails, self.minimise_budget) if self.minimise_budget else case
+        ref = self.reference.name if self.reference is not None else self.backend.name
+        m = Mismatch(case.label, why, str(case.kernel), case.views, seed=self.seed, cases=case.indices)
+        m.rerun = rerun_command(self.backend.name, ref, self.seed, case.indices, self.reduction_share)
         if small is not case:
-            m.minimised = f"{small.tree}  ({check_one(backend, reference, small)})"
-        rep.mismatches.append(m)
-        if on_mismatch is not None:
-            on_mismatch(m)
+            m.minimised = f"{small.kernel}\n({check_one(self.backend, self.reference, small)})"
+        self.rep.mismatches.append(m)
+        if self.on_mismatch is not None:
+            self.on_mismatch(m)
 
-    def flush(group: list[Case]) -> None:
+    def single(self, case: Case) -> None:
+        self.rep.kernels += 1
+        why = check_one(self.backend, self.reference, case)
+        if why is not None:
+            self.record(case, why)
+
+    def flush(self, group: list[Case]) -> None:
+        """Run cases packed into one kernel; each lane range that disagrees is rerun alone, since
+        the finding is the case, not the batch (unless only the batch fails)."""
         if len(group) == 1:
-            run_single(group[0])
+            self.single(group[0])
             return
+        backend, reference, rep = self.backend, self.reference, self.rep
         b = batch(group)
         rep.kernels += 1
         got, err = _attempt(backend, b)
@@ -880,55 +1003,101 @@ def fuzz(
             other, _ = _attempt(reference, b)
         bad = list(range(len(group))) if got is None else judge_batch(group, got, backend, other)
         found = False
-        for k in bad:  # rerun alone: the finding is the case, not the batch
+        for k in bad:
             rep.kernels += 1
             why = check_one(backend, reference, group[k])
             if why is not None:
-                record(group[k], why)
+                self.record(group[k], why)
                 found = True
         if bad and not found:  # only the packed kernel fails: keep the batch itself
             why = check_one(backend, reference, b) or "batched lanes differ"
-            record(b, f"only when batched: {why}")
+            self.record(b, f"only when batched: {why}")
 
-    def run_single(case: Case) -> None:
-        rep.kernels += 1
-        why = check_one(backend, reference, case)
-        if why is not None:
-            record(case, why)
 
+def fuzz(
+    backend: Backend,
+    reference: Backend | None,
+    seed: int,
+    count: int,
+    batch_size: int = 8,
+    minimise_budget: int = 150,
+    on_mismatch: Callable[[Mismatch], None] | None = None,
+    reduction_share: float = DEFAULT_REDUCTION_SHARE,
+    seconds: float | None = None,
+) -> Report:
+    """Run `count` random cases on `backend` (and `reference`, if it is another device), or as
+    many as `seconds` allow (a device whose shader compiler is slow still gets a bounded run: the
+    batches still open are run early when, at the pace so far, they would end past `seconds`;
+    minimising a finding may still run past it)."""
+    runner = _Runner(backend, reference, seed, reduction_share, minimise_budget, on_mismatch)
+    rep = runner.rep
+    start = time.perf_counter()
+    pending: dict[tuple[int, DType], list[Case]] = {}
     for i in range(count):
         if seconds is not None and time.perf_counter() - start > seconds:
             rep.stopped_early = True
             break
-        label = f"seed={seed} case={i}"
-        try:
-            case = gen.case(label, reduction_share)
-        except (TypeError, ValueError) as exc:  # the IR refused a draw: a generator limit, not a finding
-            rep.skipped += 1
-            rep.by_kind[f"refused {type(exc).__name__}"] = (
-                rep.by_kind.get(f"refused {type(exc).__name__}", 0) + 1
-            )
+        if seconds is not None and pending and _short_of_time(start, seconds, rep.kernels, len(pending)):
+            for group in pending.values():  # run them now, so the time bound holds
+                runner.flush(group)
+            pending.clear()
+        case = runner.draw(i)
+        if case is None:
             continue
-        sides = [backend] if reference is None else [backend, reference]
-        if any(undeclared(b, case.kernel) for b in sides):
-            rep.skipped += 1
-            continue
-        rep.cases += 1
-        kind = ("reduce " if case.kernel.reduction else "map ") + str(case.kernel.dtype)
-        kind += " view" if case.views else ""
-        rep.by_kind[kind] = rep.by_kind.get(kind, 0) + 1
         if not case.batchable or batch_size <= 1 or case.compare not in ("exact", "bits"):
-            run_single(case)
+            runner.single(case)
             continue
         key = (case.size, case.kernel.dtype)
         group = pending.setdefault(key, [])
         group.append(case)
         if len(group) >= batch_size or sum(len(c.inputs) for c in group) > min(backend.max_args, 60) - 4:
-            flush(pending.pop(key))
+            runner.flush(pending.pop(key))
     for group in pending.values():
-        flush(group)
+        runner.flush(group)
     rep.seconds = time.perf_counter() - start
     return rep
+
+
+def _short_of_time(start: float, seconds: float, kernels: int, open_batches: int) -> bool:
+    """Whether the batches still open, at the time per kernel so far, would end past `seconds`."""
+    spent = time.perf_counter() - start
+    return spent + open_batches * spent / max(kernels, 1) > seconds
+
+
+def replay(
+    backend: Backend,
+    reference: Backend | None,
+    seed: int,
+    cases: Sequence[int],
+    reduction_share: float = DEFAULT_REDUCTION_SHARE,
+    minimise_budget: int = 150,
+    on_mismatch: Callable[[Mismatch], None] | None = None,
+) -> Report:
+    """Draw the cases of `seed` as `fuzz` does, up to the last of `cases`, and run only those: one
+    alone, several packed into one kernel as `fuzz` packed them (a finding that showed only
+    batched). ValueError if a wanted draw is not runnable on these devices."""
+    wanted = sorted(set(cases))
+    if not wanted or wanted[0] < 0:
+        raise ValueError(f"cases must be non-negative draw numbers, got {list(cases)}")
+    runner = _Runner(backend, reference, seed, reduction_share, minimise_budget, on_mismatch)
+    start = time.perf_counter()
+    group: list[Case] = []
+    for i in range(wanted[-1] + 1):
+        case = runner.draw(i)
+        if i in wanted:
+            if case is None:
+                raise ValueError(
+                    f"draw {i} of seed {seed} is refused by the IR or undeclared on {backend.name}"
+                )
+            group.append(case)
+    if len({(c.size, c.kernel.dtype) for c in group}) > 1 or (
+        len(group) > 1 and not all(c.batchable and c.compare in ("exact", "bits") for c in group)
+    ):
+        raise ValueError(f"draws {wanted} of seed {seed} cannot be packed into one kernel")
+    runner.rep.cases, runner.rep.skipped, runner.rep.by_kind = len(group), 0, {}
+    runner.flush(group)
+    runner.rep.seconds = time.perf_counter() - start
+    return runner.rep
 
 
 # ---- the conformance cases -----------------------------------------------------------------------
@@ -940,9 +1109,14 @@ def fuzz_seed() -> tuple[int, int]:
     if running_in_ci():
         return CI_SEED, max(count, CI_COUNT)
     raw = os.environ.get("JAXCORE_FUZZ_SEED")
+    return (int(raw) if raw else fresh_seed()), count
+
+
+def fresh_seed() -> int:
+    """A seed from the OS's entropy, small enough to type back in."""
     entropy = np.random.SeedSequence().entropy
     assert isinstance(entropy, int)  # numpy draws an int when it is given none
-    return (int(raw) if raw else int(entropy % 2**31)), count
+    return int(entropy % 2**31)
 
 
 def test_fuzz_random_kernels(backend: Backend, reference_backend: Backend) -> None:
@@ -966,8 +1140,7 @@ def test_fuzz_random_kernels(backend: Backend, reference_backend: Backend) -> No
         shown = "\n\n".join(str(m) for m in rep.mismatches[:8])
         raise AssertionError(
             f"{len(rep.mismatches)} of {rep.cases} fuzzed kernels on {backend.name} do not conform "
-            f"(JAXCORE_FUZZ_SEED={seed}; rerun: python bench/fuzz.py --device {backend.name} "
-            f"--seed {seed} --count {count}):\n\n{shown}"
+            f"(JAXCORE_FUZZ_SEED={seed}; each finding ends with the command that replays it):\n\n{shown}"
         )
 
 
