@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -183,15 +182,31 @@ def test_bench_list_and_unknown_workload() -> None:
     assert [w.name for w in jaxcore.bench.select(["matmul"])] == ["matmul512", "matmul1024", "matmul2048"]
 
 
-def test_conformance_passes_devices_and_pytest_args(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[list[str], list[str]]] = []
-    fake = types.ModuleType("jaxcore.conformance")
-    fake.run = lambda devices, pytest_args: calls.append((devices, pytest_args)) or 3  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "jaxcore.conformance", fake)
-    monkeypatch.setattr(jaxcore, "conformance", fake, raising=False)
-    assert cli.main(["conformance", "cpu", "wasm", "--", "-x", "-k", "sort"], io.StringIO()) == 3
-    assert cli.main(["conformance"], io.StringIO()) == 3
-    assert calls == [(["cpu", "wasm"], ["-x", "-k", "sort"]), ([], [])]
+def test_conformance_arguments_become_the_suites_options() -> None:
+    """The suite's options work before `--` under their short names and as `--jaxcore-*`; devices
+    stay devices (tests/core/test_conformance_cli.py runs the command itself)."""
+    argv = ["conformance", "cpu", "--jaxcore-report", "r.json", "--jaxcore-max-examples=3", "wasm"]
+    rest, suite = cli._split_suite_options(argv)
+    assert rest == ["conformance", "cpu", "wasm"]
+    assert suite == ["--jaxcore-report=r.json", "--jaxcore-max-examples=3"]
+    args = cli.build_parser().parse_args(
+        ["conformance", "cpu", "--report", "r.json", "--known-failures", "k.txt", "--reference", "cpu"]
+    )
+    args.jaxcore_options = suite[1:]
+    assert args.devices == ["cpu"] and args.fuzz is None
+    assert cli._suite_options(args) == [
+        "--jaxcore-report=r.json",
+        "--jaxcore-known-failures=k.txt",
+        "--jaxcore-reference=cpu",
+        "--jaxcore-max-examples=3",
+    ]
+    args = cli.build_parser().parse_args(
+        ["conformance", "wasm", "--fuzz", "20", "--seed", "5", "--case", "3,9"]
+    )
+    assert (args.fuzz, args.seed, args.case) == (20.0, 5, [3, 9])
+    for bad in (["--fuzz", "0"], ["--case", "x"], ["--case", "-1"]):
+        with pytest.raises(SystemExit):
+            cli.build_parser().parse_args(["conformance", *bad])
 
 
 @pytest.mark.parametrize("unit,runs", [("GFLOP/s", 2), ("GB/s", 1)])
