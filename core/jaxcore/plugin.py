@@ -18,6 +18,9 @@ What is here, by purpose (docs/backend-reference.md explains each):
   with `TargetTraits` (the contract as AluExp rewrites; `opaque`, `is_nan`, `divide_rn`), `expansions`
   (the float32 transcendentals as AluExp trees), `CStyleLanguage`/`ExpRenderer` (the renderer a dialect
   subclasses), `matmul_shape` (`detect`, `matmul_kernel`, `MatmulShape`)
+- the statement program a kernel lowers to (`program`: `program.build_program` from a `TuneResult`
+  by strategies, `Program`, `Param`, the statements `Grid`/`Loop`/`Let`/`Define`/`Accumulate`/`Store`;
+  rendered whole by `CStyleLanguage.render_program`)
 - the numeric contract as numpy reference code, to test against or to run on the host:
   `idiv`/`mod` (C-style, x/0 = 0), `arith`, `cast` (saturating, NaN→0), `bitcast`, `bit_shift` (counts
   mod 32, arithmetic/logical right shift), `bit_combine`, `compare`, `threefry2x32`, `round_f16`,
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxcore import expansions, matmul_shape
+from jaxcore import expansions, matmul_shape, program
 from jaxcore.alu import NORMAL_RANGE, AluExp, AluGroup, AluOp, AluVar, pending
 from jaxcore.backend import (
     API_VERSION,
@@ -126,6 +129,7 @@ __all__ = [
     "legalize",
     "opaque",
     "MatmulShape",
+    "program",
     "GpuLimits",
     "tune_gpu",
     "API_VERSION",
