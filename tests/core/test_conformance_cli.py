@@ -50,9 +50,27 @@ def _make():
     return WrongMin()
 
 
+def _make_wide():
+    from jaxcore_cpu.backend import CAPABILITIES, CpuBackend
+
+    class Wide(CpuBackend):
+        """A bug that only kernels reading five inputs or more meet: the first output byte flips."""
+
+        name = "wide"
+        capabilities = replace(CAPABILITIES, reference=False)
+
+        def _run(self, exe, inputs, outputs):
+            super()._run(exe, inputs, outputs)
+            if exe.source.nargs >= 5 and outputs[0].size:
+                outputs[0][0] ^= 1
+
+    return Wide()
+
+
 @hookimpl
 def jaxcore_register_devices(register):
     register("wrongmin", _make, api_version=1, priority=-5)
+    register("wide", _make_wide, api_version=1, priority=-6)
 '''
 
 PLUGINS = "jaxcore_cpu.plugin,jaxcore_wrongmin.plugin"
@@ -133,6 +151,23 @@ def test_the_fuzz_finds_a_wrong_compiler_and_each_rerun_line_replays_its_case(pl
     assert again.stdout.split("[wrongmin] disagreement 1: ")[1].strip() == first.strip(), again.stdout
 
 
+def test_a_finding_only_a_packed_kernel_shows_is_replayed_packed(plugin_dir: Path) -> None:
+    """Elementwise cases run packed several to a kernel; when only the packed kernel disagrees, the
+    rerun line names every case in it, and replaying them packs them again."""
+    res = jaxcore(
+        "conformance", "wide", "--fuzz", "3", "--seed", "5", "--no-suite", "--minimise", "0",
+        plugin_dir=plugin_dir,
+    )  # fmt: skip
+    assert res.returncode == 1, res.stdout + res.stderr
+    finding = next(f for f in res.stdout.split("[wide] disagreement ")[1:] if "only when batched" in f)
+    rerun = finding.split("rerun: ")[1].splitlines()[0].strip()
+    cases = rerun.split("--case ")[1].split()[0].split(",")
+    assert len(cases) > 1 and cases == sorted(cases, key=int), rerun
+    again = jaxcore(*shlex.split(rerun)[1:], "--minimise", "0", plugin_dir=plugin_dir)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert again.stdout.split("[wide] disagreement 1: ")[1].strip() == finding.split(": ", 1)[1].strip()
+
+
 def test_a_fresh_seed_is_printed_and_the_reference_is_checked_against_the_oracle() -> None:
     res = jaxcore("conformance", "cpu", "--fuzz", "1", "--no-suite")
     assert res.returncode == 0, res.stdout + res.stderr
@@ -156,7 +191,7 @@ def test_devices_shows_the_quirks_a_device_reports(plugin_dir: Path) -> None:
     assert "quirk: own-quirk\n" in res.stdout
     doc = json.loads(jaxcore("devices", "--json", plugin_dir=plugin_dir).stdout)
     quirks = {d["name"]: d["capabilities"]["quirks"] for d in doc["devices"]}
-    assert quirks == {"cpu": [], "wrongmin": ["fuses-mul-add", "own-quirk"]}
+    assert quirks == {"cpu": [], "wrongmin": ["fuses-mul-add", "own-quirk"], "wide": []}
 
 
 HIDE_SCIPY = "import sys; sys.modules['scipy'] = None  # as if scipy were not installed"

@@ -739,7 +739,8 @@ def batch(cases: Sequence[Case]) -> Case:
     env = Env({"gidx": np.arange(n * len(cases), dtype=np.int32)}, inputs, views)
     label = f"batch of {len(cases)} ({', '.join(c.label for c in cases)})"
     compare = "bits" if all(c.compare == "bits" for c in cases) else "exact"
-    return Case(kernel, inputs, expected, compare, exp, env, label)
+    indices = tuple(i for c in cases for i in c.indices)
+    return Case(kernel, inputs, expected, compare, exp, env, label, indices=indices)
 
 
 def judge_batch(
