@@ -192,6 +192,12 @@ def test_devices_shows_the_quirks_a_device_reports(plugin_dir: Path) -> None:
     doc = json.loads(jaxcore("devices", "--json", plugin_dir=plugin_dir).stdout)
     quirks = {d["name"]: d["capabilities"]["quirks"] for d in doc["devices"]}
     assert quirks == {"cpu": [], "wrongmin": ["fuses-mul-add", "own-quirk"], "wide": []}
+    suite = jaxcore(
+        "conformance", "wrongmin", "--", "-q", "-p", "no:cacheprovider",
+        "-k", "test_binary and Add and int32", plugin_dir=plugin_dir,
+    )  # fmt: skip
+    assert suite.returncode == 0, suite.stdout + suite.stderr
+    assert "declared tolerances 0; quirks fuses-mul-add,own-quirk" in suite.stdout
 
 
 HIDE_SCIPY = "import sys; sys.modules['scipy'] = None  # as if scipy were not installed"

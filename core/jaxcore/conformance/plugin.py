@@ -548,4 +548,5 @@ def _describe_devices(tr: Any, names: list[str]) -> None:
             f"{name}: plugin {info.plugin} {info.version}; dtypes {dtypes}; routines {routines}; "
             f"max_args {caps.max_args}; unsupported_ops {len(caps.unsupported_ops)}; "
             f"declared tolerances {len(caps.tolerances)}"
+            + (f"; quirks {','.join(caps.quirks)}" if caps.quirks else "")
         )
