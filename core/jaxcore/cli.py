@@ -191,6 +191,9 @@ def cmd_conformance(args: argparse.Namespace, out: TextIO) -> int:
         return 2
     if args.case is not None:
         return _replay_cases(args, out)
+    if args.no_suite and args.fuzz is None:
+        out.write("jaxcore conformance: --no-suite leaves only the fuzz: give --fuzz SECONDS\n")
+        return 2
     from jaxcore.conformance.test_fuzz import fresh_seed
 
     seed = args.seed if args.seed is not None else (fresh_seed() if args.fuzz is not None else None)
@@ -394,7 +397,12 @@ def _add_conformance(sub: Any) -> None:
     c.add_argument(
         "--fuzz", type=_seconds, metavar="SECONDS", help="after the suite, fuzz each device this long"
     )
-    c.add_argument("--seed", type=int, metavar="N", help="the fuzz's seed (default: a fresh one, printed)")
+    c.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="the fuzz's seed, the suite's fuzz case's too (default: a fresh one, printed)",
+    )
     c.add_argument(
         "--case",
         type=_case_list,

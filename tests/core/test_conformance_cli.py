@@ -182,6 +182,8 @@ def test_replaying_a_case_that_conforms_says_so() -> None:
     assert "seed 3 case 5 on cpu: conforms" in res.stdout
     bad = jaxcore("conformance", "cpu", "--case", "5")
     assert bad.returncode == 2 and "give --seed too" in bad.stdout
+    nothing = jaxcore("conformance", "cpu", "--no-suite")
+    assert nothing.returncode == 2 and "give --fuzz SECONDS" in nothing.stdout
 
 
 def test_devices_shows_the_quirks_a_device_reports(plugin_dir: Path) -> None:
