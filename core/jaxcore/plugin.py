@@ -39,6 +39,7 @@ from jaxcore import expansions, matmul_shape, program
 from jaxcore.alu import NORMAL_RANGE, AluExp, AluGroup, AluOp, AluVar, pending
 from jaxcore.backend import (
     API_VERSION,
+    QUIRKS,
     Backend,
     BaseBackend,
     Capabilities,
@@ -118,6 +119,7 @@ def round_f16(x: np.ndarray) -> np.ndarray:
 
 
 __all__ = [
+    "QUIRKS",
     "expansions",
     "matmul_shape",
     "CStyleLanguage",

@@ -294,7 +294,7 @@ def check_case(backend: Backend, reference: Backend, case: Case) -> None:
 
 def _run_property(backend: Backend, reference: Backend, max_examples: int, kind: str) -> None:
     if st is None:
-        pytest.skip("hypothesis is not installed (pip install 'jaxcore[test]')")
+        pytest.skip("hypothesis is not installed (pip install 'jaxcore[conformance]')")
     if reference.name == backend.name:
         pytest.skip(f"{backend.name} is the differential reference itself")
     dtypes, ok = _capable(backend, reference)
