@@ -14,7 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from jaxcore.plugin import AluExp, AluVar, DType, Kernel, ShapeTracker
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "jaxcore-c-plugin"
@@ -59,3 +62,21 @@ def test_c_device_passes_the_whole_suite(installed: dict[str, str], tmp_path: Pa
     libraries = list(Path(installed["JAXCORE_CACHE_DIR"], "c").glob("*.so"))
     assert len(libraries) > 500, "every kernel is compiled into the disk cache"
     print(f"\nc conformance: {total.split()[1]} (passed/failed/unsupported) in {took:.0f} s")
+
+
+def test_a_padded_float16_read_keeps_its_parentheses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A masked view read renders as `(valid ? read : 0)`; a cast that changes nothing in C (float16 to
+    float32) must keep it whole, or `* -3` binds to the 0 alone (fuzz seed 4242, case 1086)."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    from jaxcore_c.backend import CBackend
+
+    st = ShapeTracker.from_shape((4, 2)).pad(((1, 2), (2, 0)))
+    row, col = AluExp.idiv(AluVar.gidx, AluExp.i32(4)), AluExp.mod(AluVar.gidx, AluExp.i32(4))
+    read = AluExp.global_view(DType.float16, 0, st, [row, col])
+    kernel = Kernel(1, 28, AluExp.cast(DType.float32, read) * -3.0)
+    x = np.array([1.5, -65504.0, 2.0, -0.0, 0.25, 3.0, 1e-7, 4.0], np.float16)
+    backend = CBackend()
+    src, out = backend.malloc(x.nbytes, x.tobytes()), backend.malloc(kernel.bytes)
+    backend.dispatch(backend.prepare_kernel(kernel), [src], [out])
+    want = np.pad(x.reshape(4, 2), ((1, 2), (2, 0))).astype(np.float32).ravel() * np.float32(-3.0)
+    np.testing.assert_array_equal(np.frombuffer(backend.read(out), np.float32), want)

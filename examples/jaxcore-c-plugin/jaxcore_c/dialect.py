@@ -209,9 +209,9 @@ class CLanguage(CStyleLanguage):
         return f"{r.need('jc_f32_bits')}({int(np.array(f).astype(np.float32).view(np.uint32)):#x}u)"
 
     def render_cast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
-        x = strip_parens(x)
         if dst == src or (dst == F32 and src == F16):
-            return x
+            return x  # already a float: kept whole (its parentheses bind it)
+        x = strip_parens(x)
         if dst == F16:  # one rounding from the exact double value
             return f"{r.need('jc_rf16')}({x})" if src != BOOL else f"((float)({x}))"
         if dst == BOOL:
