@@ -114,6 +114,10 @@ class _Job:
 
     With `timeout <= 0` it runs in the calling thread instead, unbounded. Either way `SystemExit` raised by
     the plugin is caught and kept like any other failure: a plugin never ends the process.
+
+    Started once, by whoever needs it first: `init()` claims several devices before it starts their
+    jobs, and a factory's helper thread may wait on one of those in between (waiting on a job nobody
+    had started timed out at once, or with timeout 0 hung), so `wait` starts a job that is not running.
     """
 
     def __init__(self, fn: Callable[[], Any], label: str, timeout: float) -> None:
@@ -124,15 +128,22 @@ class _Job:
         self.done = threading.Event()
         self.thread: threading.Thread | None = None
         self.deadline = 0.0
+        self._started = False
+        self._start_lock = threading.Lock()
 
     def start(self) -> None:
-        if self.timeout <= 0:
+        """Run the job (inline, or on its thread); a second call, from any thread, does nothing."""
+        with self._start_lock:
+            if self._started:
+                return
+            self._started = True
+            if self.timeout > 0:
+                self.deadline = time.monotonic() + self.timeout
+                self.thread = threading.Thread(target=self._target, name=f"jaxcore {self.label}", daemon=True)
+                self.thread.start()
+                return
             self.thread = threading.current_thread()
-            self._target(inline=True)
-            return
-        self.deadline = time.monotonic() + self.timeout
-        self.thread = threading.Thread(target=self._target, name=f"jaxcore {self.label}", daemon=True)
-        self.thread.start()
+        self._target(inline=True)  # outside the start lock: the job may start others
 
     def _target(self, inline: bool = False) -> None:
         try:
@@ -149,7 +160,8 @@ class _Job:
             self.done.set()
 
     def wait(self) -> bool:
-        """Wait until done or past the deadline; True when it finished."""
+        """Start the job if nobody has, then wait until done or past the deadline; True when it finished."""
+        self.start()
         if self.thread is threading.current_thread():  # a job waiting on itself (reentrant use)
             return self.done.is_set()
         if self.timeout <= 0:

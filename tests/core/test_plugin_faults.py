@@ -220,6 +220,34 @@ def test_a_factory_whose_helper_thread_calls_get_backend_does_not_deadlock(
     assert bounded(lambda: jaxcore.get_backend("helper").name) == "helper"
 
 
+@pytest.mark.parametrize("timeout", [30.0, 0.0], ids=["threads", "inline"])
+def test_init_of_every_device_lets_a_factory_wait_on_another_device(
+    fresh: Callable[..., Registry], timeout: float
+) -> None:
+    """`init()` claims every device before it starts their factories: a helper thread of the first
+    factory asking for a device claimed but not yet started once waited on a job that had no thread
+    (reported at once as "timed out after 30 s ... Ready devices: none"; with timeout 0 it hung).
+    Whoever needs a job first now starts it."""
+    fresh(plugin_timeout=timeout)
+    seen: list[str] = []
+
+    def helper_factory() -> BaseBackend:  # "helper" sorts before "plain": its factory starts first
+        def ask() -> None:
+            try:
+                seen.append(jaxcore.get_backend("plain").name)
+            except RuntimeError as exc:
+                seen.append(str(exc))
+
+        t = threading.Thread(target=ask)
+        t.start()
+        t.join()
+        return _Host("helper")
+
+    jaxcore.register_plugin(Plugin(plain=lambda: _Host("plain"), helper=helper_factory))
+    assert bounded(jaxcore.init, 20) == ["helper", "plain"]
+    assert seen == ["plain"]
+
+
 def test_a_factory_asking_for_its_own_device_fails_fast(fresh: Callable[..., Registry]) -> None:
     fresh()
     seen: list[str] = []
