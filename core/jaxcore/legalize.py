@@ -52,6 +52,12 @@ class TargetTraits:
     # NoContraction: NVIDIA's Vulkan driver does), rounding once where the contract rounds twice:
     # every such product is passed through `opaque`.
     contracts_mul_add: bool = False
+    # The compiler may assume no float is NaN or infinite (WGSL and GLSL allow it) and fold by that
+    # what it knows at compile time: constants, what it computes from them, and a reduction's
+    # accumulator when the items are constants (the loop unrolls and folds). 0 / acc became 0,
+    # NaN - NaN 0 and x / -0.0 +inf on lavapipe. Every operand of float + - * / whose value it
+    # may know (but a finite nonzero constant) is passed through `opaque`.
+    assumes_finite_math: bool = False
 
 
 OPAQUE = "opaque"
@@ -113,10 +119,42 @@ def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
 
         exp = expand_transcendentals(exp)
     exp = exp.rewrite(lambda node: _legalize_node(node, traits))
-    if traits.folds_float_identities or traits.contracts_mul_add:
+    if traits.folds_float_identities or traits.contracts_mul_add or traits.assumes_finite_math:
         # last, so what the expansions built (Idiv's exact residuals) is guarded too
-        exp = exp.rewrite(lambda node: _guard_float_node(node, traits))
+        known: dict[str, bool] = {}
+        exp = exp.rewrite(lambda node: _guard_known(node, traits, known))
     return exp
+
+
+# What a compiler cannot know before the kernel runs: buffer reads, indices, loop variables (every
+# Variable but the epilogue's accumulator) and opaque values.
+_RUNTIME_LEAVES = frozenset({AluOp.GlobalIndex, AluOp.GlobalView, AluOp.Special, AluOp.Variable})
+ACC = "acc"
+
+
+def _is_known(e: AluExp, known: dict[str, bool]) -> bool:
+    """Whether the compiler may know `e`'s value when it compiles (its operands already judged)."""
+    if e.op == AluOp.Bitcast and e.arg == OPAQUE:
+        return False
+    if e.op in _RUNTIME_LEAVES:
+        return e.op == AluOp.Variable and e.arg == ACC
+    return all(known.get(s.key(), False) for s in e.src)
+
+
+def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
+    """`_guard_float_node`, after passing operands the compiler may know through `opaque` where it
+    assumes finite math; records whether the result is known, for the nodes above."""
+    if t.assumes_finite_math and is_float(e.dtype) and e.op in _FOLDABLE:
+        src = tuple(opaque(s) if known.get(s.key(), False) and not _finite_nonzero(s) else s for s in e.src)
+        if src != e.src:
+            e = AluExp(e.op, e.dtype, src, e.arg)
+    out = _guard_float_node(e, t) or e
+    known[out.key()] = _is_known(out, known)
+    return out
+
+
+def _finite_nonzero(e: AluExp) -> bool:
+    return e.op == AluOp.Const and math.isfinite(e.arg) and e.arg != 0
 
 
 def _guard_float_node(e: AluExp, t: TargetTraits) -> AluExp | None:
@@ -129,7 +167,7 @@ def _guard_float_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     out = None
     if t.contracts_mul_add and op in (AluOp.Add, AluOp.Sub) and any(s.op == AluOp.Mul for s in e.src):
         out = e = AluExp(op, dt, tuple(opaque(s) if s.op == AluOp.Mul else s for s in e.src), e.arg)
-    if not t.folds_float_identities:
+    if not (t.folds_float_identities or t.assumes_finite_math):
         return out
     a, b = e.src
     # (x * c1) * c2 -> x * (c1 * c2), (x + c1) - c2 -> x + (c1 - c2): a constant folded into

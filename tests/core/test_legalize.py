@@ -268,3 +268,36 @@ def test_products_feeding_an_add_are_opaque_where_the_driver_contracts() -> None
     vals["z"] = np.array([-(1 + 2.0**-11), 1.0, 2.0], np.float32)
     got = _flat_eval(kept, vals)
     _same(got.view(np.uint32), (vals["x"] * vals["y"] + vals["z"]).view(np.uint32))
+
+
+def test_operands_a_finite_math_compiler_may_know_are_opaque() -> None:
+    """With assumes_finite_math, every operand of float + - * / that the compiler can know when it
+    compiles (constants but finite nonzero ones, the epilogue's `acc`, what is computed from them)
+    is opaque, two equal ones through two different opaques; buffer reads and loop variables stay
+    as they are, and the value is unchanged."""
+    from jaxcore.legalize import OPAQUE
+
+    traits = TargetTraits(assumes_finite_math=True)
+    acc, x = AluExp.variable(F64, "acc"), AluExp.global_index(F64, 0, 4, AluExp.i32(0))
+    zero, two, nan = AluExp.f64(0.0), AluExp.f64(2.0), AluExp.f64(math.nan)
+
+    def opaque_operands(e: AluExp) -> list[bool]:
+        return [s.op == AluOp.Bitcast and s.arg == OPAQUE for s in e.src]
+
+    assert opaque_operands(legalize(AluExp.idiv(zero, acc), traits)) == [True, True]
+    assert opaque_operands(legalize(AluExp.idiv(x, zero), traits)) == [False, True]
+    assert opaque_operands(legalize(x * two, traits)) == [False, False]
+    assert opaque_operands(legalize(AluExp.log(acc) - nan, traits)) == [True, True]
+    same = legalize(AluExp.idiv(acc, acc), traits)
+    assert opaque_operands(same) == [True, True] and same.src[0] != same.src[1]
+    # known from a known value: log(acc) * 2 is opaque; log(x) * 2 is not
+    assert opaque_operands(legalize(AluExp.log(acc) * two, traits)) == [True, False]
+    assert opaque_operands(legalize(AluExp.log(x) * two, traits)) == [False, False]
+    # other names are loop variables, ints are never guarded, and without the trait nothing moves
+    assert legalize(AluExp.variable(F64, "a") + AluExp.variable(F64, "b"), traits).src[0].op == AluOp.Variable
+    i = AluExp.variable(I32, "acc")
+    assert legalize(i * i, traits) == i * i
+    assert legalize(AluExp.idiv(zero, acc), TargetTraits()) == AluExp.idiv(zero, acc)
+    vals = np.array([0.0, -0.0, np.inf, np.nan, 1e-300, 3.0])
+    for e in (AluExp.idiv(zero, acc), AluExp.idiv(acc, acc), acc - acc, acc * zero):
+        _same(_run(legalize(e, traits), {"acc": vals}), _run(e, {"acc": vals}))

@@ -462,7 +462,9 @@ def _per_thread(kernel, tune, lang, target, exp, epilogue, enables, declare) -> 
         accs = [f"acc{u}" for u in range(up)]
         epis = _lanes(tune.epilogue, lane_gidx, cache)
         lane_epi = [
-            legalize(e.substitute({"acc": AluExp.variable(red.dtype, a)}), traits) for e, a in zip(epis, accs)
+            # legalized before `acc` is renamed: legalize knows the accumulator by that name
+            legalize(e, traits).substitute({"acc": AluExp.variable(red.dtype, a)})
+            for e, a in zip(epis, accs)
         ]
         prologue = [
             f"  let jc_qu: u32 = wg * {wg}u + lid;",

@@ -122,7 +122,9 @@ def plan_matmul(kernel: Kernel, target: object, tile: str | None = None) -> Plan
     except UnsupportedOpError:
         return None
     bindings = tuple(("in", g) for g in range(kernel.nargs)) + (("out", 0),)
-    return Plan((Pass(code, grid, bindings),))
+    # the epilogue's opaque operands (legalize.opaque) read the always-zero uniform
+    uniform = bytes(16) if "var<uniform> jc_zero" in code else None
+    return Plan((Pass(code, grid, bindings, uniform=uniform),))
 
 
 def render(kernel: Kernel, mm: MatmulShape, t: Tile, exact_subnormals: bool = True) -> str:

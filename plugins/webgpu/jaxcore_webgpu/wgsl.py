@@ -13,6 +13,9 @@ What WGSL defines natively and what it does not (WGSL spec, section 8.7 and 16):
   extended instructions are 32-bit, so f64 transcendentals are helpers too (series in f64, exact
   Payne-Hanek for sin/cos up to 1.8e308); a target may instead take the dialect-neutral AluExp
   expansions of `jaxcore.expansions` (f32/f16) by setting `TargetTraits.expand_transcendentals`;
+- an implementation may assume no overflow, infinity or NaN (WGSL's floating point evaluation):
+  `assumes_finite_math` makes legalize pass what the driver could fold through `opaque` (an
+  always-zero uniform, numbered per call site);
 - inf/NaN constants are not const-expressions (a const-expression producing one is a shader-
   creation error), so they come from helpers that bitcast a `let`; INT_MIN is `-2147483647i - 1i`
   (Chromium's Tint rejects an overflowing literal).
@@ -46,7 +49,9 @@ WGSL_TRAITS = TargetTraits(
     exact_transcendentals=False,
     contracts_mul_add=True,  # NVIDIA fuses a * b + c (per-op rounding and Dekker's residuals break)
     folds_float_identities=True,  # Mesa's NIR folds x * 0.0 -> 0.0 and x - x -> 0.0 (no SPIR-V exact)
+    assumes_finite_math=True,  # WGSL: an implementation may assume no infinity or NaN
 )
+
 
 _TRANSCENDENTAL = {
     AluOp.Sin: "sin",
@@ -202,6 +207,7 @@ class WGSLLanguage(CStyleLanguage):
     # subnormal or the result underflows). Exported browser programs need it on.
     exact_subnormals: bool = True
     features: set[str]  # {"f64"} when the program uses float64; the code generator sets it per program
+    _opaque_sites: int = 0  # opaque call sites rendered so far (render_opaque)
 
     def render_const(self, r: ExpRenderer, value: float | int, dtype: DType) -> str:
         if dtype == DType.bool:
@@ -265,7 +271,9 @@ class WGSLLanguage(CStyleLanguage):
         return super().render_op(r, e, args)
 
     def render_opaque(self, r: ExpRenderer, dtype: DType, x: str) -> str:
-        return f"{r.need('jc_o_' + self.type_name(dtype))}({strip_parens(x)})"
+        """`jc_o_<t>(x, k)`, `k` this call site's number in the program (see wgsl_helpers)."""
+        self._opaque_sites += 1
+        return f"{r.need('jc_o_' + self.type_name(dtype))}({strip_parens(x)}, {self._opaque_sites}u)"
 
     def render_cast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
         if dst == DType.bool:

@@ -46,11 +46,19 @@ H["jc_isnan_f32"] = (
 )
 
 # An identity the driver cannot see through (legalize.opaque): `jc_zero` is a uniform the runtime
-# binds as zeros, so `x * jc_o_f32(0.0f)` is not folded to 0 (wrong for NaN, Inf and -0).
+# binds as zeros, so `x * jc_o_f32(0.0f, 1u)` is not folded to 0 (wrong for NaN, Inf and -0). The
+# renderer numbers every call site `k` (from 1), so no two sites are the same value to the
+# driver: two operands it knows are equal (NaN - NaN after its own constant folding) stay apart,
+# and an opaque of an opaque is not merged into one. The other arm is unknown: a constant one made
+# {x, 1.0} a set the driver reasoned about (lavapipe turned select(-0.0, 1.0, c) into +0.0).
 H["jc_zero"] = ("@group(1) @binding(0) var<uniform> jc_zero: vec4<u32>;", ())
-for _t, _one in (("f32", "1.0f"), ("f16", "1.0h"), ("f64", "1.0lf")):
+for _t, _other in (
+    ("f32", "bitcast<f32>(jc_zero.y)"),
+    ("f16", "f16(bitcast<f32>(jc_zero.y))"),
+    ("f64", "f64(bitcast<f32>(jc_zero.y))"),
+):
     H[f"jc_o_{_t}"] = (
-        f"fn jc_o_{_t}(x: {_t}) -> {_t} {{ return select(x, {_one}, jc_zero.x != 0u); }}",
+        f"fn jc_o_{_t}(x: {_t}, k: u32) -> {_t} {{ return select(x, {_other}, jc_zero.x == k); }}",
         ("jc_zero",),
     )
 
@@ -340,10 +348,13 @@ fn jc_erfc_f32(x: f32) -> f32 {
 # WGSL lets an implementation flush subnormal inputs and results to zero (Chromium's WebGPU on
 # SwiftShader does, Direct3D and some Metal paths too); the contract keeps them. So float32
 # comparisons, min/max, floor/ceil and the float -> bool test work on the bits, and + - * / take
-# the native result unless an operand is subnormal or the result underflows (a test on the
-# exponent bits), where an exact slow path computes on the integer mantissas and builds the
-# result's bits: nothing there is a float op a device could flush. `(m - 1u) < 0x7fffffu` is
-# "m is a nonzero subnormal magnitude" in one compare.
+# the native result only for finite operands, neither subnormal, and a result that does not
+# underflow (a test on the exponent bits); an exact slow path computes the rest on the integer
+# mantissas and builds the result's bits: nothing there is a float op a device could flush.
+# Zeros, infinities and NaN operands of * and / (and infinities and NaN of +) are decided on the
+# bits as well: a compiler that assumes finite math folded the native 0 * inf of the fast path to 0
+# (lavapipe, with the operands opaque). `(m - 1u) < 0x7fffffu` is "m is a nonzero subnormal
+# magnitude" in one compare.
 H["jc_isden_f32"] = (
     "fn jc_isden_f32(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) - 1u < 0x007fffffu; }",
     (),
@@ -526,9 +537,9 @@ fn jc_mul_f32(a: f32, b: f32) -> f32 {
   let r = a * b;
   let aa = bitcast<u32>(a) & 0x7fffffffu;
   let ab = bitcast<u32>(b) & 0x7fffffffu;
-  let den = aa - 1u < 0x007fffffu || ab - 1u < 0x007fffffu;
-  if (!den && ((bitcast<u32>(r) & 0x7f800000u) != 0u || aa == 0u || ab == 0u)) { return r; }
-  if (aa > 0x7f800000u || ab > 0x7f800000u) { return r; }
+  let normal = aa - 0x00800000u < 0x7f000000u && ab - 0x00800000u < 0x7f000000u;
+  if (normal && (bitcast<u32>(r) & 0x7f800000u) != 0u) { return r; }  // a normal (or overflowing) product
+  if (aa > 0x7f800000u || ab > 0x7f800000u) { return bitcast<f32>(0x7fc00000u); }
   let sign = (bitcast<u32>(a) ^ bitcast<u32>(b)) & 0x80000000u;
   if (aa == 0x7f800000u || ab == 0x7f800000u) {
     return bitcast<f32>(select(sign | 0x7f800000u, 0x7fc00000u, aa == 0u || ab == 0u));
@@ -561,9 +572,9 @@ fn jc_div_f32(a: f32, b: f32) -> f32 {
   let r = a / b;
   let aa = bitcast<u32>(a) & 0x7fffffffu;
   let ab = bitcast<u32>(b) & 0x7fffffffu;
-  let den = aa - 1u < 0x007fffffu || ab - 1u < 0x007fffffu;
-  if (!den && ((bitcast<u32>(r) & 0x7f800000u) != 0u || aa == 0u)) { return r; }
-  if (aa > 0x7f800000u || ab > 0x7f800000u) { return r; }
+  let normal = aa - 0x00800000u < 0x7f000000u && ab - 0x00800000u < 0x7f000000u;
+  if (normal && (bitcast<u32>(r) & 0x7f800000u) != 0u) { return r; }  // a normal (or overflowing) quotient
+  if (aa > 0x7f800000u || ab > 0x7f800000u) { return bitcast<f32>(0x7fc00000u); }
   let sign = (bitcast<u32>(a) ^ bitcast<u32>(b)) & 0x80000000u;
   if (aa == 0x7f800000u) { return bitcast<f32>(select(sign | 0x7f800000u, 0x7fc00000u, ab == 0x7f800000u)); }
   if (ab == 0x7f800000u) { return bitcast<f32>(sign); }
@@ -591,10 +602,15 @@ fn jc_add_f32(a: f32, b: f32) -> f32 {
   let aa = ua & 0x7fffffffu;
   let ab = ub & 0x7fffffffu;
   let den = aa - 1u < 0x007fffffu || ab - 1u < 0x007fffffu;
-  if (!den && ((bitcast<u32>(r) & 0x7f800000u) != 0u || ua == (ub ^ 0x80000000u) || (aa | ab) == 0u)) {
-    return r;
+  let finite = aa < 0x7f800000u && ab < 0x7f800000u;
+  if (!den && finite && (bitcast<u32>(r) & 0x7f800000u) != 0u) { return r; }
+  if (!finite) {
+    let nan = aa > 0x7f800000u || ab > 0x7f800000u || ua == (ub ^ 0x80000000u);  // inf - inf too
+    if (nan) { return bitcast<f32>(0x7fc00000u); }
+    return select(b, a, aa == 0x7f800000u);
   }
-  if (aa >= 0x7f800000u || ab >= 0x7f800000u) { return r; }
+  if (ua == (ub ^ 0x80000000u)) { return 0.0f; }  // x + -x, +0 + -0
+  if ((aa | ab) == 0u) { return a; }
   // an operand >= 2^-100 next to one below 2^-126 (under a quarter of its ulp) is the sum
   if (aa >= 0x0d800000u) { return a; }
   if (ab >= 0x0d800000u) { return b; }
@@ -769,9 +785,11 @@ fn jc_trig_reduce_f64(x: f64) -> JcTrig64 {{
 
 def _trig64(name: str, is_cos: bool) -> str:
     q = "((red.q + 1u) & 3u)" if is_cos else "red.q"
+    tiny = "1.0lf" if is_cos else "x"
     return f"""
 fn {name}(x: f64) -> f64 {{
   if (jc_isnan_f64(x) || abs(x) > 1.7976931348623157e308lf) {{ return f64(jc_nan_f32()); }}
+  if (abs(x) < 1e-9lf) {{ return {tiny}; }}  // x or 1 to the last bit, and sin(-0) = -0
   let red = jc_trig_reduce_f64(x);
   let r = red.r;
   let z = r * r;
@@ -828,7 +846,7 @@ fn jc_log_f64(x: f64) -> f64 {{
 H["jc_atan_f64"] = (
     f"""
 fn jc_atan_f64(x0: f64) -> f64 {{
-  if (jc_isnan_f64(x0)) {{ return x0; }}
+  if (jc_isnan_f64(x0) || abs(x0) < 1e-9lf) {{ return x0; }}  // atan(x) = x to the last bit; -0 kept
   var a = abs(x0);
   let inv = a > 1.0lf;
   if (inv) {{ a = 1.0lf / a; }}
@@ -883,6 +901,7 @@ H["jc_erf_f64"] = (
 fn jc_erf_f64(x: f64) -> f64 {
   if (jc_isnan_f64(x)) { return x; }
   let a = abs(x);
+  if (a < 1e-9lf) { return x * 1.1283791670955126lf; }  // 2x/sqrt(pi) to the last bit; -0 kept
   if (a <= 2.5lf) { return jc_erf_series_f64(x); }
   let v = 1.0lf - jc_erfc_cf_f64(a);
   return select(v, -v, x < 0.0lf);
