@@ -65,6 +65,21 @@ class UnsupportedRoutineError(Exception):
         super().__init__(f"routine '{name}' is not supported in {device} backend")
 
 
+class DeviceError(RuntimeError):
+    """A device error reported later than the dispatch that caused it (at a submit, a wait or a read
+    of a queued device), naming that dispatch: `source` is its Kernel or Routine (None when the
+    device's report fits no single dispatch), `site` where it was dispatched ("file:line", the first
+    dispatch of that executable unless `JAXCORE_SYNC=1`), `device` the device's name. The device's
+    own exception is the `__cause__`. With `JAXCORE_SYNC=1` every dispatch waits, so the error is
+    raised by the dispatch that causes it."""
+
+    def __init__(
+        self, message: str, device: str, source: Kernel | Routine | None = None, site: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.device, self.source, self.site = device, source, site
+
+
 # Only `BaseBackend` holds this: an Executable cannot be made (or `dataclasses.replace`d) with a
 # `source` that its compiled `data` was not built from, or without the backend that built it.
 _PREPARED = object()
@@ -85,6 +100,10 @@ class Executable(Generic[T]):
     token: InitVar[object]
     backend: str = field(init=False)
     _owner: weakref.ReferenceType[BaseBackend] = field(init=False, repr=False)
+    # Kept on the executable, not in a table of its backend, so that they live and die with it: where
+    # it was first dispatched (for errors reported later), and what a queued device's fast path needs.
+    _site: str | None = field(init=False, default=None, repr=False)
+    _fast_path: Any = field(init=False, default=None, repr=False)
 
     def __post_init__(self, owner: BaseBackend, token: object) -> None:
         if token is not _PREPARED:
@@ -480,6 +499,17 @@ class BaseBackend:
         self._routine_cache = LruCache(size)
         self._compile_locks: dict[Any, _Pending] = {}
         self.stats = BackendStats()
+        self._sync = settings.current().sync
+        if self._sync:  # an instance attribute: costs nothing when the setting is off
+            self.__dict__["dispatch"] = self._dispatch_and_wait
+
+    def _dispatch_and_wait(
+        self, exe: Executable, inputs: Sequence[SupportsIndex], outputs: Sequence[SupportsIndex]
+    ) -> None:
+        """`dispatch` under JAXCORE_SYNC=1: this class's dispatch, then a wait for all work, so that
+        a device error is raised here, by the dispatch that caused it."""
+        type(self).dispatch(self, exe, inputs, outputs)
+        self._synchronize(None)
 
     # ---- device-specific hooks -------------------------------------------------------------
     def _alloc(self, size: int) -> Any:

@@ -34,6 +34,14 @@ A plugin supplies the device half, as hooks (it overrides no public method):
     _record_copy(rec, src, dst, nbytes)   (optional) a buffer copy in the batch, for `_copy_buffer`
     _compile_kernel_async(kernel)         (optional) `_compile_kernel` awaiting the device (pipelines)
 
+A device error reported later than the dispatch that caused it (by `_submit`, `_wait` or
+`_is_done`) is raised as a `DeviceError` naming that dispatch's kernel or routine and where it was
+(first) dispatched, with the device's own exception as its cause. Each batch keeps what it recorded
+(one list append per dispatch) until it has run. A batch the device rejects at `_submit` has run none
+of its work (a hook contract): it is replayed one dispatch per batch, in order, so that the dispatches
+before the culprit run and the error names the culprit alone. `JAXCORE_SYNC=1` makes every dispatch
+wait, so the error is raised by the dispatch itself.
+
 `_record` may take scratch storage with `_temporary(nbytes)`: free again for work recorded after
 it in the batch, and back in the pool once the batch has run. A subclass sets `capabilities`
 before calling `QueuedBackend.__init__` (the pool is bounded by `max_buffer_bytes`).
@@ -44,6 +52,8 @@ last batches that used and wrote it, which is all the hazard tracking there is.
 
 from __future__ import annotations
 
+import os
+import sys
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -51,7 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any, SupportsIndex
 
 from jaxcore import tracing
-from jaxcore.backend import BaseBackend, Executable, _Buffer
+from jaxcore.backend import BaseBackend, DeviceError, Executable, _Buffer
 from jaxcore.kernel import Kernel
 from jaxcore.pool import BufferPool
 
@@ -68,6 +78,9 @@ class QueuedBuffer:
 
 
 FastRecord = Callable[[Any, Any, list[QueuedBuffer]], None]
+# What a batch recorded, in order, for naming and replaying its work: (exe, bufs) from the fast path,
+# (exe, inputs, outputs) from `_run`, (src, dst, nbytes) from `_copy_buffer`.
+Op = tuple[Any, ...]
 
 
 @dataclass
@@ -78,6 +91,7 @@ class _Batch:
     token: Any = None
     releases: list[QueuedBuffer] = field(default_factory=list)
     late: list[tracing.LateTime] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
 
 
 class QueuedBackend(BaseBackend):
@@ -99,8 +113,7 @@ class QueuedBackend(BaseBackend):
         self._recycled: dict[int, list[QueuedBuffer]] = {}  # freed, last used by the open batch
         self._scratch: list[QueuedBuffer] = []
         self._precompiled: dict[str, Any] = {}  # kernel key -> compiled ahead by prepare_kernel_async
-        # Executable -> what its fast dispatch needs (see `dispatch`), or None: no fast path.
-        self._fast: dict[Executable, tuple[tuple[int, ...], int, bool, FastRecord] | None] = {}
+        self._skip = _package_dir(type(self))  # frames of the plugin's own package are not call sites
         self.pool: BufferPool[Any] = BufferPool(
             self._create_buffer,
             self._destroy_buffer,
@@ -168,6 +181,12 @@ class QueuedBackend(BaseBackend):
             zero = self.__dict__["_zero"] = QueuedBuffer(self._create_buffer(16), 0, 16, pooled=False)
         return zero
 
+    @property
+    def _fast(self) -> _FastView:
+        """What the dispatch fast path learned, by executable (a view: the facts live on each
+        Executable, so that a dropped one is freed with what its recorder holds)."""
+        return _FastView(self)
+
     # ---- fast paths of the public methods ----------------------------------------------------
     # Each takes the one lock once and does what BaseBackend's method and the hooks below would do
     # together; anything unusual (numpy-integer slots, data to write, a bad argument, tracing) goes
@@ -232,13 +251,12 @@ class QueuedBackend(BaseBackend):
         made by this backend (an Executable is frozen and its owner reference cannot change to
         another live backend), its byte sizes, and that the plugin can record it without `_record`.
         Counts, slots, sizes, distinct outputs and aliasing are checked on every call."""
-        try:
-            fast = self._fast.get(exe)  # Executables hash by identity
-        except TypeError:  # not hashable, so not an Executable: the general path says so
-            fast = None
-        if fast is None or tracing._active:
+        fast: Any = exe._fast_path if type(exe) is Executable else False
+        if not fast or tracing._active:
+            if fast is None and exe._site is None:  # before the dispatch, which may submit and fail
+                object.__setattr__(exe, "_site", tracing.call_site(self._skip))
             super().dispatch(exe, inputs, outputs)
-            if exe not in self._fast:  # it passed every check, so this backend made it
+            if fast is None:  # its first dispatch here, and it passed every check: this backend made it
                 self._learn(exe)
             return
         need_in, need_out, exact_in, record = fast
@@ -269,6 +287,7 @@ class QueuedBackend(BaseBackend):
                     batch = self._open = _Batch(self._next_batch, self._open_batch())
                     self._next_batch += 1
                 record(self, batch.rec, bufs)
+                batch.ops.append((exe, bufs))
                 first.used_in = handle.used_in = handle.written_in = batch.id
                 batch.count += 1
                 if batch.count >= self.batch_limit:
@@ -288,6 +307,7 @@ class QueuedBackend(BaseBackend):
                 batch = self._open = _Batch(self._next_batch, self._open_batch())
                 self._next_batch += 1
             record(self, batch.rec, bufs)
+            batch.ops.append((exe, bufs))
             bid = batch.id
             for b in bufs:
                 b.used_in = bid
@@ -297,15 +317,16 @@ class QueuedBackend(BaseBackend):
                 self.flush()
 
     def _learn(self, exe: Executable) -> None:
-        """Cache what `dispatch`'s fast path needs for `exe` (after a dispatch of it succeeded here)."""
-        fast = None
-        if type(exe) is Executable and exe.prepared_by(self):
-            need_in, need_out, exact_in = exe._io_bytes
-            record = self._fast_recorder(exe) if len(need_out) == 1 else None
-            if record is not None:
-                fast = (need_in, need_out[0], exact_in, record)
-        with self._lock:
-            self._fast[exe] = fast
+        """Keep on `exe` what `dispatch`'s fast path needs (False: none), after a dispatch of it
+        succeeded here (so this backend made it)."""
+        if not exe.prepared_by(self):
+            return
+        fast: Any = False
+        need_in, need_out, exact_in = exe._io_bytes
+        record = self._fast_recorder(exe) if len(need_out) == 1 else None
+        if record is not None:
+            fast = (need_in, need_out[0], exact_in, record)
+        object.__setattr__(exe, "_fast_path", fast)
 
     # ---- BaseBackend storage hooks ---------------------------------------------------------
     def _alloc(self, size: int) -> QueuedBuffer:
@@ -422,6 +443,7 @@ class QueuedBackend(BaseBackend):
                 batch = self._open = _Batch(self._next_batch, self._open_batch())
                 self._next_batch += 1
             self._record(batch.rec, exe, inputs, outputs, timed)
+            batch.ops.append((exe, inputs, outputs))
             while self._scratch:
                 self._release(self._scratch.pop())
             bid = batch.id
@@ -456,6 +478,7 @@ class QueuedBackend(BaseBackend):
                 batch = self._open = _Batch(self._next_batch, self._open_batch())
                 self._next_batch += 1
             self._record_copy(batch.rec, src, dst, nbytes)
+            batch.ops.append((src, dst, nbytes))
             src.used_in = batch.id
             dst.used_in = dst.written_in = batch.id
 
@@ -479,13 +502,17 @@ class QueuedBackend(BaseBackend):
                         batch.releases.append(bufs.pop())
                     except IndexError:
                         break
-            batch.token = self._submit(batch.rec)
+            try:
+                batch.token = self._submit(batch.rec)
+            except Exception as exc:
+                batch.rec = None
+                raise self._rejected(batch, exc) from exc
             batch.rec = None
             self.stats.extra["submits"] += 1
             self._in_flight.append(batch)
             self._retire()
             while len(self._in_flight) > self.max_in_flight:
-                self._wait(self._in_flight[0].token)
+                self._wait_for([self._in_flight[0]])
                 self._retire()
 
     def finish(self) -> None:
@@ -499,19 +526,27 @@ class QueuedBackend(BaseBackend):
         with self._qlock:
             if self._open is not None and self._open.count:
                 self.flush()
-            while self._in_flight:
-                self._wait(self._in_flight[-1].token)
-                self._retire(all_done=True)
+            while self._in_flight:  # in order, so that a device error is the first failed batch's
+                head = self._in_flight[0]
+                self._wait_for([head])
+                self._retire(through=head.id)
 
-    def _retire(self, all_done: bool = False) -> None:
-        """Retire finished batches in order: resolve their times, return their parked buffers."""
-        while self._in_flight and (all_done or self._is_done(self._in_flight[0].token)):
-            batch = self._in_flight.popleft()
-            if batch.late:
-                self._wait(batch.token)
-                times = self._timings(batch.token) or []
-                for late, (start, seconds) in zip(batch.late, times):
-                    late.resolve(seconds, start)
+    def _retire(self, through: int = 0) -> None:
+        """Retire finished batches in order (those up to id `through` are known to be finished):
+        resolve their times, return their parked buffers."""
+        while self._in_flight:
+            batch = self._in_flight[0]
+            try:
+                if batch.id > through and not self._is_done(batch.token):
+                    return
+                if batch.late:
+                    self._wait(batch.token)
+                    times = self._timings(batch.token) or []
+                    for late, (start, seconds) in zip(batch.late, times):
+                        late.resolve(seconds, start)
+            except Exception as exc:
+                raise self._failed([batch], exc) from exc
+            self._in_flight.popleft()
             self._done_through = batch.id
             for buf in batch.releases:
                 self._free(buf)
@@ -523,3 +558,123 @@ class QueuedBackend(BaseBackend):
             if batch.id == bid:
                 return batch
         return None
+
+    # ---- device errors -------------------------------------------------------------------
+    def _wait_for(self, batches: list[_Batch]) -> None:
+        """Wait for the last of `batches`, the in-flight ones up to it (the device runs them in order)."""
+        try:
+            self._wait(batches[-1].token)
+        except Exception as exc:
+            raise self._failed(batches, exc) from exc
+
+    def _failed(self, batches: list[_Batch], exc: Exception) -> DeviceError:
+        """The error for in-flight batches (a prefix of them) whose wait failed. They are retired: the
+        device has given its verdict on them, and a later call must not fail on them again."""
+        for batch in batches:
+            self._in_flight.popleft()
+            self._done_through = batch.id
+            for buf in batch.releases:
+                self._free(buf)
+        ops = [op for batch in batches for op in batch.ops]
+        return self._device_error(exc, ops, 0 if len(ops) == 1 else None, "reported an error running")
+
+    def _rejected(self, batch: _Batch, exc: Exception) -> DeviceError:
+        """The error for a batch the device refused at `_submit`, which ran none of it: its work is
+        replayed one dispatch per batch, in order, until the device refuses one alone (the culprit;
+        the dispatches before it have run, those after it do not)."""
+        ops, culprit, error = batch.ops, None, exc
+        if len(ops) == 1:
+            culprit = 0
+        else:
+            for i, op in enumerate(ops):
+                alone = self._replay(op)
+                if alone is not None:
+                    culprit, error = i, alone
+                    break
+        for buf in batch.releases:  # nothing of the batch is pending on the device
+            self._free(buf)
+        return self._device_error(error, ops, culprit, "rejected")
+
+    def _replay(self, op: Op) -> Exception | None:
+        """Record `op` in a batch of its own, submit it and wait: the device's error, if any."""
+        first = op[0]
+        rec = self._open_batch()
+        try:
+            if type(first) is QueuedBuffer:
+                self._record_copy(rec, first, op[1], op[2])
+            elif len(op) == 2:
+                first._fast_path[3](self, rec, op[1])
+            else:
+                self._record(rec, first, op[1], op[2], False)
+            self._wait(self._submit(rec))
+        except Exception as exc:
+            return exc
+        finally:
+            while self._scratch:
+                self._release(self._scratch.pop())
+        return None
+
+    def _device_error(self, exc: Exception, ops: list[Op], culprit: int | None, verb: str) -> DeviceError:
+        """A DeviceError naming the dispatch `ops[culprit]` (or, when the device's report fits no one
+        dispatch, every executable in `ops`) and where it was dispatched."""
+        why = f"{type(exc).__name__}: {exc}"
+        hint = "" if self._sync else " (JAXCORE_SYNC=1 raises a device error at the dispatch that causes it)"
+        exes = [op[0] for op in ops if type(op[0]) is not QueuedBuffer]
+        if culprit is not None and type(ops[culprit][0]) is not QueuedBuffer:
+            exe = ops[culprit][0]
+            site = tracing.call_site(self._skip) if self._sync else exe._site
+            where = f"dispatched at {site or 'an unknown place'}" + (
+                "" if self._sync else " (first dispatch)"
+            )
+            msg = f"{self.name}: the device {verb} {tracing.describe(exe.source)}, {where}: {why}"
+            later = len(ops) - culprit - 1
+            if later:
+                msg += f". The {later} dispatch{'es' if later > 1 else ''} recorded after it did not run"
+            return DeviceError(msg + hint, self.name, exe.source, site)
+        unique = list(dict.fromkeys(exes))  # Executables hash by identity
+        if len(unique) == 1:
+            exe = unique[0]
+            msg = (
+                f"{self.name}: the device {verb} a batch of {len(ops)} dispatches of "
+                f"{tracing.describe(exe.source)}, first dispatched at {exe._site or 'an unknown place'}: "
+                f"{why}"
+            )
+            return DeviceError(msg + hint, self.name, exe.source, exe._site)
+        lines = [
+            f"\n  {tracing.describe(e.source)} ({exes.count(e)}x, first dispatched at {e._site})"
+            for e in unique[:_NAMED]
+        ]
+        more = f"\n  and {len(unique) - _NAMED} more" if len(unique) > _NAMED else ""
+        msg = f"{self.name}: the device {verb} a batch of {len(ops)} dispatches: {why}. The batch held:"
+        return DeviceError(msg + "".join(lines) + more + "\n" + hint.strip(), self.name)
+
+
+_NAMED = 8  # executables an error lists when the device's report fits no single dispatch
+
+
+class _FastView:
+    """`QueuedBackend._fast`: what the fast path learned for an executable of this backend (None: no
+    fast path), read from the executable itself; `in` says whether it was learned at all."""
+
+    def __init__(self, backend: QueuedBackend) -> None:
+        self._backend = backend
+
+    def _learned(self, exe: object) -> Any:
+        if type(exe) is Executable and exe.prepared_by(self._backend):
+            return exe._fast_path
+        return None
+
+    def get(self, exe: object, default: Any = None) -> Any:
+        fast = self._learned(exe)
+        return default if fast is None else (fast or None)
+
+    def __contains__(self, exe: object) -> bool:
+        return self._learned(exe) is not None
+
+
+def _package_dir(cls: type) -> tuple[str, ...]:
+    """The folder of the package that defines `cls`: a plugin's own frames are not its callers' call
+    sites. None for a class of a top-level module (a script or a test)."""
+    top, _, rest = cls.__module__.partition(".")
+    path = getattr(sys.modules.get(top), "__file__", None) if rest else None
+    return (os.path.dirname(os.path.abspath(path)) + os.sep,) if path else ()

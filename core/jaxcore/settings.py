@@ -14,6 +14,8 @@
 - `JAXCORE_KERNEL_CACHE`: prepared kernels (and, separately, routines) each backend keeps, least recently
   used dropped first (default 4096). A dropped Executable its caller still holds keeps working; preparing
   its kernel again builds a new one (from the plugin's own compile caches, where it has them).
+- `JAXCORE_SYNC=1`: every dispatch waits for the device and raises its error at its own call (debugging:
+  a queued device otherwise reports a device error at a later submit, wait or read, naming the dispatch).
 - `JAXCORE_CACHE_DIR`: where plugins keep on-disk caches (compiled kernels); default
   `$XDG_CACHE_HOME/jaxcore` or `~/.cache/jaxcore`. A plugin uses its own subfolder.
 - `JAXCORE_<PLUGIN>_<KEY>`: plugin-specific settings, read with `current().plugin("<plugin>")`.
@@ -96,6 +98,7 @@ class Settings:
     strict_plugins: bool = False
     plugin_timeout: float = DEFAULT_PLUGIN_TIMEOUT
     kernel_cache: int = DEFAULT_KERNEL_CACHE
+    sync: bool = False
     cache_dir: Path = field(default_factory=lambda: _default_cache_dir({}))
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -111,6 +114,7 @@ class Settings:
             strict_plugins=_flag(env, "JAXCORE_STRICT_PLUGINS"),
             plugin_timeout=_seconds(env, "JAXCORE_PLUGIN_TIMEOUT", DEFAULT_PLUGIN_TIMEOUT),
             kernel_cache=_count(env, "JAXCORE_KERNEL_CACHE", DEFAULT_KERNEL_CACHE),
+            sync=_flag(env, "JAXCORE_SYNC"),
             cache_dir=_default_cache_dir(environ),
             env=MappingProxyType(env),
         )

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 _active = False
@@ -180,3 +182,37 @@ def _metadata() -> list[dict[str, Any]]:
         for tid, track in ((0, "kernels"), (1, "routines")):
             out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": track}})
     return out
+
+
+# ---- naming a dispatch in an error --------------------------------------------------------------
+_CORE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_inside: dict[Any, bool] = {}  # code object -> whether it lies under one of the skipped folders
+
+
+def call_site(skip: tuple[str, ...] = ()) -> str | None:
+    """ "file:line" of the innermost frame outside jaxcore's core (and the folders in `skip`, a
+    plugin's package): where a user's code called into jaxcore. Each code object's test is cached, so
+    a walk costs a few attribute reads per frame."""
+    dirs = (_CORE_DIR, *skip)
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        key = (code, dirs)
+        inside = _inside.get(key)
+        if inside is None:
+            inside = _inside[key] = code.co_filename.startswith(dirs)
+        if not inside:
+            return f"{code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def describe(source: Any, limit: int = 160) -> str:
+    """A one-line name for a Kernel or Routine in an error message: what it computes, shortened."""
+    label, cat, args = source_info(source)
+    if cat == "routine":
+        return f"routine {label}({args.get('inputShapes', '')}) -> ({args.get('outputShapes', '')})"
+    exp = args["exp"]
+    exp = exp if len(exp) <= limit else exp[: limit - 1] + "…"
+    red = f", reduction {args['reduction']}" if "reduction" in args else ""
+    return f"kernel {args.get('dtype', '?')}[{args['size']}]{red}: {exp}"
