@@ -5,6 +5,7 @@
 #   bash .ci/device-suite.sh                      # webgpu and webgl: suite + 3 fuzz seeds of 700
 #   DEVICES=webgl SEEDS=40 COUNT=600 bash .ci/device-suite.sh
 #   LOCAL=1 bash .ci/device-suite.sh              # here, with the venv's python (no installs)
+#   BENCH=1 SUITE=0 SEEDS=0 bash .ci/device-suite.sh   # the GPU benches only (PyTorch side by side)
 #
 # The NVIDIA driver's shader cache is off (__GL_SHADER_DISK_CACHE=0), so every shader is compiled
 # and a compiler crash cannot hide behind a cached binary. Each fuzz seed runs in its own process:
@@ -45,7 +46,7 @@ for d in $DEVICES; do
         "$PY" -m pytest -q -p no:cacheprovider tests/test_conformance_intree.py "plugins/$d/tests" \
             --jaxcore-device="$d" -x --maxfail=30 2>&1 | tee "$OUT/suite-$d.txt" | tail -25
     fi
-    for i in $(seq 0 $(( SEEDS - 1 ))); do
+    for i in $(seq 0 $(( SEEDS - 1 )) 2>/dev/null); do
         seed=$(( SEED0 + 7919 * i ))
         "$PY" bench/fuzz.py --device "$d" --reference cpu --seed "$seed" --count "$COUNT" --chunk "$COUNT" \
             > "$OUT/fuzz-$d-$seed.txt" 2>&1
@@ -55,3 +56,11 @@ for d in $DEVICES; do
     done
     stamp "fuzz $d done"
 done
+if [ "${BENCH:-0}" = 1 ]; then
+    stamp "bench webgpu"
+    "$PY" bench/webgpu.py --json "$OUT/bench-webgpu.json" 2>&1 | tee "$OUT/bench-webgpu.txt"
+    "$PY" bench/webgpu_routines.py --json "$OUT/bench-routines.json" 2>&1 | tee "$OUT/bench-routines.txt"
+    stamp "bench webgl"
+    "$PY" plugins/webgl/bench_local.py 2>&1 | tee "$OUT/bench-webgl.txt"
+    stamp "bench done"
+fi
