@@ -539,7 +539,7 @@ fn jc_mul_f32(a: f32, b: f32) -> f32 {
   let ab = bitcast<u32>(b) & 0x7fffffffu;
   let normal = aa - 0x00800000u < 0x7f000000u && ab - 0x00800000u < 0x7f000000u;
   if (normal && (bitcast<u32>(r) & 0x7f800000u) != 0u) { return r; }  // a normal (or overflowing) product
-  if (aa > 0x7f800000u || ab > 0x7f800000u) { return bitcast<f32>(0x7fc00000u); }
+  if (aa > 0x7f800000u || ab > 0x7f800000u) { return jc_nan_f32(); }
   let sign = (bitcast<u32>(a) ^ bitcast<u32>(b)) & 0x80000000u;
   if (aa == 0x7f800000u || ab == 0x7f800000u) {
     return bitcast<f32>(select(sign | 0x7f800000u, 0x7fc00000u, aa == 0u || ab == 0u));
@@ -548,7 +548,7 @@ fn jc_mul_f32(a: f32, b: f32) -> f32 {
   return jc_mul_slow_f32(a, b);
 }
 """,
-    ("jc_unpack_f32", "jc_pack_f32", "jc_mul32"),
+    ("jc_unpack_f32", "jc_pack_f32", "jc_mul32", "jc_nan_f32"),
 )
 H["jc_div_f32"] = (
     """
@@ -574,7 +574,7 @@ fn jc_div_f32(a: f32, b: f32) -> f32 {
   let ab = bitcast<u32>(b) & 0x7fffffffu;
   let normal = aa - 0x00800000u < 0x7f000000u && ab - 0x00800000u < 0x7f000000u;
   if (normal && (bitcast<u32>(r) & 0x7f800000u) != 0u) { return r; }  // a normal (or overflowing) quotient
-  if (aa > 0x7f800000u || ab > 0x7f800000u) { return bitcast<f32>(0x7fc00000u); }
+  if (aa > 0x7f800000u || ab > 0x7f800000u) { return jc_nan_f32(); }
   let sign = (bitcast<u32>(a) ^ bitcast<u32>(b)) & 0x80000000u;
   if (aa == 0x7f800000u) { return bitcast<f32>(select(sign | 0x7f800000u, 0x7fc00000u, ab == 0x7f800000u)); }
   if (ab == 0x7f800000u) { return bitcast<f32>(sign); }
@@ -583,7 +583,7 @@ fn jc_div_f32(a: f32, b: f32) -> f32 {
   return jc_div_slow_f32(a, b);
 }
 """,
-    ("jc_unpack_f32", "jc_pack_f32"),
+    ("jc_unpack_f32", "jc_pack_f32", "jc_nan_f32"),
 )
 H["jc_add_f32"] = (
     """
@@ -606,7 +606,7 @@ fn jc_add_f32(a: f32, b: f32) -> f32 {
   if (!den && finite && (bitcast<u32>(r) & 0x7f800000u) != 0u) { return r; }
   if (!finite) {
     let nan = aa > 0x7f800000u || ab > 0x7f800000u || ua == (ub ^ 0x80000000u);  // inf - inf too
-    if (nan) { return bitcast<f32>(0x7fc00000u); }
+    if (nan) { return jc_nan_f32(); }
     return select(b, a, aa == 0x7f800000u);
   }
   if (ua == (ub ^ 0x80000000u)) { return 0.0f; }  // x + -x, +0 + -0
@@ -623,7 +623,7 @@ fn jc_add_f32(a: f32, b: f32) -> f32 {
   return bitcast<f32>((sb & 0x80000000u) | m);
 }
 """,
-    (),
+    ("jc_nan_f32",),
 )
 H["jc_sub_f32"] = (
     "fn jc_sub_f32(a: f32, b: f32) -> f32 {"
