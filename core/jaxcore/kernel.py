@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Generic, TypeVar
 
 from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
 from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, byte_width, is_float
@@ -31,6 +33,73 @@ _IDENTITY: dict[tuple[AluOp, str], float] = {
 }
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Memo(Generic[K, V]):
+    """A bounded map from structural keys to what was derived from them, shared by every thread.
+
+    A hit is one dict lookup (atomic under the GIL); inserts take a lock and drop the oldest
+    entries past `capacity` (first in, first out: a hit does not refresh). The values are
+    immutable, so a thread that loses a race to insert simply computed the same thing twice."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._map: dict[K, V] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        return self._map.get(key)
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            self._map[key] = value
+            while len(self._map) > self.capacity:
+                del self._map[next(iter(self._map))]
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._map.clear()
+
+
+@dataclass(frozen=True)
+class _ExpFacts:
+    """What building a kernel derives from an expression: the simplified form and what the checks
+    need, so that a rebuild with an equal tree skips the simplifier and every walk. Keyed by the
+    unsimplified tree's digest, which each node makes as it is built (so the key costs nothing)."""
+
+    exp: AluExp  # simplified
+    raw_variables: frozenset[tuple[str, DType]]  # (name, dtype) of the Variables before simplifying
+    variables: frozenset[str]  # names of the Variables the simplified form still reads
+    gids: tuple[int, int]  # (lowest, highest) gid the simplified form reads; (0, -1) when none
+
+    @staticmethod
+    def of(exp: AluExp) -> _ExpFacts:
+        hit = _FACTS.get(exp.key())
+        if hit is None:
+            raw = frozenset((v.arg, v.dtype) for v in exp.collect(lambda n: n.op == AluOp.Variable))
+            simple = exp.simplify()
+            names, gids = set(), []
+            for node in simple.nodes():
+                if node.op == AluOp.Variable:
+                    names.add(node.arg)
+                elif node.op in (AluOp.GlobalIndex, AluOp.GlobalView):
+                    gids.append(node.arg[0])
+            span = (min(gids), max(gids)) if gids else (0, -1)
+            hit = _ExpFacts(simple, raw, frozenset(names), span)
+            _FACTS.put(exp.key(), hit)
+        return hit
+
+
+# Kernels a frontend builds again and again (every training step) cost a dict lookup after the
+# first time. 4096 expressions of a few dozen nodes each: a few MB at most.
+_FACTS: _Memo[str, _ExpFacts] = _Memo(4096)
+
+
 def _check_count(what: str, value: object) -> None:
     if not isinstance(value, int) or value < 0:
         raise ValueError(f"{what} must be a non-negative int, got {value!r}")
@@ -44,6 +113,7 @@ class Reduction:
     op: AluOp
     size: int
     epilogue: AluExp  # always an expression once made: the constructor turns None into `$acc`
+    _gids: tuple[int, int] = field(default=(0, -1), repr=False)  # (lowest, highest) gid it reads
 
     def __init__(self, dtype: DType, op: AluOp, size: int, epilogue: AluExp | None = None) -> None:
         dtype, op = DType(dtype), AluOp(op)
@@ -58,14 +128,16 @@ class Reduction:
             acc32 = AluVar.acc(DType.float32)
             epilogue = epilogue.substitute({"acc": AluExp.cast(DType.float16, acc32)})
             dtype = DType.float32
-        for v in epilogue.collect(lambda n: n.op == AluOp.Variable):
-            if v.arg not in ("acc", "gidx"):
-                raise ValueError(f"epilogue may use only $acc and $gidx, found ${v.arg}")
-            if v.arg == "acc" and v.dtype != dtype:
-                raise TypeError(f"epilogue reads $acc as {v.dtype}, but the reduction accumulates {dtype}")
+        facts = _ExpFacts.of(epilogue)
+        for name, vdtype in sorted(facts.raw_variables):
+            if name not in ("acc", "gidx"):
+                raise ValueError(f"epilogue may use only $acc and $gidx, found ${name}")
+            if name == "acc" and vdtype != dtype:
+                raise TypeError(f"epilogue reads $acc as {vdtype}, but the reduction accumulates {dtype}")
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "op", op)
-        object.__setattr__(self, "epilogue", epilogue.simplify())
+        object.__setattr__(self, "epilogue", facts.exp)
+        object.__setattr__(self, "_gids", facts.gids)
         _ = self.identity
 
     @property
@@ -104,14 +176,17 @@ class Kernel:
             raise TypeError(f"exp must be an AluExp, got {type(self.exp).__name__}")
         if self.reduction is not None and not isinstance(self.reduction, Reduction):
             raise TypeError(f"reduction must be a Reduction, got {type(self.reduction).__name__}")
-        object.__setattr__(self, "exp", self.exp.simplify())
+        facts = _ExpFacts.of(self.exp)
+        object.__setattr__(self, "exp", facts.exp)
         allowed = {"gidx", "ridx"} if self.reduction else {"gidx"}
-        for v in self.exp.collect(lambda n: n.op == AluOp.Variable):
-            if v.arg not in allowed:
-                raise ValueError(f"kernel exp may use only {sorted(allowed)} variables, found ${v.arg}")
-        for node in self.nodes():
-            if node.op in (AluOp.GlobalIndex, AluOp.GlobalView) and not 0 <= node.arg[0] < self.nargs:
-                raise ValueError(f"kernel reads input {node.arg[0]} but has nargs={self.nargs}")
+        if not facts.variables <= allowed:
+            bad = sorted(facts.variables - allowed)[0]
+            raise ValueError(f"kernel exp may use only {sorted(allowed)} variables, found ${bad}")
+        lo, hi = facts.gids
+        if self.reduction is not None:
+            lo, hi = min(lo, self.reduction._gids[0]), max(hi, self.reduction._gids[1])
+        if lo < 0 or hi >= self.nargs:
+            raise ValueError(f"kernel reads input {lo if lo < 0 else hi} but has nargs={self.nargs}")
 
     @property
     def dtype(self) -> DType:
