@@ -1,13 +1,14 @@
 """Compiled kernels cached in this process (by kernel key) and on disk (serialized wasmtime modules).
 
-A disk entry is keyed by a sha256 of the kernel's structural key and the versions of everything that
-shapes the machine code (jaxcore, jaxcore-wasm, llvmlite, wasmtime, engine settings, codegen
-revision). The file holds a header, the plan as JSON (with the kernel key it was built for) and the
-serialized module, plus a sha256 over the version salt, the kernel key and both: wasmtime trusts
-what it deserializes, so a truncated or corrupt file, or a module copied in from another entry, must
-be caught before that. The compiler then checks what it loaded against the kernel (the plan it
-would build, the module's entry points and their arity, its memory import). Anything wrong with an
-entry means "not cached": it is rebuilt and rewritten, never an error.
+A disk entry is keyed by a sha256 of the version salt (jaxcore, jaxcore-wasm, llvmlite, wasmtime,
+engine settings, codegen revision, lowering digest) and the digest of the source the module was built
+from (compiler.source_digest). The file holds a header, the plan as JSON (with the key it was stored
+under) and the serialized module, plus a sha256 over the salt, the key and both: wasmtime trusts what
+it deserializes, so a truncated or corrupt file, or a file copied in from another entry, must be
+caught before that. The compiler then checks what it loaded against the kernel (the plan codegen
+made, the module's marker export naming the source digest, its entry points and their arity, its
+memory import). Anything wrong with an entry means "not cached": it is rebuilt and rewritten, never an
+error. The directory is as trusted as the Python environment (a writer can forge any entry).
 
 The folder is bounded: past JAXCORE_WASM_DISK_CACHE_MB (default 512) megabytes, the least recently
 used entries (by mtime, which a hit refreshes) are deleted down to 80% of it.

@@ -303,10 +303,17 @@ def _disk_backend(tmp_path):
     return be
 
 
+def _key(tmp_path, k: Kernel) -> str:
+    """The disk key of `k`'s module: the digest of its generated source."""
+    key = _disk_backend(tmp_path).compiler.disk_key(k)
+    assert key is not None
+    return key
+
+
 def _entry(tmp_path, k: Kernel) -> tuple[dict, bytes]:
     be = _disk_backend(tmp_path)
     be.prepare_kernel(k)
-    got = be.compiler.disk.get(k.key())
+    got = be.compiler.disk.get(_key(tmp_path, k))
     assert got is not None
     return got
 
@@ -336,7 +343,7 @@ def test_disk_entry_with_a_transplanted_module_is_rebuilt(tmp_path) -> None:
     header = json.dumps(plan_a).encode()
     body = len(header).to_bytes(4, "little") + header + module_b
     disk = cache.DiskCache(tmp_path, enabled=True)
-    disk.path(a.key()).write_bytes(cache.MAGIC + hashlib.sha256(body).digest() + body)
+    disk.path(_key(tmp_path, a)).write_bytes(cache.MAGIC + hashlib.sha256(body).digest() + body)
     assert _reload(tmp_path, a, XS, XS * 2) == "llvm"
 
 
@@ -350,8 +357,36 @@ def test_disk_entry_with_a_module_of_another_arity_is_rebuilt(tmp_path) -> None:
     )
     plan_a, _ = _entry(tmp_path, a)
     _, module_b = _entry(tmp_path, b)
-    cache.DiskCache(tmp_path, enabled=True).put(a.key(), plan_a, module_b)
+    cache.DiskCache(tmp_path, enabled=True).put(_key(tmp_path, a), plan_a, module_b)
     assert _reload(tmp_path, a, XS, XS * 2) == "llvm"
+
+
+def test_disk_entry_re_signed_with_the_module_of_a_kernel_of_the_same_plan_is_rebuilt(tmp_path) -> None:
+    # x*2 and x*3 have the same plan and entry points: only the module's marker (the digest of the
+    # source it was built from) tells them apart. Before, this entry was trusted and computed x*3.
+    from jaxcore_wasm import cache
+
+    a, b = _scale(2.0), _scale(3.0)
+    plan_a, _ = _entry(tmp_path, a)
+    plan_b, module_b = _entry(tmp_path, b)
+    assert dict(plan_a, _key="") == dict(plan_b, _key="")
+    cache.DiskCache(tmp_path, enabled=True).put(_key(tmp_path, a), plan_a, module_b)
+    assert _reload(tmp_path, a, XS, XS * 2) == "llvm"
+
+
+def test_disk_entries_are_keyed_by_source_and_a_library_is_served_from_disk(tmp_path) -> None:
+    # kernels that generate the same IR share one entry; the radix-sort library (whose entry a check
+    # written for the SGEMM's exports once refused, so it was rebuilt in every process) is a disk hit
+    from jaxcore_wasm import radix
+
+    be = _disk_backend(tmp_path)
+    assert (
+        be.compiler.disk_key(_scale(2.0)) == be.compiler.disk_key(_scale(2.0)) != _key(tmp_path, _scale(3.0))
+    )
+    be.compiler.library("radix", radix.plan_key(), radix.radix_ir)
+    fresh = _disk_backend(tmp_path).compiler
+    fresh.library("radix", radix.plan_key(), radix.radix_ir)
+    assert fresh.disk.hits == 1 and fresh.disk.errors == 0
 
 
 @pytest.mark.parametrize(
@@ -365,7 +400,7 @@ def test_disk_entry_with_a_bad_plan_is_rebuilt(tmp_path, field: str, value) -> N
 
     a = _scale(2.0)
     plan, module_a = _entry(tmp_path, a)
-    cache.DiskCache(tmp_path, enabled=True).put(a.key(), dict(plan, **{field: value}), module_a)
+    cache.DiskCache(tmp_path, enabled=True).put(_key(tmp_path, a), dict(plan, **{field: value}), module_a)
     be = _disk_backend(tmp_path)
     xs = np.arange(16, dtype=np.float32)
     # a neighbour right after the output: an enlarged size would write over it
@@ -383,7 +418,7 @@ def test_disk_entry_that_fails_to_load_is_rebuilt(tmp_path) -> None:
 
     a = _scale(2.0)
     plan, _ = _entry(tmp_path, a)
-    cache.DiskCache(tmp_path, enabled=True).put(a.key(), plan, b"\x7fELF" + bytes(200))
+    cache.DiskCache(tmp_path, enabled=True).put(_key(tmp_path, a), plan, b"\x7fELF" + bytes(200))
     assert _reload(tmp_path, a, XS, XS * 2) == "llvm"
 
 
@@ -393,7 +428,7 @@ def test_disk_entry_of_another_kernel_is_rebuilt(tmp_path) -> None:
     from jaxcore_wasm import cache
 
     disk = cache.DiskCache(tmp_path, enabled=True)
-    disk.path(a.key()).write_bytes(disk.path(b.key()).read_bytes())
+    disk.path(_key(tmp_path, a)).write_bytes(disk.path(_key(tmp_path, b)).read_bytes())
     assert _reload(tmp_path, a, XS, XS * 2) == "llvm"
 
 
