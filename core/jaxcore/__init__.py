@@ -1,7 +1,8 @@
 """jaxcore: the backend layer of jax-js as a Python framework where every device is a plugin.
 
 Two namespaces: `jaxcore` is for users (pick devices, build kernels and routines, run them);
-`jaxcore.plugin` is for backend authors and is what `API_VERSION` versions.
+`jaxcore.plugin` is for backend authors and is what `API_VERSION` versions. A frontend builds its
+kernels with `jaxcore.fusion` (`Fused`: values over shapes, views, reductions with epilogues).
 """
 
 from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
@@ -17,6 +18,7 @@ from jaxcore.backend import (
     UnsupportedRoutineError,
 )
 from jaxcore.dtype import DType, byte_width, from_numpy, is_float, promote_types, to_numpy
+from jaxcore.fusion import Fused, FusedReduce, Lowered, MatmulShape, accessor_global, detect_matmul
 from jaxcore.hookspecs import hookimpl
 from jaxcore.kernel import Kernel, Reduction
 from jaxcore.registry import (
@@ -41,7 +43,7 @@ from jaxcore.routine import (
     ScatterParams,
     TriangularSolveParams,
 )
-from jaxcore.shape import ShapeTracker, View
+from jaxcore.shape import ShapeTracker, View, unravel_alu
 from jaxcore.tracing import start_trace, stop_trace
 from jaxcore.tuner import TuneResult, TuneSize, tune_nullopt
 
@@ -61,8 +63,12 @@ __all__ = [
     "DeviceUnavailable",
     "Executable",
     "FftParams",
+    "Fused",
+    "FusedReduce",
     "JacobiEighParams",
     "Kernel",
+    "Lowered",
+    "MatmulShape",
     "PluginInfo",
     "Reduction",
     "Routine",
@@ -79,8 +85,10 @@ __all__ = [
     "UnsupportedOpError",
     "UnsupportedRoutineError",
     "View",
+    "accessor_global",
     "byte_width",
     "default_device",
+    "detect_matmul",
     "device_info",
     "devices",
     "from_numpy",
@@ -95,4 +103,5 @@ __all__ = [
     "stop_trace",
     "to_numpy",
     "tune_nullopt",
+    "unravel_alu",
 ]
