@@ -213,6 +213,23 @@ class Fused:
     def size(self) -> int:
         return math.prod(self.shape)
 
+    @property
+    def view(self) -> ShapeTracker | None:
+        """The view through which this value reads one buffer, when it is just that read (no
+        arithmetic); else None. A matmul whose operands are reads reaches the devices' GEMM."""
+        e = self.exp
+        if e.op == AluOp.GlobalView and e.src == indices(self.shape):
+            return e.arg[1]
+        return None
+
+    @property
+    def source(self) -> Hashable | None:
+        """The buffer this value is, when it reads one row-major from its start (the buffer may be
+        longer); else None. Routines take whole contiguous buffers: hand them this one, or write
+        the value into a buffer of its own first (`kernel()`)."""
+        st = self.view
+        return self.inputs[self.exp.arg[0]] if st is not None and st.contiguous else None
+
     def astype(self, dtype: DType) -> Fused:
         return Fused(self.shape, AluExp.cast(DType(dtype), self.exp), self.inputs)
 

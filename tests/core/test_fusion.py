@@ -240,3 +240,13 @@ def test_mistakes_are_named() -> None:
     stray = Fused((4, 6), x.exp + AluExp.cast(F32, indices((9,))[0]), x.inputs)
     with pytest.raises(ValueError, match="another shape"):
         stray.kernel()
+
+
+def test_view_and_source_say_what_a_value_reads() -> None:
+    x = Fused.read("x", F32, (4, 6))
+    assert x.source == "x" and x.view == ShapeTracker.from_shape((4, 6))
+    t = x.permute((1, 0))
+    assert t.source is None and t.view == ShapeTracker.from_shape((4, 6)).permute((1, 0))
+    assert Fused.map(AluExp.exp, x).view is None and Fused.map(AluExp.exp, x).source is None
+    assert x.shrink(((0, 2), (0, 6))).source == "x"  # a prefix of the buffer: row-major from its start
+    assert x.shrink(((1, 3), (0, 6))).source is None
