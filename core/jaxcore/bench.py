@@ -9,6 +9,10 @@ second of two back-to-back runs, so no side pays for waking threads that slept w
 Device time is wall time around the dispatches plus a 4-byte read of the last output, which waits
 for the work to finish on asynchronous devices.
 
+The `model` family runs the example frontend (examples/frontend in a source checkout) at its full
+sizes: an MLP training step, single-head attention, least squares and a sort, each a whole step
+through `jaxcore.fusion` with its results read back.
+
 With `--peers`, the libraries a user would pick instead (JAX on CPU, PyTorch on CPU), when they are
 installed, run the same workload on the same inputs in the same interleaved rounds (each round
 rotates which side goes first). `limit` is the workload's throughput as a fraction of the
@@ -28,6 +32,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any, TextIO
 
 import numpy as np
@@ -58,6 +64,7 @@ class Case:
     # what a peer library runs: an operation name of `Peer.make` and its numpy inputs
     op: str = ""
     inputs: tuple[np.ndarray, ...] = ()
+    peers: dict[str, Callable[[], object]] = field(default_factory=dict)  # peer name -> its own run
 
 
 @dataclass
@@ -300,6 +307,45 @@ def _dispatch(b: Buffers, rng: np.random.Generator) -> Case:
     return Case(device, numpy, check, 0.0, "", per_run=DISPATCHES, op="dispatch", inputs=(x,))
 
 
+class WorkloadUnavailable(Exception):
+    """What a workload needs is not here (the model family outside a source checkout)."""
+
+
+FRONTEND_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "frontend"
+
+
+def _example_module(name: str, path: Path) -> ModuleType:
+    """A module of the example frontend, loaded once by file (the example is no package)."""
+    mod = sys.modules.get(name)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise WorkloadUnavailable(f"cannot load {path}")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return mod
+
+
+def _model(name: str) -> Callable[[Buffers, np.random.Generator], Case]:
+    """One of examples/frontend/workloads.py's workloads at its full size, on the bench's device."""
+
+    def build(b: Buffers, rng: np.random.Generator) -> Case:
+        if not (FRONTEND_EXAMPLE / "workloads.py").is_file():
+            raise WorkloadUnavailable(f"the model family runs {FRONTEND_EXAMPLE}, which is not here")
+        _example_module("lazy_array", FRONTEND_EXAMPLE / "lazy_array.py")
+        mod = _example_module("jaxcore_example_frontend_workloads", FRONTEND_EXAMPLE / "workloads.py")
+        prepared = mod.WORKLOADS[name](b.be.name, False, rng)
+        peers = {"torch": prepared.torch} if prepared.torch is not None else {}
+        return Case(prepared.step, prepared.numpy, prepared.check, 0.0, "", blas=True, peers=peers)
+
+    return build
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -321,6 +367,20 @@ WORKLOADS: dict[str, Workload] = {
         Workload("argsort", "routine", "Argsort routine (stable), 1M float32", _sort(True)),
         Workload("cholesky", "routine", "Cholesky routine, batch 64x128x128 float32", _cholesky),
         Workload("dispatch", "overhead", "per-dispatch overhead of a 1-element kernel", _dispatch),
+        Workload(
+            "model-mlp",
+            "model",
+            "example frontend: MLP training step, batch 256, 784->256->10, softmax cross-entropy, SGD",
+            _model("mlp"),
+        ),
+        Workload("model-attention", "model", "example frontend: attention 512x64", _model("attention")),
+        Workload(
+            "model-lstsq",
+            "model",
+            "example frontend: least squares, A 512x256, Cholesky of AᵀA + two triangular solves",
+            _model("lstsq"),
+        ),
+        Workload("model-sort", "model", "example frontend: sort of 1M float32", _model("sort")),
     ]
 }
 FAMILIES = sorted({w.family for w in WORKLOADS.values()})
@@ -526,6 +586,9 @@ def run_workload(
         except (UnsupportedOpError, UnsupportedRoutineError) as exc:
             res.status, res.detail = "unsupported", str(exc)
             return res
+        except WorkloadUnavailable as exc:
+            res.status, res.detail = "unavailable", str(exc)
+            return res
         warm = _timed(case.device)
         case.numpy()
         problem = case.check()
@@ -534,7 +597,7 @@ def run_workload(
             return res
         sides: dict[str, Callable[[], object]] = {"device": case.device, "numpy": case.numpy}
         for peer in peers:
-            fn = peer.make(case.op, case.inputs) if case.op else None
+            fn = case.peers.get(peer.name) or (peer.make(case.op, case.inputs) if case.op else None)
             if fn is not None:
                 fn()  # warm-up: compiles (jax.jit) before any time counts
                 sides[peer.name] = fn
@@ -657,8 +720,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def select(names: Sequence[str] | None) -> list[Workload]:
+    """The workloads and families named; by default every one (the model family only where the
+    example frontend it runs is here)."""
     if not names:
-        return list(WORKLOADS.values())
+        here = (FRONTEND_EXAMPLE / "workloads.py").is_file()
+        return [w for w in WORKLOADS.values() if here or w.family != "model"]
     out: list[Workload] = []
     for name in names:
         group = [w for w in WORKLOADS.values() if w.family == name]
@@ -673,7 +739,7 @@ def select(names: Sequence[str] | None) -> list[Workload]:
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Run the selected workloads; 0 when every result is ok or unsupported, 1 otherwise."""
+    """Run the selected workloads; 0 when every result is ok, unsupported or unavailable, else 1."""
     out = out if out is not None else sys.stdout
     if args.list:
         for w in WORKLOADS.values():
@@ -732,7 +798,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         out.write(json.dumps(doc, indent=2) + "\n")
     else:
         out.write(format_table(results, limits) + "\n")
-    return 0 if all(r.status in ("ok", "unsupported") for r in results) else 1
+    return 0 if all(r.status in ("ok", "unsupported", "unavailable") for r in results) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
