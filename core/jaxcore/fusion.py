@@ -52,24 +52,23 @@ Shape = tuple[int, ...]
 _I32 = DType.int32
 
 
-@functools.lru_cache(maxsize=1024)
 def indices(shape: Sequence[int]) -> tuple[AluExp, ...]:
     """The per-axis index of a value over `shape`: int32 Specials `i0, i1, ...` with their
     extents, so the simplifier knows `0 <= i_d < shape[d]` and cancels index arithmetic."""
+    return _indices(shape if type(shape) is tuple else tuple(map(int, shape)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _indices(shape: Shape) -> tuple[AluExp, ...]:
     return tuple(AluExp.special(_I32, f"i{d}", n) for d, n in enumerate(shape))
 
 
-def indices_shape(exp: AluExp) -> Shape:
-    """The shape a read made by `Fused.read` is over (its view's)."""
-    return tuple(exp.arg[1].shape)
-
-
 @functools.lru_cache(maxsize=4096)
-def _read(dtype: DType, view: ShapeTracker | Shape) -> AluExp:
-    """The read of gid 0 through `view` at its own indices; cached, since every step reads the
-    same buffers through the same views, and a GlobalView node is the dearest to build."""
-    st = view if isinstance(view, ShapeTracker) else ShapeTracker.from_shape(view)
-    return AluExp.global_view(dtype, 0, st, indices(st.shape))
+def _read(dtype: DType, view: ShapeTracker | Shape) -> tuple[AluExp, Shape]:
+    """The read of gid 0 through `view` at its own indices, and its shape; cached, since every
+    step reads the same buffers through the same views, and a GlobalView is the dearest node."""
+    st = view if isinstance(view, ShapeTracker) else ShapeTracker.from_shape(_shape(view))
+    return AluExp.global_view(DType(dtype), 0, st, indices(st.shape)), st.shape
 
 
 @functools.lru_cache(maxsize=16)
@@ -86,7 +85,7 @@ class Lowered(NamedTuple):
 
 # Digest-keyed memos of the rewrites below: a frontend that rebuilds a program every step builds
 # the same expressions again, and each rewrite would otherwise rebuild (and re-hash) its nodes.
-_MOVED: _Memo[tuple[Any, ...], AluExp] = _Memo(8192)
+_MOVED: _Memo[tuple[Any, ...], tuple[AluExp, Shape]] = _Memo(8192)
 _REINDEXED: _Memo[tuple[str, tuple[int, ...]], AluExp] = _Memo(8192)
 _KERNELS: _Memo[tuple[Any, ...], Kernel] = _Memo(4096)
 
@@ -170,8 +169,8 @@ class Fused:
     @staticmethod
     def read(buffer: Hashable, dtype: DType, view: ShapeTracker | Sequence[int]) -> Fused:
         """Buffer `buffer` (elements of `dtype`) read through `view`, or row-major as a shape."""
-        exp = _read(DType(dtype), view if isinstance(view, ShapeTracker) else _shape(view))
-        return Fused(indices_shape(exp), exp, (buffer,))
+        exp, shape = _read(dtype, view if isinstance(view, tuple | ShapeTracker) else _shape(view))
+        return Fused(shape, exp, (buffer,))
 
     @staticmethod
     def full(shape: Sequence[int], value: float | int | bool, dtype: DType) -> Fused:
@@ -236,64 +235,99 @@ class Fused:
     # ---- movement: no copies ------------------------------------------------------------------
     def reshape(self, shape: Sequence[int]) -> Fused:
         """Row-major reshape (sizes must agree)."""
+        seen = self._seen("reshape", shape)
+        if seen is not None:
+            return seen
         new = _shape(shape)
         if math.prod(new) != self.size:
             raise ValueError(f"cannot reshape {list(self.shape)} into {list(new)}")
         if new == self.shape:
             return self
-        return self._move("reshape", new, new)
+        return self._move("reshape", new, new, shape)
 
     def permute(self, axes: Sequence[int]) -> Fused:
         """Output axis i is input axis `axes[i]`."""
+        seen = self._seen("permute", axes)
+        if seen is not None:
+            return seen
         ax = tuple(int(a) for a in axes)
         if sorted(ax) != list(range(self.ndim)):
             raise ValueError(f"invalid permutation {list(ax)} of {self.ndim} axes")
-        return self._move("permute", ax, tuple(self.shape[a] for a in ax))
+        return self._move("permute", ax, tuple(self.shape[a] for a in ax), axes)
 
     def expand(self, shape: Sequence[int]) -> Fused:
         """Broadcast size-1 axes to `shape` (every copy reads the same element)."""
+        seen = self._seen("expand", shape)
+        if seen is not None:
+            return seen
         new = _shape(shape)
         if len(new) != self.ndim or any(s not in (1, n) for s, n in zip(self.shape, new)):
             raise ValueError(f"cannot expand {list(self.shape)} to {list(new)}")
-        return self if new == self.shape else self._move("expand", new, new)
+        return self if new == self.shape else self._move("expand", new, new, shape)
 
     def pad(self, pads: Sequence[tuple[int, int]]) -> Fused:
         """`(before, after)` zeros on each axis."""
+        seen = self._seen("pad", pads)
+        if seen is not None:
+            return seen
         p = tuple((int(b), int(a)) for b, a in pads)
         if len(p) != self.ndim or any(b < 0 or a < 0 for b, a in p):
             raise ValueError(f"invalid pad {list(p)} for {list(self.shape)}")
-        return self._move("pad", p, tuple(s + b + a for s, (b, a) in zip(self.shape, p)))
+        return self._move("pad", p, tuple(s + b + a for s, (b, a) in zip(self.shape, p)), pads)
 
     def shrink(self, bounds: Sequence[tuple[int, int]]) -> Fused:
         """The box `[begin, end)` of each axis."""
+        seen = self._seen("shrink", bounds)
+        if seen is not None:
+            return seen
         b = tuple((int(lo), int(hi)) for lo, hi in bounds)
         if len(b) != self.ndim or not all(0 <= lo <= hi <= s for (lo, hi), s in zip(b, self.shape)):
             raise ValueError(f"invalid shrink {list(b)} for {list(self.shape)}")
-        return self._move("shrink", b, tuple(hi - lo for lo, hi in b))
+        return self._move("shrink", b, tuple(hi - lo for lo, hi in b), bounds)
 
     def flip(self, axes: Sequence[int]) -> Fused:
         """Reverse the axes listed."""
+        seen = self._seen("flip", axes)
+        if seen is not None:
+            return seen
         flags = tuple(d in {int(a) % max(self.ndim, 1) for a in axes} for d in range(self.ndim))
-        return self._move("flip", flags, self.shape) if any(flags) else self
+        return self._move("flip", flags, self.shape, axes) if any(flags) else self
 
-    def _move(self, op: str, arg: Any, new_shape: Shape) -> Fused:
+    def _seen(self, op: str, raw: object) -> Fused | None:
+        """This expression moved before by these very arguments: its checks passed then, and the
+        rewrite was kept (a frontend rebuilding its program every step pays a lookup)."""
+        if type(raw) is not tuple:
+            return None
+        try:
+            hit = _MOVED.get((self.exp.key(), self.shape, op + ":as given", raw))
+        except TypeError:  # a list inside: not a key
+            return None
+        return None if hit is None else Fused(hit[1], hit[0], self.inputs)
+
+    def _move(self, op: str, arg: Any, new_shape: Shape, raw: object) -> Fused:
         key = (self.exp.key(), self.shape, op, arg)
-        exp = _MOVED.get(key)
-        if exp is None:
-            exp = _moved(self.exp, self.shape, op, arg, new_shape)
-            _MOVED.put(key, exp)
-        return Fused(new_shape, exp, self.inputs)
+        hit = _MOVED.get(key)
+        if hit is None:
+            hit = (_moved(self.exp, self.shape, op, arg, new_shape), new_shape)
+            _MOVED.put(key, hit)
+        if type(raw) is tuple:  # keyed apart: flip's given axes (0, 1) equal its flags (False, True)
+            try:
+                _MOVED.put((self.exp.key(), self.shape, op + ":as given", raw), hit)
+            except TypeError:
+                pass
+        return Fused(new_shape, hit[0], self.inputs)
 
     # ---- kernels --------------------------------------------------------------------------------
     def reduce(self, op: AluOp, axis: int) -> FusedReduce:
         """Fold `axis` with Add/Mul/Min/Max; extend the result with `FusedReduce.map` (the epilogue)."""
         if not self.ndim:
             raise ValueError("cannot reduce a 0-d value")
-        if AluOp(op) not in AluGroup.Reduce:
+        rop = op if type(op) is AluOp else AluOp(op)
+        if rop not in AluGroup.Reduce:
             raise ValueError(f"cannot reduce by {op}: only Add, Mul, Min and Max fold")
         a = int(axis) % self.ndim
         out = self.shape[:a] + self.shape[a + 1 :]
-        return FusedReduce(self, AluOp(op), a, Fused(out, _acc(self.dtype)))
+        return FusedReduce(self, rop, a, Fused(out, _acc(self.dtype)))
 
     def kernel(self) -> Lowered:
         """The elementwise kernel writing this value, row-major, into a buffer of its shape."""

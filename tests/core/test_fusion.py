@@ -250,3 +250,15 @@ def test_view_and_source_say_what_a_value_reads() -> None:
     assert Fused.map(AluExp.exp, x).view is None and Fused.map(AluExp.exp, x).source is None
     assert x.shrink(((0, 2), (0, 6))).source == "x"  # a prefix of the buffer: row-major from its start
     assert x.shrink(((1, 3), (0, 6))).source is None
+
+
+def test_repeated_moves_are_told_apart(backend: Backend) -> None:
+    """A movement seen before is a lookup; flip's axes (0, 1) must not be taken for its flags
+    (False, True), which compare equal in Python."""
+    x = Fused.read(put(backend, X), F32, X.shape)
+    for _ in range(2):
+        np.testing.assert_array_equal(run(backend, x.flip((0, 1))), X[::-1, ::-1])
+        np.testing.assert_array_equal(run(backend, x.flip((1,))), X[:, ::-1])
+        np.testing.assert_array_equal(run(backend, x.flip([1])), X[:, ::-1])
+        np.testing.assert_array_equal(run(backend, x.pad([(1, 0), (0, 1)])), np.pad(X, ((1, 0), (0, 1))))
+        np.testing.assert_array_equal(run(backend, x.pad(((1, 0), [0, 1]))), np.pad(X, ((1, 0), (0, 1))))
