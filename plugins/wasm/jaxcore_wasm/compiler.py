@@ -33,7 +33,7 @@ import wasmtime
 from jaxcore import settings
 from jaxcore.digest import lowering_digest
 from jaxcore.plugin import DType, Kernel
-from jaxcore_wasm import codegen, module, toolchain
+from jaxcore_wasm import codegen, module, worker
 from jaxcore_wasm.cache import DiskCache, int_setting
 from jaxcore_wasm.codegen import KernelPlan
 from jaxcore_wasm.matmul import MatmulPlan
@@ -209,7 +209,7 @@ class Compiler:
         return CompiledKernel(mod, plan, "disk")
 
     def _compile_text(self, text: str, key: str, what: object, codegen_opt: int = 3) -> wasmtime.Module:
-        obj, optimised = toolchain.compile_ir(text, codegen_opt=codegen_opt)
+        obj, optimised = worker.compile_ir(text, codegen_opt=codegen_opt)
         wasm = module.finalize(obj)
         dump = settings.current().plugin("wasm").get("dump")
         if dump:

@@ -62,6 +62,10 @@ def compile_ir(text: str, opt: int = 3, codegen_opt: int = 3) -> tuple[bytes, st
 
     No process-wide lock: each compile parses into an LLVM context of its own and uses this thread's
     target machine, so compiles on several threads run in parallel (llvmlite releases the GIL).
+    Each run gets a PassBuilder of its own: a run registers callbacks into its builder that point
+    at objects of that run, which a second run on the same builder would call after they are gone.
+    (llvmlite never frees what a builder allocates for those callbacks, about 75 KiB at O3: see
+    jaxcore_wasm.worker, which bounds how many compiles one process runs.)
     """
     import llvmlite.binding as llvm
 
@@ -78,6 +82,6 @@ def compile_ir(text: str, opt: int = 3, codegen_opt: int = 3) -> tuple[bytes, st
     # masked vector variant; inlining that afterwards leaves the common path one mask test.
     post = llvm.create_new_module_pass_manager()
     post.add_always_inliner_pass()
-    post.run(mod, pb)
+    post.run(mod, llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=opt)))
     obj = tm.emit_object(mod)
     return bytes(obj), str(mod)

@@ -198,6 +198,7 @@ def test_a_slow_compile_does_not_block_another(tmp_path, monkeypatch) -> None:
     from jaxcore_wasm.cache import DiskCache
     from jaxcore_wasm.compiler import Compiler
 
+    _setting(monkeypatch, "JAXCORE_WASM_COMPILES_PER_PROCESS", "0")  # in this process, where parse is patched
     be = WasmBackend(threads=1)
     be.compiler = Compiler(DiskCache(tmp_path, enabled=False))
     entered, release = threading.Event(), threading.Event()
