@@ -113,7 +113,7 @@ class Reduction:
     op: AluOp
     size: int
     epilogue: AluExp  # always an expression once made: the constructor turns None into `$acc`
-    _gids: tuple[int, int] = field(default=(0, -1), repr=False)  # (lowest, highest) gid it reads
+    _gids: tuple[int, int] = field(default=(0, -1), init=False, repr=False, compare=False)  # gids read
 
     def __init__(self, dtype: DType, op: AluOp, size: int, epilogue: AluExp | None = None) -> None:
         dtype, op = DType(dtype), AluOp(op)
