@@ -52,8 +52,13 @@ def _slots(inputs: Sequence[Any]) -> list[int]:
     return [b.slot for b in inputs]
 
 
-@functools.lru_cache(maxsize=256)
 def _const(dtype: DType, value: Scalar) -> AluExp:
+    """A constant node, built once: a node costs microseconds, and steps repeat their scalars."""
+    return _const_node(dtype, repr(value), value)  # keyed by repr too: -0.0 == 0.0, 1 == True
+
+
+@functools.lru_cache(maxsize=256)
+def _const_node(dtype: DType, text: str, value: Scalar) -> AluExp:
     return AluExp.const(dtype, value)
 
 
@@ -186,24 +191,26 @@ class Array:
         if len(axes) != 1:  # the kept axes first, the reduced ones merged into one last axis
             kept = [d for d in range(self.ndim) if d not in axes]
             merged = math.prod(self.shape[d] for d in axes)
-            f = f.permute(kept + axes).reshape([self.shape[d] for d in kept] + [merged])
+            f = f.permute(tuple(kept + axes)).reshape(tuple(self.shape[d] for d in kept) + (merged,))
         out = Array(self.backend, f.reduce(op, axes[0] if len(axes) == 1 else -1))
         if keepdims:
-            out = out.reshape([1 if d in axes else n for d, n in enumerate(self.shape)])
+            out = out.reshape(tuple(1 if d in axes else n for d, n in enumerate(self.shape)))
         return out
 
     # ---- views: no copies ---------------------------------------------------------------------------
+    # (tuples throughout: a movement a value has had before, with equal tuples, is one lookup)
     def _view(self, fn: Callable[[Fused], Fused]) -> Array:
         return Array(self.backend, fn(self._fused()), self.depth)
 
     def reshape(self, shape: Sequence[int]) -> Array:
-        shape = list(shape)
-        if -1 in shape:
-            shape[shape.index(-1)] = self.size // -math.prod(shape)
-        return self._view(lambda f: f.reshape(shape))
+        new = tuple(shape)
+        if -1 in new:
+            i = new.index(-1)
+            new = new[:i] + (self.size // -math.prod(new),) + new[i + 1 :]
+        return self._view(lambda f: f.reshape(new))
 
     def transpose(self, axes: Sequence[int] | None = None) -> Array:
-        order = list(axes) if axes is not None else list(range(self.ndim))[::-1]
+        order = tuple(axes) if axes is not None else tuple(range(self.ndim))[::-1]
         return self._view(lambda f: f.permute(order))
 
     @property
@@ -238,8 +245,8 @@ class Array:
             elif step != 1:
                 raise NotImplementedError("slices take step 1, or -1 over a whole axis")
             box.append((lo, max(lo, hi)))
-        out = self._view(lambda f: f.shrink(box).flip(flips))
-        return out.reshape([n for d, n in enumerate(out.shape) if d not in drop]) if drop else out
+        out = self._view(lambda f: f.shrink(tuple(box)).flip(tuple(flips)))
+        return out.reshape(tuple(n for d, n in enumerate(out.shape) if d not in drop)) if drop else out
 
     # ---- matmul -------------------------------------------------------------------------------------
     def __matmul__(self, other: Array) -> Array:
