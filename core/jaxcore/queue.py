@@ -253,8 +253,8 @@ class QueuedBackend(BaseBackend):
         Counts, slots, sizes, distinct outputs and aliasing are checked on every call."""
         fast: Any = exe._fast_path if type(exe) is Executable else False
         if not fast or tracing._active:
-            if fast is None and exe._site is None:  # before the dispatch, which may submit and fail
-                object.__setattr__(exe, "_site", tracing.call_site(self._skip))
+            if fast is None and exe._site is None and exe.prepared_by(self):  # before the dispatch,
+                object.__setattr__(exe, "_site", tracing.call_site(self._skip))  # which may submit and fail
             super().dispatch(exe, inputs, outputs)
             if fast is None:  # its first dispatch here, and it passed every check: this backend made it
                 self._learn(exe)

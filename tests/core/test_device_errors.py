@@ -244,3 +244,17 @@ def test_a_dropped_executable_is_freed_once_its_batch_has_run(fast: bool) -> Non
     q._kernel_cache.clear()
     gc.collect()
     assert [r for r in refs if r() is not None] == []
+
+
+def test_the_site_is_the_first_frame_outside_jaxcore() -> None:
+    """A dispatch made by jaxcore's own helpers (here the conformance harness) is named by the line of
+    the code that called them, not by a line inside jaxcore."""
+    from jaxcore.conformance import harness
+
+    q = PickyQueue("submit")
+    kernel = plus(7.0)
+    q.poison.add(kernel.key())
+    with pytest.raises(DeviceError) as info:
+        line = here() + 1
+        harness.run_kernel(q, kernel, [np.zeros(N, np.float32)])
+    assert info.value.site == f"{__file__}:{line}" and info.value.source is not None
