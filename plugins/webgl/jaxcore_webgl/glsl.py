@@ -7,22 +7,35 @@ inputs of any size. Values live in GLSL types: float32 and float16 as `float` (f
 after every op through `packHalf2x16`, which rounds to nearest even; float32 has 2*11+2 bits, so
 the double rounding is innocuous), int32 `int`, uint32 `uint`, bool `bool`.
 
-GLSL leaves much of the contract undefined, and drivers flush denormals and fold NaN tests, so
-this dialect spells those ops as calls to the exact helpers of `glsl_lib`. Its `TargetTraits`
-therefore describe the dialect's spellings, not raw GLSL: `legalize` only has the bool rewrites
-left to do.
+`GLSL_TRAITS` says what GLSL ES 3.00 defines, so `jaxcore.legalize` spells the rest of the
+contract; the transcendentals are the core's generated helpers. What the drivers force below the
+contract (denormal-exact float32, float16 on the bits, opaque identities) is `glsl_lib`.
 """
 
 from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
-from jaxcore.cstyle import CStyleLanguage, ExpRenderer, OpRender, strip_parens
-from jaxcore.legalize import TargetTraits, legalize
-from jaxcore.plugin import INT32_MIN, NORMAL_RANGE, AluExp, AluOp, DType, Kernel, UnsupportedOpError
+from jaxcore.plugin import (
+    INT32_MIN,
+    NORMAL_RANGE,
+    AluExp,
+    AluOp,
+    CStyleLanguage,
+    DType,
+    ExpRenderer,
+    Kernel,
+    Reduction,
+    TargetTraits,
+    UnsupportedOpError,
+    legalize,
+    strip_parens,
+)
 from jaxcore_webgl import glsl_lib
 
 HEADER = "#version 300 es\nprecision highp float;\nprecision highp int;\nprecision highp usampler2D;\n"
@@ -32,150 +45,137 @@ FLOATS = (F32, F16)
 # reduction unrolls until each of the four per fragment stays under this many iterations.
 LOOP_LIMIT = 12000
 
+# What GLSL ES 3.00 (sections 4.5.1 and 5.9 of its spec) defines; every rule it leaves open
+# (integer x/0, x%0 and INT_MIN/-1, NaN in min/max and compares, float -> int out of range, shifts
+# by 32 or more, float -> bool) takes the TargetTraits default, False, so legalize spells it. The
+# spec also leaves the rounding of `/` of negative integers open; every driver truncates it as C
+# does (llvmpipe, NVIDIA, ANGLE on SwiftShader; legalize has no trait for it).
 GLSL_TRAITS = TargetTraits(
-    native_int_div_by_zero_is_zero=True,  # jx_idiv_*: magnitudes, x/0 = 0
-    native_int_mod_by_zero_is_zero=True,  # jx_mod_*
-    native_int_min_div_neg1=True,  # computed on uint magnitudes, wraps back to INT_MIN
-    native_int_mod_truncates=True,
-    native_nan_minmax=True,  # jx_min/jx_max: bit tests
-    native_saturating_casts=True,  # jx_f2i/jx_f2u
-    native_nan_compare=True,  # jx_lt/jx_ne: on the bits (NaN, ±0, flushed denormals)
-    nan_check_by_bits=True,
-    shift_masks_count=True,  # render_bit masks with & 31u
-    native_float_to_bool=True,  # render_cast tests the bits
+    native_int_mod_truncates=False,  # Mesa's `%` of a negative int32 is the unsigned remainder
     has_f16=True,
-    has_f64=False,
-    exact_transcendentals=True,  # jx_exp/jx_log/jx_sin/... (the built-ins are not)
+    # highp may lack NaN and Inf, and compilers fold x * 0.0, x - x and c ? -1.0 : 0.0 by that
+    folds_float_identities=True,
+    # ES 3.00 has no `precise`: Mesa fuses a * b + c into one rounding (divide_rn's exact
+    # residuals were an ulp off on llvmpipe)
+    contracts_mul_add=True,
 )
 
 
-def float_literal(v: float) -> str:
-    """An exact float32 literal: bits for NaN, infinities and denormals, shortest decimal otherwise."""
-    f = np.float32(v)
-    bits = struct.unpack("<I", struct.pack("<f", float(f)))[0]
-    if not math.isfinite(float(f)) or (bits & 0x7F800000) == 0 and (bits & 0x7FFFFF) != 0:
-        return f"uintBitsToFloat(0x{bits:08x}u)"
-    text = repr(float(f))
-    return text if ("e" in text or "." in text) else text + ".0"
+def lower(exp: AluExp) -> AluExp:
+    """`exp` as the dialect renders it: views as reads, then legalized for GLSL_TRAITS.
+
+    legalize spells int32 `%` as a - (a/b)*b without native truncation, but its guarded quotient
+    makes x % 0 = x there (the contract: 0), so int32 `%` is guarded against 0 first (to go once
+    legalize guards it itself)."""
+
+    def guard(e: AluExp) -> AluExp | None:
+        if e.op != AluOp.Mod or e.dtype != I32 or (e.src[1].op == AluOp.Const and e.src[1].arg != 0):
+            return None
+        return AluExp.where(AluExp.cmpne(e.src[1], AluExp.i32(0)), e, AluExp.i32(0))
+
+    return legalize(exp.rewrite_global_views().rewrite(guard), GLSL_TRAITS)
 
 
-def _h(name: str) -> OpRender:
-    """A call of helper `name` on the operands."""
-    return lambda r, e, a: f"{r.need(name)}({', '.join(strip_parens(x) for x in a)})"
+Render = Callable[[ExpRenderer, AluExp, list[str]], str]
+
+
+def _call(r: ExpRenderer, helper: str, a: list[str]) -> str:
+    return f"{r.need(helper)}({', '.join(strip_parens(x) for x in a)})"
 
 
 def _f16(r: ExpRenderer, x: str) -> str:
-    return f"{r.need('jx_f16')}({strip_parens(x)})"
+    """A float32 value rounded to float16 (nearest even; Inf, NaN and overflow spelled out)."""
+    return _call(r, "jx_f16", [x])
 
 
 def _opaque(r: ExpRenderer, x: str) -> str:
-    return f"{r.need('jx_o')}({strip_parens(x)})"
+    return _call(r, "jx_o", [x])
 
 
-def _arith(op: str, sym: str) -> OpRender:
-    """+ - * on every dtype: float32 through the denormal-exact helpers, float16 rounded after."""
+def _not_normal(e: AluExp) -> bool:
+    return e.arg != NORMAL_RANGE
+
+
+def _arith(sym: str, helper: str, exact: Callable[[AluExp], bool] = _not_normal) -> Render:
+    """+ - *: float32 through the denormal-exact helper where `exact` (by default: unless the
+    operands and result are known to be normal), float16 rounded after."""
 
     def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-        if e.dtype == F32 and e.arg == NORMAL_RANGE:  # never subnormal: the helpers' own fast path
-            return f"({a[0]} {sym} {_opaque(r, a[1])})"
-        if e.dtype == F32:
-            return f"{r.need('jx_' + op)}({strip_parens(a[0])}, {strip_parens(a[1])})"
-        if e.dtype == F16:  # the opaque operand stops x * 0.0 -> 0.0 and friends
-            return _f16(r, f"{a[0]} {sym} {_opaque(r, a[1])}")
-        return f"({a[0]} {sym} {a[1]})"
+        if e.dtype == F32 and exact(e):
+            return _call(r, helper, a)
+        text = f"({a[0]} {sym} {a[1]})"
+        return _f16(r, text) if e.dtype == F16 else text
 
     return render
 
 
-def _idiv(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-    x, y = (strip_parens(v) for v in a)
-    if e.dtype == F32:
-        return f"trunc({r.need('jx_div')}({x}, {y}))"
-    if e.dtype == F16:
-        return f"trunc({_f16(r, f'{a[0]} / {_opaque(r, y)}')})"
-    return f"{r.need('jx_idiv_i' if e.dtype == I32 else 'jx_idiv_u')}({x}, {y})"
+def _scales_up(e: AluExp) -> bool:
+    """A product by a constant power of two above 1 (exact, unless the driver flushes the operand)."""
+    return any(s.op == AluOp.Const and abs(s.arg) > 1 and abs(math.frexp(s.arg)[0]) == 0.5 for s in e.src)
 
 
-def _mod(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-    x, y = (strip_parens(v) for v in a)
-    if e.dtype in FLOATS:
-        return f"{r.need('jx_fmod')}({x}, {y})"  # exact, so already a float16 value for float16
-    return f"{r.need('jx_mod_i' if e.dtype == I32 else 'jx_mod_u')}({x}, {y})"
+def _normal_const(e: AluExp) -> bool:
+    """A float constant that no driver flushes and that a flushed operand compares with alike."""
+    return e.op == AluOp.Const and math.isfinite(e.arg) and abs(e.arg) >= 2.0**-126
 
 
-def _minmax(fn: str) -> OpRender:
+def _f32_helper(helper: str, native: str, compare: bool = True) -> Render:
+    """float32 through a denormal-exact helper; float16 and integers through the `native` spelling
+    (float16 values are normal float32s). A float32 compare with a normal constant is native too:
+    a flushed subnormal orders against it as the subnormal does."""
+
     def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-        x, y = (strip_parens(v) for v in a)
-        return f"{r.need('jx_' + fn)}({x}, {y})" if e.dtype in FLOATS else f"{fn}({x}, {y})"
+        if e.src[0].dtype == F32 and not (compare and any(_normal_const(s) for s in e.src)):
+            return _call(r, helper, a)
+        return native.format(*a)
 
     return render
 
 
-def _compare(helper: str, sym: str) -> OpRender:
-    def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-        if e.src[0].dtype in FLOATS:
-            return f"{r.need(helper)}({strip_parens(a[0])}, {strip_parens(a[1])})"
-        return f"({a[0]} {sym} {a[1]})"
-
-    return render
-
-
-def _unary(helper: str, f16_spelling: str | None = None) -> OpRender:
-    """A float32 helper; float16 computes in float32 and rounds once (or uses an exact spelling)."""
+def _unary(helper: str, f16: str, normal: str | None = None) -> Render:
+    """A float32 helper (or `normal` where the operand is known normal); float16 by `f16`."""
 
     def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
         x = strip_parens(a[0])
-        if e.op == AluOp.Reciprocal and e.dtype == F32 and e.arg == NORMAL_RANGE:
-            return f"(1.0 / {_opaque(r, x)})"  # never subnormal: jx_div's own fast path
         if e.dtype == F16:
-            if f16_spelling is not None:
-                return f16_spelling.format(x=x, o=_opaque(r, x), f16=r.need("jx_f16"))
-            return _f16(r, f"{r.need(helper)}({x})")
-        return f"{r.need(helper)}({x})"
+            return f16.format(x=x, f16=r.need("jx_f16"), h=r.need(helper), o=_opaque(r, x))
+        return normal.format(o=_opaque(r, x)) if normal and e.arg == NORMAL_RANGE else _call(r, helper, a)
 
     return render
 
 
+def _mod(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+    # exact fmodf (of float16 values too: the remainder is one); integers are guarded by legalize
+    return _call(r, "jx_fmod", a) if e.dtype in FLOATS else f"({a[0]} % {a[1]})"
+
+
 def _threefry(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-    call = f"{r.need('jx_threefry')}({', '.join(strip_parens(x) for x in a)})"
-    if e.arg == "xor":
-        return f"{r.need('jx_xor2')}({call})"
-    return f"{call}.{'x' if e.arg == 0 else 'y'}"
+    call = _call(r, "jx_threefry", a)
+    return _call(r, "jx_xor2", [call]) if e.arg == "xor" else f"{call}.{'x' if e.arg == 0 else 'y'}"
 
 
 class GLSLLanguage(CStyleLanguage):
-    """GLSL ES 3.00 (what WebGL2 compiles), with the contract's semantics through helpers."""
+    """GLSL ES 3.00 (what WebGL2 compiles)."""
 
     name = "webgl"
     type_map = {F32: "float", F16: "float", I32: "int", U32: "uint", BOOL: "bool"}
     traits = GLSL_TRAITS
     let_prefix = "v"
-    helpers = {
-        **glsl_lib.HELPERS,
-        "jx_xor2": ("uint jx_xor2(uvec2 v) { return v.x ^ v.y; }\n", ()),
-    }
+    helpers = glsl_lib.HELPERS
     code_for_op = {
-        AluOp.Add: _arith("add", "+"),
-        AluOp.Sub: _arith("sub", "-"),
-        AluOp.Mul: _arith("mul", "*"),
-        AluOp.Idiv: _idiv,
+        **CStyleLanguage.code_for_op,
+        AluOp.Add: _arith("+", "jx_add"),
+        AluOp.Sub: _arith("-", "jx_sub"),
+        AluOp.Mul: _arith("*", "jx_mul"),
         AluOp.Mod: _mod,
-        AluOp.Min: _minmax("min"),
-        AluOp.Max: _minmax("max"),
-        AluOp.Cmplt: _compare("jx_lt", "<"),
-        AluOp.Cmpne: _compare("jx_ne", "!="),
-        AluOp.Sin: _unary("jx_sin"),
-        AluOp.Cos: _unary("jx_cos"),
-        AluOp.Asin: _unary("jx_asin"),
-        AluOp.Atan: _unary("jx_atan"),
-        AluOp.Exp: _unary("jx_exp"),
-        AluOp.Log: _unary("jx_log"),
-        AluOp.Erf: _unary("jx_erf"),
-        AluOp.Erfc: _unary("jx_erfc"),
-        AluOp.Sqrt: _unary("jx_sqrt", "{f16}(sqrt({x}))"),
+        AluOp.Min: _f32_helper("jx_min", "min({0}, {1})", compare=False),
+        AluOp.Max: _f32_helper("jx_max", "max({0}, {1})", compare=False),
+        AluOp.Cmplt: _f32_helper("jx_lt", "({0} < {1})"),
+        AluOp.Cmpne: _f32_helper("jx_ne", "({0} != {1})"),
+        AluOp.Sqrt: _unary("jx_sqrt", "{f16}({h}({x}))"),
         AluOp.Floor: _unary("jx_floor", "floor({x})"),
         AluOp.Ceil: _unary("jx_ceil", "ceil({x})"),
-        AluOp.Reciprocal: _unary("jx_rcp", "{f16}(1.0 / {o})"),
+        AluOp.Reciprocal: _unary("jx_rcp", "{f16}(1.0 / {o})", "(1.0 / {o})"),
         AluOp.Threefry2x32: _threefry,
     }
 
@@ -190,45 +190,39 @@ class GLSLLanguage(CStyleLanguage):
             return "true" if value else "false"
         raise UnsupportedOpError(AluOp.Const, dtype, self.name)
 
+    def render_opaque(self, r: ExpRenderer, dtype: DType, x: str) -> str:
+        if dtype not in FLOATS:
+            return super().render_opaque(r, dtype, x)
+        return _opaque(r, x)
+
     def render_cast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
-        operand = x  # as given (parenthesised where it must be), for the operator forms below
-        x = strip_parens(x)  # for call arguments
+        """The casts legalize leaves: float <-> float, int -> float, float -> int in range, bool ->
+        number, int <-> uint (-> bool is a compare by then)."""
         if src == dst or (src in FLOATS and dst == F32):
-            return operand
-        if dst == BOOL:
-            if src in FLOATS:  # x != 0 with NaN true, on the bits (flushed denormals are nonzero)
-                return f"((floatBitsToUint({x}) & 0x7fffffffu) != 0u)"
-            return f"({operand} != {self.type_name(src)}(0))"
+            return x
+        if dst in FLOATS and src == BOOL:
+            return f"({x} ? 1.0 : 0.0)"
+        x = strip_parens(x)
         if dst in FLOATS:
-            if src == BOOL:
-                return f"({operand} ? 1.0 : 0.0)"
-            # an int through float and back must round: the opaque identity stops int(float(x)) -> x
-            if src == U32:  # two exact halves, one rounding (ANGLE rounds float(uint) apart)
-                v = _opaque(r, f"{r.need('jx_u2f')}({x})")
-            else:
-                v = x if src in FLOATS else _opaque(r, f"float({x})")
-            return _f16(r, v) if dst == F16 else v
-        if src in FLOATS:
-            return f"{r.need('jx_f2i' if dst == I32 else 'jx_f2u')}({x})"
+            # opaque: compilers fold int(float(i)) to i, which must round; ANGLE on SwiftShader
+            # rounds float(uint) apart from nearest-even, so a uint converts in two exact halves
+            if src == U32:
+                x = _opaque(r, _call(r, "jx_u2f", [x]))
+            elif src == I32:
+                x = _opaque(r, f"float({x})")
+            return _f16(r, x) if dst == F16 else x
         if src == BOOL:  # 0/1 through an AND the compiler cannot drop (NVIDIA made true 0xffffffff)
-            u = f"{r.need('jx_b2u')}({x})"
+            u = _call(r, "jx_b2u", [x])
             return u if dst == U32 else f"int({u})"
-        return f"{self.type_name(dst)}({x})"  # int <-> uint keeps the bits
+        return f"{self.type_name(dst)}({x})"  # float -> int in range truncates; int <-> uint keeps bits
 
     def render_bitcast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
         x = strip_parens(x)
-        table = {
-            (I32, F32): f"intBitsToFloat({x})",
-            (U32, F32): f"uintBitsToFloat({x})",
-            (F32, I32): f"floatBitsToInt({x})",
-            (F32, U32): f"floatBitsToUint({x})",
-            (I32, U32): f"uint({x})",
-            (U32, I32): f"int({x})",
-        }
-        code = table.get((src, dst))
-        if code is None:
+        fn = {(I32, F32): "intBitsToFloat", (U32, F32): "uintBitsToFloat", (F32, I32): "floatBitsToInt"}
+        fn |= {(F32, U32): "floatBitsToUint", (I32, U32): "uint", (U32, I32): "int"}
+        if (src, dst) not in fn:
             raise UnsupportedOpError(AluOp.Bitcast, dst, self.name, {"from": str(src)})
-        return code
+        return f"{fn[(src, dst)]}({x})"
 
     def render_op(self, r: ExpRenderer, e: AluExp, args: list[str]) -> str:
         if e.dtype not in self.type_map:
@@ -236,17 +230,12 @@ class GLSLLanguage(CStyleLanguage):
         if e.op == AluOp.Where and e.dtype in FLOATS and any(s.op == AluOp.Const for s in e.src[1:]):
             # compilers rewrite c ? -1.0 : 0.0 as -float(c), which is -0.0 when c is false; ANGLE on
             # SwiftShader (Chromium) did the same to c ? float(c) : 0.0 (one constant operand, browser
-            # finding F4): every constant operand is opaque
+            # finding F4): a constant operand is opaque (one is enough when both are constants)
             t, f = (_opaque(r, a) if s.op == AluOp.Const else a for s, a in zip(e.src[1:], args[1:]))
-            if all(s.op == AluOp.Const for s in e.src[1:]):
-                f = args[2]  # one opaque operand is enough when both are constants (as before)
+            if e.src[1].op == e.src[2].op == AluOp.Const:
+                f = args[2]
             return f"({args[0]} ? {t} : {f})"
         return super().render_op(r, e, args)
-
-    def render_bit(self, r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-        if e.op == AluOp.BitShift:  # counts mod 32; >> is arithmetic on int, logical on uint
-            return f"({a[0]} {'<<' if e.arg == 'shl' else '>>'} (uint({strip_parens(a[1])}) & 31u))"
-        return super().render_bit(r, e, a)
 
     def render_load(self, r: ExpRenderer, e: AluExp, idx: str) -> str:
         gid, i = e.arg[0], word_index(e.src[0].dtype, idx)
@@ -260,16 +249,49 @@ class GLSLLanguage(CStyleLanguage):
         """A value as the 32-bit word its buffer holds (bool as 0/1)."""
         return {F32: f"floatBitsToUint({v})", I32: f"uint({v})", U32: v, BOOL: f"({v} ? 1u : 0u)"}[dtype]
 
+    def helper_source(self, name: str) -> tuple[str, tuple[str, ...]]:
+        """The generated transcendentals (jc_*) are rendered with float32 arithmetic native."""
+        if name in self.helpers or type(self) is not GLSLLanguage:
+            return super().helper_source(name)
+        return _APPROXIMATE.helper_source(name)
+
+
+class _ApproximateGLSL(GLSLLanguage):
+    """GLSL for the bodies of the generated transcendentals, ops the tolerance table approximates:
+    float32 + - * and 1/x are native there, as a flushed subnormal moves the result by less than
+    the tolerance (Exp's is the smallest normal for that reason), and so is a fused a * b + c (the
+    expansions' exact steps, Cody-Waite's k * pi/2 parts, stay exact fused). The exact helpers,
+    inlined a hundred times over, made sin 20x slower on llvmpipe. A product by a power of two
+    above 1 stays exact: log normalises a subnormal input by 2^24."""
+
+    traits = replace(GLSL_TRAITS, contracts_mul_add=False)
+    code_for_op = {
+        **GLSLLanguage.code_for_op,
+        AluOp.Add: _arith("+", "jx_add", lambda e: False),
+        AluOp.Sub: _arith("-", "jx_sub", lambda e: False),
+        AluOp.Mul: _arith("*", "jx_mul", _scales_up),
+        AluOp.Reciprocal: lambda r, e, a: f"(1.0 / {a[0]})",
+    }
+
 
 LANG = GLSLLanguage()
+_APPROXIMATE = _ApproximateGLSL()
 
 
-def _combine(r: ExpRenderer, red_op: AluOp, dtype: DType, acc: str, x: str) -> str:
-    """One reduction step, spelled like the op itself (so float steps are exact too)."""
-    op = {AluOp.Add: AluOp.Add, AluOp.Mul: AluOp.Mul, AluOp.Min: AluOp.Min, AluOp.Max: AluOp.Max}[red_op]
-    if dtype == BOOL:
-        return f"({acc} || {x})" if red_op in (AluOp.Add, AluOp.Max) else f"({acc} && {x})"
-    return LANG.code_for_op[op](r, AluExp(op, dtype, (AluExp.variable(dtype, "acc"),) * 2), [acc, x])
+def float_literal(v: float) -> str:
+    """An exact float32 literal: bits for NaN, infinities and denormals, shortest decimal otherwise."""
+    f = np.float32(v)
+    bits = struct.unpack("<I", struct.pack("<f", float(f)))[0]
+    if not math.isfinite(float(f)) or (bits & 0x7F800000) == 0 and (bits & 0x7FFFFF) != 0:
+        return f"uintBitsToFloat(0x{bits:08x}u)"
+    text = repr(float(f))
+    return text if ("e" in text or "." in text) else text + ".0"
+
+
+def _combine(op: AluOp, dtype: DType, x: AluExp) -> AluExp:
+    """One reduction step, `acc = op(acc, x)`, as the contract computes it (legalized: NaN in
+    min/max, bool as or/and)."""
+    return lower(AluExp(op, dtype, (AluExp.variable(dtype, "acc"), x)))
 
 
 def _hoist(top: ExpRenderer, exp: AluExp) -> None:
@@ -343,51 +365,53 @@ def _per_element(n: int, statement: str, written_out: bool) -> list[str]:
 def kernel_shader(kernel: Kernel, out_shift: int, written_out: bool = False) -> str:
     """The fragment shader computing `kernel` into an output texture of width 2^out_shift
     (`written_out`: the per-word calls written out, as exported for browsers; see `_per_element`)."""
-    out_dt = kernel.dtype
-    if out_dt not in LANG.type_map:
-        raise UnsupportedOpError(None, out_dt, LANG.name)
-    red = kernel.reduction
-    # a reduction folds its items cast to its own dtype (as tuner.tune_nullopt spells it)
-    exp = kernel.exp if red is None else AluExp.cast(red.dtype, kernel.exp)
-    exp = legalize(exp.rewrite_global_views(), GLSL_TRAITS)
+    out_dt, red = kernel.dtype, kernel.reduction
+    for dt in (out_dt, *((red.dtype,) if red else ())):
+        if dt not in LANG.type_map:
+            raise UnsupportedOpError(None, dt, LANG.name)
     top = ExpRenderer(LANG)
     body: list[str] = []
-    if red is None:
-        top.count(exp)
-        result = strip_parens(render_f16_bits(top, exp) if out_dt == F16 else top.render(exp))
-        body += [f"  {line}" for line in top.lines]
-    else:
-        if red.dtype not in LANG.type_map:
-            raise UnsupportedOpError(None, red.dtype, LANG.name)
-        body.append(f"  {LANG.type_name(red.dtype)} acc = {LANG.render_const(top, red.identity, red.dtype)};")
-        _hoist(top, exp)
-        body += [f"  {line}" for line in top.lines]
-        top.lines.clear()
-        inner = top.child()
-        inner.count(exp)
-        v = inner.render(exp)
-        step = [*inner.lines, f"acc = {strip_parens(_combine(inner, red.op, red.dtype, 'acc', v))};"]
-        size = red.size
-        k = max(1, -(-size // LOOP_LIMIT))
-        if k == 1:
-            body.append(f"  for (int ridx = 0; ridx < {size}; ridx++) {{")
-            body += [f"    {line}" for line in step]
-        else:
-            body.append(f"  for (int rb = 0; rb < {size}; rb += {k}) {{")
-            guard = f" if (ridx < {size})" if size % k else ""
-            for j in range(k):
-                body.append(f"    {{ int ridx = rb + {j};{guard} {{")
-                body += [f"      {line}" for line in step]
-                body.append("    }}")
-        body.append("  }")
-        epi = legalize(red.epilogue.rewrite_global_views(), GLSL_TRAITS)
-        after = top.child()
-        after.count(epi)
-        result = strip_parens(render_f16_bits(after, epi) if out_dt == F16 else after.render(epi))
-        body += [f"  {line}" for line in after.lines]
+    result = kernel.exp
+    if red is not None:  # the items, cast to the reduction's dtype (as tuner.tune_nullopt does)
+        body += _reduction(top, AluExp.cast(red.dtype, kernel.exp), red.op, red.dtype, red.size)
+        result = red.epilogue
+    exp = lower(result)
+    out = top.child()
+    out.count(exp)
+    text = strip_parens(render_f16_bits(out, exp) if out_dt == F16 else out.render(exp))
+    body += [f"  {line}" for line in out.lines]
     return assemble(
-        kernel.nargs, body, result, out_dt, kernel.size, out_shift, top.used_helpers, written_out=written_out
+        kernel.nargs, body, text, out_dt, kernel.size, out_shift, top.used_helpers, (), written_out
     )
+
+
+def _reduction(top: ExpRenderer, items: AluExp, op: AluOp, dtype: DType, size: int) -> list[str]:
+    """`acc` from the identity, folding the items in a loop (unrolled k times where llvmpipe's
+    loop budget needs it); loop-invariant parts of the items are bound before it."""
+    identity = Reduction(dtype, op, size).identity
+    lines = [f"  {LANG.type_name(dtype)} acc = {LANG.render_const(top, identity, dtype)};"]
+    exp = lower(items)
+    _hoist(top, exp)
+    lines += [f"  {line}" for line in top.lines]
+    top.lines.clear()
+    inner = top.child()
+    inner.count(exp)
+    step = _combine(op, dtype, AluExp.variable(dtype, inner.bind(exp, "x")))
+    inner.count(step)
+    step_lines = [*inner.lines, f"acc = {strip_parens(inner.render(step))};"]
+    k = max(1, -(-size // LOOP_LIMIT))
+    if k == 1:
+        return [
+            *lines,
+            f"  for (int ridx = 0; ridx < {size}; ridx++) {{",
+            *(f"    {x}" for x in step_lines),
+            "  }",
+        ]
+    lines.append(f"  for (int rb = 0; rb < {size}; rb += {k}) {{")
+    guard = f" if (ridx < {size})" if size % k else ""
+    for j in range(k):
+        lines += [f"    {{ int ridx = rb + {j};{guard} {{", *(f"      {x}" for x in step_lines), "    }}"]
+    return [*lines, "  }"]
 
 
 def input_decls(nargs: int) -> list[str]:

@@ -29,7 +29,6 @@ from typing import Any
 from jaxcore.cstyle import ExpRenderer, strip_parens
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel
-from jaxcore.legalize import legalize
 from jaxcore.matmul_shape import MatmulShape, Operand, detect
 from jaxcore_webgl import glsl
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture
@@ -205,7 +204,7 @@ def gather_shader(kernel: Kernel, mm: MatmulShape, out_shift: int, tile: Tile = 
         f" uvec4 u = {fetch} : texelFetch(in{n0 + nt - 1}, p, 0); return uintBitsToFloat(u[j & 3]); }}"
     )
     extra = tuple(f"uniform highp usampler2D in{n0 + t};" for t in range(nt)) + (acc_fn,)
-    epi = legalize(mm.epilogue.rewrite_global_views(), glsl.GLSL_TRAITS)
+    epi = glsl.lower(mm.epilogue)
     r = ExpRenderer(glsl.LANG)
     r.count(epi)
     result = glsl.render_f16_bits(r, epi) if kernel.dtype == DType.float16 else r.render(epi)

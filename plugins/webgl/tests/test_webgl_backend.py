@@ -87,7 +87,7 @@ def test_shader_dump_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         x = np.arange(8, dtype=np.float32)
         run_kernel(b, map_kernel(["float32"], 8, lambda v: AluExp.sin(v)), [x])
         files = list(tmp_path.glob("*.frag"))
-        assert files and any("jx_sin" in f.read_text() for f in files)
+        assert files and any("jc_sin_f32" in f.read_text() for f in files)
         assert all(f.read_text().startswith("#version 300 es") for f in files)
     finally:
         b.close()
