@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from jaxcore.plugin import DType, FftParams, JacobiEighParams, Routine, Routines, TriangularSolveParams
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
+from jaxcore_webgl.glsl import HEADER, LANG, input_decls
 
-HEADER = "#version 300 es\nprecision highp float;\nprecision highp int;\nprecision highp usampler2D;\n"
 NAN = "uintBitsToFloat(0x7fc00000u)"
 COMMON = f"""bool isnan_(float x) {{ return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u; }}
 float sqrt_(float x) {{ return isnan_(x) || x < 0.0 ? {NAN} : sqrt(x); }}
@@ -27,15 +27,9 @@ float sqrt_(float x) {{ return isnan_(x) || x < 0.0 ? {NAN} : sqrt(x); }}
 
 
 def _inputs(n: int) -> str:
-    out = []
-    for i in range(n):
-        out.append(
-            f"uniform highp usampler2D in{i};\nuniform int sh{i};\n"
-            f"uint ld{i}(int w) {{ int t = w >> 2; "
-            f"return texelFetch(in{i}, ivec2(t & ((1 << sh{i}) - 1), t >> sh{i}), 0)[w & 3]; }}\n"
-            f"float r{i}(int e) {{ return uintBitsToFloat(ld{i}(e)); }}\n"
-        )
-    return "".join(out)
+    """The loaders of `glsl.input_decls` and `r{i}(e)`, word e of input i as a float."""
+    floats = [f"float r{i}(int e) {{ return uintBitsToFloat(ld{i}(e)); }}" for i in range(n)]
+    return "".join(line + "\n" for line in (*input_decls(n), *floats))
 
 
 def word_pass(nargs: int, count: int, shift: int, body: str, uniforms: tuple[str, ...] = ()) -> str:
@@ -288,7 +282,13 @@ def _pair_pass(nargs: int, count: int, shift: int, body: str, uniforms: tuple[st
     `vec2 f(int e) { body }`."""
     decl = "".join(f"uniform int {u};\n" for u in uniforms)
     return (
-        HEADER + _inputs(nargs) + decl + COMMON + FFT_TRIG + "vec2 c(int e) { int t = e >> 1;\n"
+        HEADER
+        + _inputs(nargs)
+        + decl
+        + COMMON
+        + LANG.render_helpers(["jc_cos_f32", "jc_sin_f32"])
+        + FFT_TRIG
+        + "vec2 c(int e) { int t = e >> 1;\n"
         "  uvec4 v = texelFetch(in0, ivec2(t & ((1 << sh0) - 1), t >> sh0), 0);\n"
         "  return uintBitsToFloat((e & 1) == 0 ? v.xy : v.zw); }\n"
         + f"vec2 f(int e) {{\n  if (e >= {count}) return vec2(0.0);\n{body}\n}}\n"
@@ -298,19 +298,15 @@ def _pair_pass(nargs: int, count: int, shift: int, body: str, uniforms: tuple[st
     )
 
 
-# cos and sin of 2*pi*num/den for 0 <= num < den: folded to [0, pi/4] by octant, then Taylor.
+# cos and sin of 2*pi*num/den for 0 <= num < den: the angle in eighths of a turn, reduced exactly
+# in integers to [0, pi/4], then the core's generated float32 sin and cos.
 FFT_TRIG = """vec2 cis(int num, int den) {
-  // the angle in eighths of a turn: 8*num/den = oct + frac
   int n8 = 8 * num;
   int oct = n8 / den;
   float fr = float(n8 - oct * den) / float(den);  // [0, 1)
   bool mirror = (oct & 1) == 1;
   float x = (mirror ? 1.0 - fr : fr) * 0.7853981633974483;  // [0, pi/4]
-  float z = x * x;
-  float s = x * (1.0 + z * (-1.6666666666666666e-1 + z * (8.333333333333333e-3 + z * (-1.984126984126984e-4
-            + z * 2.7557319223985893e-6))));
-  float co = 1.0 + z * (-0.5 + z * (4.1666666666666664e-2 + z * (-1.388888888888889e-3
-             + z * 2.48015873015873e-5)));
+  float s = jc_sin_f32(x), co = jc_cos_f32(x);
   // octant k: angle = k*pi/4 + x (even k) or (k+1)*pi/4 - x (odd k)
   int q = oct >> 1;  // whole quarter turns
   vec2 v = mirror ? vec2(s, co) : vec2(co, s);  // (cos, sin) of the angle within its quarter
