@@ -16,6 +16,8 @@ import ctypes
 import hashlib
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -436,6 +438,13 @@ class Device:
         self._programs.clear()
 
 
-def dump_dir_from(env: dict[str, str]) -> str | None:
-    d = env.get("dump", "").strip()
-    return os.path.expanduser(d) if d else None
+@contextmanager
+def scratch(dev: Any, *sizes: int) -> Iterator[list[Any]]:
+    """Work textures of `sizes` bytes from `dev` (a Device, or export's replay of one), pooled
+    again when the block ends: GL orders the commands, so draws still reading them run first."""
+    textures = [dev.alloc(n) for n in sizes]
+    try:
+        yield textures
+    finally:
+        for t in textures:
+            dev.free(t)

@@ -426,6 +426,14 @@ def input_decls(nargs: int) -> list[str]:
     return decls
 
 
+def fragment(decls: str, shift: int, store: str, body: tuple[str, ...] = ()) -> str:
+    """A fragment shader writing texel t = (y << shift) + x of its target: `decls` (inputs,
+    helpers, functions), then main's `body` lines and `o = store`."""
+    t = f"  int t = (int(gl_FragCoord.y) << {shift}) + (int(gl_FragCoord.x) & {(1 << shift) - 1});"
+    main = ["layout(location = 0) out uvec4 o;", "void main() {", t, *body, f"  o = {store};", "}"]
+    return HEADER + decls + "\n".join(main) + "\n"
+
+
 def assemble(
     nargs: int,
     body: list[str],
@@ -439,21 +447,12 @@ def assemble(
 ) -> str:
     """The whole fragment shader: `compute(gidx)` (body lines, then `return result`) evaluated for
     the four words of this fragment's output texel (float16: `compute` returns 16 bits)."""
-    decls = [*input_decls(nargs), *extra_decls]
     ret = "uint" if out_dt == F16 else LANG.type_name(out_dt)
     fn = [f"{ret} compute(int gidx) {{", *body, f"  return {result};", "}"]
     if out_dt == F16:  # `compute` returns each element's 16 bits: eight per texel, two per word
         n, store = 8, f"int g = 8 * t + c; if (g < {size}) r[c >> 1] |= compute(g) << uint(16 * (c & 1));"
     else:
         n, store = 4, f"int g = 4 * t + c; if (g < {size}) r[c] = {LANG.store_word(out_dt, 'compute(g)')};"
-    main = [
-        "layout(location = 0) out uvec4 o;",
-        "void main() {",
-        f"  int t = (int(gl_FragCoord.y) << {out_shift}) + (int(gl_FragCoord.x) & {(1 << out_shift) - 1});",
-        "  uvec4 r = uvec4(0u);",
-        *_per_element(n, store, written_out),
-        "  o = r;",
-        "}",
-    ]
-    code = "\n".join([*decls, *fn, *main])
-    return HEADER + LANG.render_helpers(helpers) + code + "\n"
+    decls = "\n".join([*input_decls(nargs), *extra_decls, *fn]) + "\n"
+    main = ("  uvec4 r = uvec4(0u);", *_per_element(n, store, written_out))
+    return fragment(LANG.render_helpers(helpers) + decls, out_shift, "r", main)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from jaxcore.plugin import DType, Routine, Routines
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
-from jaxcore_webgl.glsl import HEADER, input_decls
+from jaxcore_webgl.glsl import fragment, input_decls
 
 # the order key of an element's bits (a 16-bit key for float16)
 _KEYS = {
@@ -57,16 +57,8 @@ def _element(dtype: DType, gid: int, i: str) -> str:
 
 
 def _shader(body: str, shift: int, store: str) -> str:
-    """A fragment shader over texel t = (y << shift) + x: the declarations and functions in `body`,
-    then `o = store`."""
-    return (
-        HEADER
-        + "\n".join(input_decls(2))
-        + "\n"
-        + body
-        + "layout(location = 0) out uvec4 o;\nvoid main() {\n"
-        + f"  int t = (int(gl_FragCoord.y) << {shift}) + int(gl_FragCoord.x);\n  o = {store};\n}}\n"
-    )
+    """A pass over texel t with inputs 0 and 1 and the functions in `body`: `o = store`."""
+    return fragment("\n".join(input_decls(2)) + "\n" + body, shift, store)
 
 
 @dataclass
