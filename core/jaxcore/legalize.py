@@ -172,10 +172,10 @@ def _guard_float_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     a, b = e.src
     # (x * c1) * c2 -> x * (c1 * c2), (x + c1) - c2 -> x + (c1 - c2): a constant folded into
     # another changes the rounding (x + 2^24 - 2^24 is no longer x rounded) and overflow
-    # (0 * 3e38 * 10 becomes 0 * inf = NaN)
-    if _const_over_const(b, a):
+    # (0 * 3e38 * 10 becomes 0 * inf = NaN); so does one reassociated, (x - y) + c -> x - (y - c)
+    if _const_over_const(op, b, a):
         return AluExp(op, dt, (a, opaque(b)), e.arg)
-    if _const_over_const(a, b):
+    if _const_over_const(op, a, b):
         return AluExp(op, dt, (opaque(a), b), e.arg)
     if a == b or _zero_const(b) or a in b.src:  # x - x, x / x, x * 0, x + 0, x - (x - y)
         return AluExp(op, dt, (a, opaque(b)), e.arg)
@@ -228,9 +228,18 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
 _FOLDABLE = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv})
 
 
-def _const_over_const(c: AluExp, other: AluExp) -> bool:
-    """`c` is a constant and `other` an arithmetic node with a constant operand of its own."""
-    return c.op == AluOp.Const and other.op in _FOLDABLE and any(s.op == AluOp.Const for s in other.src)
+# Ops a driver reassociates with each other: (x - y) + c -> x - (y - c) (lavapipe gave 0, not 2.5,
+# for (x - x) + 2.5 at x = 3e38), (x * y) * c -> x * (y * c).
+_FAMILY = {AluOp.Add: "sum", AluOp.Sub: "sum", AluOp.Mul: "product", AluOp.Idiv: "quotient"}
+
+
+def _const_over_const(op: AluOp, c: AluExp, other: AluExp) -> bool:
+    """`c` is a constant operand of `op` and `other` the arithmetic node beside it that the driver
+    could fold it into: one with a constant operand of its own, or one of `op`'s family, which it
+    may reassociate."""
+    if c.op != AluOp.Const or other.op not in _FOLDABLE:
+        return False
+    return any(s.op == AluOp.Const for s in other.src) or _FAMILY[other.op] == _FAMILY[op]
 
 
 def _trunc(q: AluExp) -> AluExp:

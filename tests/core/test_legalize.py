@@ -301,3 +301,16 @@ def test_operands_a_finite_math_compiler_may_know_are_opaque() -> None:
     vals = np.array([0.0, -0.0, np.inf, np.nan, 1e-300, 3.0])
     for e in (AluExp.idiv(zero, acc), AluExp.idiv(acc, acc), acc - acc, acc * zero):
         _same(_run(legalize(e, traits), {"acc": vals}), _run(e, {"acc": vals}))
+
+
+def test_a_constant_beside_a_sum_of_its_family_is_opaque() -> None:
+    """(x - y) + c and (x * y) * c: the constant is opaque, as a driver may reassociate the two
+    ops; a constant beside another family ((x * y) + c) is left alone."""
+    from jaxcore.legalize import OPAQUE
+
+    traits = TargetTraits(folds_float_identities=True)
+    x, y, c = AluExp.variable(F32, "x"), AluExp.variable(F32, "y"), AluExp.f32(2.5)
+    for e in ((x - y) + c, c + (x + y), (x * y) * c):
+        kept = legalize(e, traits)
+        assert any(s.op == AluOp.Bitcast and s.arg == OPAQUE and s.src[0] == c for s in kept.src), e
+    assert legalize((x * y) + c, traits) == (x * y) + c

@@ -176,3 +176,28 @@ def test_transcendentals_at_signed_zero(backend: Backend, op: str, dtype: str) -
         exp = AluExp.where(AluExp.cmplt(AluVar.gidx, AluExp.i32(i + 1)), items[i], exp)
     folded = run_kernel(backend, Kernel(0, len(items), exp), [])
     assert_close(folded, want, op, dtype, backend, inputs=[x], signed_zero=True, what=f"{op} of constants")
+
+
+# (a - b) + c and (a * b) * c, each rounded as written: a driver that reassociates them,
+# a - (b - c) and a * (b * c), loses c next to a huge a, or the overflow of a * b.
+REASSOCIATED = {
+    "float32": ((3e38, 3e38, 2.5), (1e30, 1e10, 1e-20)),
+    "float16": ((60000.0, 60000.0, 2.5), (300.0, 300.0, 1e-3)),
+    "float64": ((1e308, 1e308, 2.5), (1e300, 1e10, 1e-20)),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_sums_and_products_round_as_written(backend: Backend, dtype: str) -> None:
+    """(a - b) + c and (a * b) * c with a constant c, exactly as the contract rounds them."""
+    for (a, b, c), (fn, ops) in zip(
+        REASSOCIATED[dtype],
+        [(lambda x, y, k: (x - y) + k, ("Sub", "Add")), (lambda x, y, k: (x * y) * k, ("Mul", "Mul"))],
+    ):
+        x, y = oracle.array([a, -a, a, 0.0], dtype), oracle.array([b, -b, -b, 1.0], dtype)
+        kernel = map_kernel([dtype, dtype], len(x), lambda u, v, fn=fn, c=c: fn(u, v, _c(dtype, c)))
+        skip_if_undeclared(backend, kernel)
+        cs = oracle.array([c] * len(x), dtype)
+        want = oracle.binary(ops[1], oracle.binary(ops[0], x, y, dtype), cs, dtype)
+        got = run_kernel(backend, kernel, [x, y])
+        assert_close(got, want, ops[1], dtype, backend, inputs=[x, y], what=f"(a {ops[0]} b) {ops[1]} {c}")
