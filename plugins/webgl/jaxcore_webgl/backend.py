@@ -44,6 +44,10 @@ class KernelExe:
         """The shader as exported for browsers (glsl.kernel_shader's `written_out`)."""
         return glsl.kernel_shader(self.kernel, self.out_shift, written_out=True)
 
+    def run(self, dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
+        if self.texels:
+            dev.draw(self.program, inputs, outputs[0], self.texels)
+
 
 class WebGLBackend(BaseBackend):
     name = "webgl"
@@ -159,18 +163,7 @@ class WebGLBackend(BaseBackend):
         return None
 
     def _encode(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> None:
-        """Issue the draws of one dispatch (on the GL thread)."""
-        data = exe.data
-        if isinstance(data, KernelExe):
-            if data.texels == 0:
-                return
-            out = outputs[0]
-            dev = self.device
-            if out in inputs:  # render elsewhere (no feedback loop), then take its storage
-                tmp = dev.alloc(out.nbytes)
-                dev.draw(data.program, inputs, tmp, data.texels)
-                dev.swap(out, tmp)
-            else:
-                dev.draw(data.program, inputs, out, data.texels)
-            return
-        data.run(self.device, inputs, outputs)
+        """Issue the draws of one dispatch (on the GL thread). No output is also an input here:
+        BaseBackend renders an aliased dispatch into a temporary (the capabilities do not claim
+        `handles_aliasing`), so no draw samples the texture it renders into."""
+        exe.data.run(self.device, inputs, outputs)

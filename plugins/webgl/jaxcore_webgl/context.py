@@ -50,8 +50,6 @@ class GLInfo:
     extensions: frozenset[str]
     max_texture_size: int
     max_texture_units: int
-    max_draw_buffers: int
-    max_fragment_uniform_vectors: int
     notes: tuple[str, ...] = field(default=())
 
     def has(self, ext: str) -> bool:
@@ -329,8 +327,6 @@ class GLThread:
                 *(int(v) for v in gl.glGetIntegerv(gl.GL_MAX_VIEWPORT_DIMS)),
             ),
             max_texture_units=int(gl.glGetIntegerv(gl.GL_MAX_TEXTURE_IMAGE_UNITS)),
-            max_draw_buffers=int(gl.glGetIntegerv(gl.GL_MAX_DRAW_BUFFERS)),
-            max_fragment_uniform_vectors=int(gl.glGetIntegerv(gl.GL_MAX_FRAGMENT_UNIFORM_VECTORS)),
             notes=tuple(self._ctx.notes),
         )
 

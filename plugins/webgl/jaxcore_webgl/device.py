@@ -53,7 +53,7 @@ def texture_dims(nbytes: int, max_size: int) -> tuple[int, int, int]:
 
 @dataclass(eq=False)
 class Texture:
-    """A buffer's storage; the backend's slot handle. `tex` may be swapped (aliased outputs)."""
+    """A buffer's storage; the backend's slot handle."""
 
     tex: int
     fbo: int
@@ -66,7 +66,6 @@ class Texture:
 @dataclass(eq=False)
 class Program:
     prog: int
-    samplers: list[int]  # uniform locations of in0..in{n-1}
     shifts: list[int]  # uniform locations of sh0..sh{n-1}
     uniforms: dict[str, int] = field(default_factory=dict)
 
@@ -103,7 +102,6 @@ class Device:
         gl.glDisable(gl.GL_SCISSOR_TEST)
         gl.glPixelStorei(gl.GL_PACK_ALIGNMENT, 4)
         gl.glPixelStorei(gl.GL_UNPACK_ALIGNMENT, 4)
-        self.pooled_bytes = 0
         self.live_textures = 0
         # several render targets per draw (WebGL2 guarantees 4): the matmul block pass
         self.max_draw_buffers = min(
@@ -120,7 +118,6 @@ class Device:
     def _take(self, w: int, h: int) -> tuple[int, int]:
         free = self._pool.get((w, h))
         if free:
-            self.pooled_bytes -= w * h * TEXEL_BYTES
             return free.pop()
         gl = self.gl
         tex = int(gl.glGenTextures(1))
@@ -152,11 +149,7 @@ class Device:
 
     def free(self, t: Texture) -> None:
         """Back to the pool: GL orders the commands, so draws still reading it run first."""
-        self._give(t.w, t.h, t.tex, t.fbo)
-
-    def _give(self, w: int, h: int, tex: int, fbo: int) -> None:
-        self._pool.setdefault((w, h), []).append((tex, fbo))
-        self.pooled_bytes += w * h * TEXEL_BYTES
+        self._pool.setdefault((t.w, t.h), []).append((t.tex, t.fbo))
 
     def trim(self) -> None:
         """Delete every pooled texture (on out-of-memory, and at close)."""
@@ -170,7 +163,6 @@ class Device:
                 gl.glDeleteTextures(1, [tex])
                 self.live_textures -= 1
         self._pool.clear()
-        self.pooled_bytes = 0
 
     def upload(self, t: Texture, data: memoryview) -> None:
         gl = self.gl
@@ -270,14 +262,12 @@ class Device:
                 raise ShaderError(f"webgl: program failed to link: {log!r}\n{fs}")
             self._save_binary(fs, p)
         gl.glUseProgram(p)
-        samplers, shifts = [], []
-        for i in range(nargs):
+        for i in range(nargs):  # sampler in{i} on texture unit i
             loc = gl.glGetUniformLocation(p, f"in{i}")
             if loc >= 0:
                 gl.glUniform1i(loc, i)
-            samplers.append(loc)
-            shifts.append(gl.glGetUniformLocation(p, f"sh{i}"))
-        prog = Program(int(p), samplers, shifts, {u: gl.glGetUniformLocation(p, u) for u in uniforms})
+        shifts = [gl.glGetUniformLocation(p, f"sh{i}") for i in range(nargs)]
+        prog = Program(int(p), shifts, {u: gl.glGetUniformLocation(p, u) for u in uniforms})
         self._programs[fs] = prog
         return prog
 
@@ -386,12 +376,6 @@ class Device:
         gl.glBindFramebuffer(gl.GL_DRAW_FRAMEBUFFER, fbo)
         gl.glViewport(0, 0, w, h)
         gl.glDrawArrays(gl.GL_TRIANGLES, 0, 3)
-
-    def swap(self, dst: Texture, src: Texture) -> None:
-        """Give `dst` the storage of `src` (same dims) and pool the old one: an aliased output."""
-        old = (dst.tex, dst.fbo)
-        dst.tex, dst.fbo = src.tex, src.fbo
-        self._give(dst.w, dst.h, *old)
 
     # ---- GPU time (EXT_disjoint_timer_query) -------------------------------------------------
     def timed(self, fn: Any) -> float | None:

@@ -98,9 +98,6 @@ class _Replay:
         )
         return b"\x01" * count
 
-    def swap(self, dst: _Tex, src: _Tex) -> None:
-        raise ExportError("an aliased output in the replay (export never aliases)")
-
     def draw(self, prog: Any, inputs: list[_Tex], out: _Tex, texels: int, ints: dict[str, int] | None = None):
         self.passes.append(
             {
@@ -170,12 +167,9 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
     data = exe.data
     if isinstance(data, KernelExe):
         replay.sources[id(data.program)] = data.browser_source()
-        if data.texels:
-            replay.draw(data.program, in_tex, out_tex[0], data.texels)
-    elif hasattr(data, "run"):
-        data.run(replay, in_tex, out_tex)
-    else:
+    if not hasattr(data, "run"):
         raise ExportError(f"cannot export a webgl executable holding {type(data).__name__}")
+    data.run(replay, in_tex, out_tex)
     return {
         "format": FORMAT,
         "version": VERSION,

@@ -90,12 +90,56 @@ def _edge(start: str, offset: int, size: int) -> str:
     return f"min({start} + {offset}, {size - 4})" if offset else start
 
 
+def _a_slab(mm: MatmulShape, tile: Tile, kexp: str) -> tuple[list[str], list[list[str]]]:
+    """(lines, A[r][kk] expressions) for the rows x 4 slab of A at k = kexp."""
+    R, ga, sk = tile.rows, mm.a.gid, mm.a.s_k
+    mode = _mode(mm.a, mm.m, mm.k)
+    if mode == "k4":
+        lines = [f"    vec4 a{r} = {_texel(ga, f'ar{r} + {kexp}')};" for r in range(R)]
+        return lines, [[f"a{r}[{kk}]" for kk in range(4)] for r in range(R)]
+    if mode == "o4":  # texel q of column k + kk holds rows 4q..4q+3
+        rows = [_edge("i0", 4 * q, mm.m) for q in range(R // 4)]
+        lines = [
+            f"    vec4 a{q}_{kk} = {_texel(ga, f'ab + {rows[q]} + ({kexp} + {kk}) * {sk}')};"
+            for q in range(R // 4)
+            for kk in range(4)
+        ]
+        return lines, [[f"a{r // 4}_{kk}[{r % 4}]" for kk in range(4)] for r in range(R)]
+    lines = [
+        f"    float a{r}_{kk} = ld{ga}(ar{r} + ({kexp} + {kk}) * {sk});" for r in range(R) for kk in range(4)
+    ]
+    return lines, [[f"a{r}_{kk}" for kk in range(4)] for r in range(R)]
+
+
+def _b_slab(mm: MatmulShape, tile: Tile, kexp: str) -> tuple[list[str], list[list[str]]]:
+    """(lines, B[kk][v]: row kk of the 4 x cols slab as vec4s) at k = kexp."""
+    V, C, gb, sk = tile.vecs, tile.cols, mm.b.gid, mm.b.s_k
+    mode = _mode(mm.b, mm.n, mm.k)
+    names = [[f"b{kk}_{v}" for v in range(V)] for kk in range(4)]
+    if mode == "o4":
+        cols = [_edge("j0", 4 * v, mm.n) for v in range(V)]
+        lines = [
+            f"    vec4 b{kk}_{v} = {_texel(gb, f'bbase + {cols[v]} + ({kexp} + {kk}) * {sk}')};"
+            for kk in range(4)
+            for v in range(V)
+        ]
+        return lines, names
+    if mode == "k4":
+        lines = [f"    vec4 t{c} = {_texel(gb, f'bc{c} + {kexp}')};" for c in range(C)]
+        parts = [[", ".join(f"t{4 * v + c}[{kk}]" for c in range(4)) for v in range(V)] for kk in range(4)]
+        return lines, [[f"vec4({parts[kk][v]})" for v in range(V)] for kk in range(4)]
+    words = [
+        [", ".join(f"ld{gb}(bc{4 * v + c} + ({kexp} + {kk}) * {sk})" for c in range(4)) for v in range(V)]
+        for kk in range(4)
+    ]
+    return [f"    vec4 b{kk}_{v} = vec4({words[kk][v]});" for kk in range(4) for v in range(V)], names
+
+
 def block_shader(kernel: Kernel, mm: MatmulShape, tile: Tile = BASE_TILE) -> str:
     """The block pass: `tile.targets` RGBA32UI targets, each a vec4 of one row of the block."""
     M, N, K = mm.m, mm.n, mm.k
     R, V, C = tile.rows, tile.vecs, tile.cols
     mq = -(-M // R)
-    ma, mb = _mode(mm.a, M, K), _mode(mm.b, N, K)
     ga, gb = mm.a.gid, mm.b.gid
     L: list[str] = []
     w = L.append
@@ -118,56 +162,11 @@ def block_shader(kernel: Kernel, mm: MatmulShape, tile: Tile = BASE_TILE) -> str
         for v in range(V):
             w(f"  vec4 c{r}_{v} = vec4(0.0);")
 
-    def a_vals(kexp: str, mode: str) -> tuple[list[str], list[list[str]]]:
-        """(lines, A[r][kk] expressions) for the R x 4 slab of A at k = kexp."""
-        sk = mm.a.s_k
-        if mode == "k4":
-            lines = [f"    vec4 a{r} = {_texel(ga, f'ar{r} + {kexp}')};" for r in range(R)]
-            return lines, [[f"a{r}[{kk}]" for kk in range(4)] for r in range(R)]
-        if mode == "o4":  # texel q of column k + kk holds rows 4q..4q+3
-            rows = [_edge("i0", 4 * q, M) for q in range(R // 4)]
-            lines = [
-                f"    vec4 a{q}_{kk} = {_texel(ga, f'ab + {rows[q]} + ({kexp} + {kk}) * {sk}')};"
-                for q in range(R // 4)
-                for kk in range(4)
-            ]
-            return lines, [[f"a{r // 4}_{kk}[{r % 4}]" for kk in range(4)] for r in range(R)]
-        lines = [
-            f"    float a{r}_{kk} = ld{ga}(ar{r} + ({kexp} + {kk}) * {sk});"
-            for r in range(R)
-            for kk in range(4)
-        ]
-        return lines, [[f"a{r}_{kk}" for kk in range(4)] for r in range(R)]
-
-    def b_rows(kexp: str, mode: str) -> tuple[list[str], list[list[str]]]:
-        """(lines, B[kk][v]: row kk of the 4 x C slab as vec4s) at k = kexp."""
-        sk = mm.b.s_k
-        if mode == "o4":
-            cols = [_edge("j0", 4 * v, N) for v in range(V)]
-            lines = [
-                f"    vec4 b{kk}_{v} = {_texel(gb, f'bbase + {cols[v]} + ({kexp} + {kk}) * {sk}')};"
-                for kk in range(4)
-                for v in range(V)
-            ]
-            return lines, [[f"b{kk}_{v}" for v in range(V)] for kk in range(4)]
-        if mode == "k4":
-            lines = [f"    vec4 t{c} = {_texel(gb, f'bc{c} + {kexp}')};" for c in range(C)]
-            parts = [
-                [", ".join(f"t{4 * v + c}[{kk}]" for c in range(4)) for v in range(V)] for kk in range(4)
-            ]
-            return lines, [[f"vec4({parts[kk][v]})" for v in range(V)] for kk in range(4)]
-        words = [
-            [", ".join(f"ld{gb}(bc{4 * v + c} + ({kexp} + {kk}) * {sk})" for c in range(4)) for v in range(V)]
-            for kk in range(4)
-        ]
-        lines = [f"    vec4 b{kk}_{v} = vec4({words[kk][v]});" for kk in range(4) for v in range(V)]
-        return lines, [[f"b{kk}_{v}" for v in range(V)] for kk in range(4)]
-
     k4 = K - K % 4
     if k4:
         w(f"  for (int k = 0; k < {k4}; k += 4) {{")
-        la, av = a_vals("k", ma)
-        lb, bv = b_rows("k", mb)
+        la, av = _a_slab(mm, tile, "k")
+        lb, bv = _b_slab(mm, tile, "k")
         L += la + lb
         for r in range(R):
             for v in range(V):
@@ -231,13 +230,7 @@ class MatmulExe:
         blocks = [dev.alloc_grid(w, h) for _ in range(self.tile.targets)]
         try:
             dev.draw_targets(self.block, inputs, blocks)
-            out = outputs[0]
-            if out in inputs:  # render elsewhere (no feedback loop), then take its storage
-                tmp = dev.alloc(out.nbytes)
-                dev.draw(self.gather, [*inputs, *blocks], tmp, self.texels)
-                dev.swap(out, tmp)
-            else:
-                dev.draw(self.gather, [*inputs, *blocks], out, self.texels)
+            dev.draw(self.gather, [*inputs, *blocks], outputs[0], self.texels)
         finally:
             for t in blocks:  # GL orders the commands: the gather pass reads them first
                 dev.free(t)
