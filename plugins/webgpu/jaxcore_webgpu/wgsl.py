@@ -8,11 +8,10 @@ What WGSL defines natively and what it does not (WGSL spec, section 8.7 and 16):
   code;
 - float `%` is `a - b * trunc(a / b)` (not exact), so `Mod` on floats is an exact helper;
 - `sin`/`cos` are only bounded to 2^-11 absolute on [-pi, pi], and `exp`/`log`/`atan`/... have
-  ULP bounds far above the tolerance table, so every transcendental is a helper function here.
-- float64 (wgpu-native's `shader-f64`, never in browsers): naga has no f64 bit access and SPIR-V's
-  extended instructions are 32-bit, so f64 transcendentals are helpers too (series in f64, exact
-  Payne-Hanek for sin/cos up to 1.8e308); a target may instead take the dialect-neutral AluExp
-  expansions of `jaxcore.expansions` (f32/f16) by setting `TargetTraits.expand_transcendentals`;
+  ULP bounds far above the tolerance table: float32 and float16 transcendentals are the core's
+  helpers generated from `jaxcore.expansions` (`CStyleLanguage`'s default entries, rendered by this
+  dialect); float64 (wgpu-native's `shader-f64`, never in browsers) takes the f64 series in
+  `wgsl_helpers` (naga has no f64 bit access and SPIR-V's extended instructions are 32-bit);
 - an implementation may assume no overflow, infinity or NaN (WGSL's floating point evaluation):
   `assumes_finite_math` makes legalize pass what the driver could fold through `opaque` (an
   always-zero uniform, numbered per call site);
@@ -24,16 +23,24 @@ What WGSL defines natively and what it does not (WGSL spec, section 8.7 and 16):
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from jaxcore.alu import NORMAL_RANGE, AluExp, AluOp
-from jaxcore.backend import UnsupportedOpError
-from jaxcore.cstyle import CStyleLanguage, ExpRenderer, OpRender, strip_parens
+from jaxcore.cstyle import (
+    TRANSCENDENTALS,
+    CStyleLanguage,
+    ExpRenderer,
+    OpRender,
+    strip_parens,
+    transcendental_helper,
+)
 from jaxcore.dtype import INT32_MIN, DType, is_float, to_numpy
 from jaxcore.dtype import bitcast as bitcast_values
 from jaxcore.dtype import cast as cast_values
-from jaxcore.legalize import TargetTraits
+from jaxcore.expansions import expand_node
+from jaxcore.legalize import TargetTraits, legalize
 from jaxcore_webgpu import wgsl_helpers
 
 WGSL_TRAITS = TargetTraits(
@@ -51,33 +58,6 @@ WGSL_TRAITS = TargetTraits(
     folds_float_identities=True,  # Mesa's NIR folds x * 0.0 -> 0.0 and x - x -> 0.0 (no SPIR-V exact)
     assumes_finite_math=True,  # WGSL: an implementation may assume no infinity or NaN
 )
-
-
-_TRANSCENDENTAL = {
-    AluOp.Sin: "sin",
-    AluOp.Cos: "cos",
-    AluOp.Asin: "asin",
-    AluOp.Atan: "atan",
-    AluOp.Exp: "exp",
-    AluOp.Log: "log",
-    AluOp.Erf: "erf",
-    AluOp.Erfc: "erfc",
-}
-
-
-def _transcendental(name: str) -> OpRender:
-    def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-        x = strip_parens(a[0])
-        if e.dtype == DType.float32:
-            return f"{r.need(f'jc_{name}_f32')}({x})"
-        if e.dtype == DType.float16:
-            return f"f16({r.need(f'jc_{name}_f32')}(f32({x})))"
-        helper = f"jc_{name}_f64"
-        if helper in r.lang.helpers:
-            return f"{r.need(helper)}({x})"
-        raise UnsupportedOpError(e.op, e.dtype, r.lang.name)
-
-    return render
 
 
 def _exact(r: ExpRenderer, e: AluExp) -> bool:
@@ -169,6 +149,59 @@ def _one_call(text: str) -> bool:
     return False
 
 
+_ARITH = (AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Reciprocal)
+_SIGN_MASKS = {"and": {0x7FFFFFFF}, "xor": {0, 0x80000000}, "or": {0, 0x80000000}}
+_GENERATED = {transcendental_helper(op, DType.float32): op for op in TRANSCENDENTALS}
+
+
+def _sign_only(e: AluExp) -> AluExp | None:
+    """The operand whose bits `e` passes on but for the sign (|v| and -v on the bits), else None."""
+    if e.op != AluOp.BitCombine or e.dtype == DType.bool:
+        return None
+    a, b = e.src
+    consts = [b] if b.op == AluOp.Const else list(b.src[1:]) if b.op == AluOp.Where else []
+    if consts and all(c.op == AluOp.Const and c.arg in _SIGN_MASKS[e.arg] for c in consts):
+        return a
+    return None
+
+
+def _moves(e: AluExp) -> list[AluExp]:
+    """The operands whose value `e` moves unchanged (or for the sign): a select's branches, min and
+    max, bitcasts and sign-bit operations."""
+    if e.op == AluOp.Where:
+        return list(e.src[1:])
+    if e.op in (AluOp.Min, AluOp.Max, AluOp.Bitcast):
+        return list(e.src)
+    m = _sign_only(e)
+    return [] if m is None else [m]
+
+
+def native_where_normal(body: AluExp, x: AluExp) -> AluExp:
+    """`body` (a transcendental's expansion in `x`) with every float32 + - * 1/x marked NORMAL_RANGE
+    but those that can meet a subnormal that matters: an operand that is `x` moved, and the ops
+    whose result is moved into the return value. The rest (reductions, polynomials on a reduced
+    argument) only meet subnormals in terms too small to change the result, so the exact
+    subnormal spelling there would only lengthen the shader (SwiftShader lost the device compiling
+    log with it: 24 exact ops times four lanes)."""
+    nodes = list(body.nodes())
+    xlike = {x.key()}
+    for n in nodes:
+        if any(m.key() in xlike for m in _moves(n)):
+            xlike.add(n.key())
+    result = {body.key()}
+    for n in reversed(nodes):
+        if n.key() in result:
+            result.update(m.key() for m in _moves(n))
+    memo: dict[str, AluExp] = {}
+    for n in nodes:
+        src = tuple(memo[s.key()] for s in n.src)
+        keep = n.key() in result or any(s.key() in xlike and s.dtype == DType.float32 for s in n.src)
+        normal = n.op in _ARITH and n.dtype == DType.float32 and n.arg is None and not keep
+        arg = NORMAL_RANGE if normal else n.arg
+        memo[n.key()] = n if src == n.src and arg == n.arg else AluExp(n.op, n.dtype, src, arg)
+    return memo[body.key()]
+
+
 class WGSLLanguage(CStyleLanguage):
     name = "webgpu"
     type_map = {
@@ -197,7 +230,6 @@ class WGSLLanguage(CStyleLanguage):
         AluOp.Reciprocal: _reciprocal,
         AluOp.Threefry2x32: _threefry,
         AluOp.Cmpne: _cmpne,
-        **{op: _transcendental(n) for op, n in _TRANSCENDENTAL.items()},
     }
     helpers = wgsl_helpers.HELPERS
     # WGSL lets an implementation flush float32 subnormals (Chromium on SwiftShader, Direct3D, some
@@ -270,6 +302,25 @@ class WGSLLanguage(CStyleLanguage):
             return self._select_bits(e, args)
         return super().render_op(r, e, args)
 
+    def helper_source(self, name: str) -> tuple[str, tuple[str, ...]]:
+        """The float32 transcendentals from the core's expansions, as `CStyleLanguage` generates
+        them, but legalized without the guard against fused products (the expansions hold their
+        tolerance either way, and each guard is a select a call) and, in the exact-subnormal
+        spelling, exact only where a subnormal matters (`native_where_normal`)."""
+        if name in self.helpers or name not in _GENERATED:
+            return super().helper_source(name)
+        cache: dict[str, tuple[str, tuple[str, ...]]] = self.__dict__.setdefault("_wgsl_generated", {})
+        if name not in cache:
+            x = AluExp.variable(DType.float32, "x")
+            body = expand_node(AluExp(_GENERATED[name], DType.float32, (x,)))
+            assert body is not None  # every transcendental has a float32 expansion
+            body = legalize(body, replace(self.traits, contracts_mul_add=False))
+            if self.exact_subnormals:
+                body = native_where_normal(body, x)
+            source, calls = self.render_function(name, [("x", DType.float32)], body)
+            cache[name] = (source, tuple(sorted(calls - {name})))
+        return cache[name]
+
     def render_opaque(self, r: ExpRenderer, dtype: DType, x: str) -> str:
         """`jc_o_<t>(x, k)`, `k` this call site's number in the program (see wgsl_helpers)."""
         self._opaque_sites += 1
@@ -313,6 +364,10 @@ class WGSLLanguage(CStyleLanguage):
         if e.dtype == DType.bool:
             return f"({a[0]} {dict(_WGSL_BOOL_BIT)[e.arg]} {a[1]})"
         return super().render_bit(r, e, a)
+
+    def function_header(self, name: str, params: list[tuple[str, DType]], ret: DType) -> str:
+        args = ", ".join(f"{p}: {self.type_name(dt)}" for p, dt in params)
+        return f"fn {name}({args}) -> {self.type_name(ret)} {{"
 
     def render_let(self, name: str, dtype: DType, value: str) -> str:
         return f"let {name}: {self.type_name(dtype)} = {strip_parens(value)};"

@@ -1,21 +1,11 @@
-"""WGSL helper functions: exact fmod, float32 transcendentals that meet the tolerance table, threefry.
+"""WGSL helper functions: constants WGSL cannot write, the opaque identity, exact fmod, the
+float32 ops exact on a device that flushes subnormals, threefry, and the float64 transcendentals.
 
-WGSL's built-ins are too loose for the contract (sin/cos 2^-11 absolute on [-pi, pi]; exp
-3 + 2|x| ULP; atan 4096 ULP), so each transcendental is written here from its math, in float32
-with no fused multiply-add (Vulkan lets `fma` be unfused), and only `sqrt`, `round`, `abs` and
-bit operations from the language:
+The float32 (and float16) transcendentals are not here: the core renders them from
+`jaxcore.expansions` through this dialect (`CStyleLanguage.helper_source`). float64 has no
+expansion there, and naga has no f64 bit access while SPIR-V's extended instructions are 32-bit,
+so the float64 ones are series in f64 at the end of this file (the dialect's declared f64 path).
 
-- sin/cos: k = round(x 2/pi), r = x - k pi/2 with pi/2 in three parts (Cody-Waite, exact
-  products for |x| < 8192); past that an exact Payne-Hanek reduction: x = m 2^e, a 96-bit window
-  of 2/pi's bits chosen by e, multiplied by m in 32-bit integer arithmetic, quadrant and fraction
-  read off the top bits. Then minimax polynomials on |r| <= pi/4 (Cephes' coefficients).
-- exp: k = round(x / ln2), r = x - k ln2 (two-part ln2), degree-6 polynomial, times 2^k built
-  from its bits in two halves (so results down to the subnormals round once).
-- log: x = 2^e m with m in [sqrt(1/2), sqrt(2)), log(1+f) by a degree-9 polynomial, e ln2 in two
-  parts; subnormal inputs are scaled by 2^24 first.
-- atan: fold to [0, tan(pi/8)] through 1/x and (x-1)/(x+1); asin: on |x| > 1/2 through
-  asin(x) = pi/2 - 2 asin(sqrt((1-x)/2)).
-- erf/erfc: Abramowitz & Stegun 7.1.26 (the contract's bound, |error| < 1.5e-7) over our exp.
 - fmod: exact, by binary long division of the mantissas in u32 (as C's fmodf).
 - NaN and infinity never come from a const-expression (that is a WGSL shader-creation error):
   helpers bitcast a `let`.
@@ -23,14 +13,8 @@ bit operations from the language:
 
 from __future__ import annotations
 
-import math
-
 from jaxcore.dtype import _THREEFRY_ROT
 from jaxcore.pi_bits import two_over_pi_chunks
-
-# One zero word in front: the window for |x| >= 8192 starts at most 11 bits before the point.
-_TT = [0, *two_over_pi_chunks(8)]
-_TT_SRC = ", ".join(f"0x{w:08x}u" for w in _TT)
 
 H: dict[str, tuple[str, tuple[str, ...]]] = {}
 
@@ -135,214 +119,6 @@ fn jc_mul32(a: u32, b: u32) -> vec2<u32> {
 """,
     (),
 )
-
-H["jc_trig_reduce_f32"] = (
-    f"""
-fn jc_tt_window(p: u32) -> u32 {{
-  var tt = array<u32, 9>({_TT_SRC});
-  let w = p >> 5u;
-  let sh = p & 31u;
-  let hi = tt[w];
-  let lo = tt[min(w + 1u, 8u)];
-  return select((hi << sh) | (lo >> (32u - sh)), hi, sh == 0u);
-}}
-
-// x = q pi/2 + r with |r| <= pi/4 (q in 0..3, returned as f32 in .y).
-fn jc_trig_reduce_f32(x: f32) -> vec2<f32> {{
-  let ax = abs(x);
-  if (ax < 8192.0f) {{
-    let k = round(x * 0.63661975f);
-    let r = ((x - k * 1.5703125f) - k * 4.837512969970703125e-4f) - k * 7.54978995489188216e-8f;
-    return vec2<f32>(r, f32(i32(k) & 3));
-  }}
-  let bits = bitcast<u32>(ax);
-  let e = i32(bits >> 23u) - 150;
-  let m = (bits & 0x7fffffu) | 0x800000u;
-  let p0 = u32(e + 30);
-  let w0 = jc_tt_window(p0);
-  let w1 = jc_tt_window(p0 + 32u);
-  let w2 = jc_tt_window(p0 + 64u);
-  let a = jc_mul32(m, w2);
-  let b = jc_mul32(m, w1);
-  let c = m * w0;
-  let q1 = a.y + b.x;
-  let q2 = b.y + c + select(0u, 1u, q1 < a.y);
-  let frac = (q2 << 2u) | (q1 >> 30u);
-  let low = (q1 << 2u) | (a.x >> 30u);
-  var q = (q2 >> 30u) + (frac >> 31u);
-  var r = (f32(bitcast<i32>(frac)) + f32(low) * 2.3283064e-10f) * 3.6572953e-10f;
-  if (x < 0.0f) {{ r = -r; q = 4u - (q & 3u); }}
-  return vec2<f32>(r, f32(q & 3u));
-}}
-""",
-    ("jc_mul32",),
-)
-
-_SIN_POLY = "(((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f) * z * r + r)"
-_COS_POLY = "((((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f) * z * z"
-_COS_POLY += " - 0.5f * z) + 1.0f)"
-
-
-def _trig(name: str, is_cos: bool) -> str:
-    # sin by quadrant: s, c, -s, -c; cos: c, -s, -c, s.
-    q_expr = "(q + 1u) & 3u" if is_cos else "q"
-    tiny = "1.0f" if is_cos else "x"
-    return f"""
-fn {name}(x: f32) -> f32 {{
-  if ((bitcast<u32>(x) & 0x7fffffffu) >= 0x7f800000u) {{ return jc_nan_f32(); }}
-  if (abs(x) < 2.44140625e-4f) {{ return {tiny}; }}
-  let red = jc_trig_reduce_f32(x);
-  let r = red.x;
-  let z = r * r;
-  let q = {q_expr.replace("q", "u32(red.y)")};
-  let v = select({_SIN_POLY}, {_COS_POLY}, (q & 1u) == 1u);
-  return select(v, -v, q >= 2u);
-}}
-"""
-
-
-H["jc_sin_f32"] = (_trig("jc_sin_f32", False), ("jc_trig_reduce_f32", "jc_nan_f32"))
-H["jc_cos_f32"] = (_trig("jc_cos_f32", True), ("jc_trig_reduce_f32", "jc_nan_f32"))
-
-H["jc_pow2i_f32"] = (
-    "fn jc_pow2i_f32(k: i32) -> f32 { return bitcast<f32>(u32(k + 127) << 23u); }",
-    (),
-)
-
-H["jc_exp_f32"] = (
-    """
-fn jc_exp_f32(x: f32) -> f32 {
-  if (jc_isnan_f32(x)) { return x; }
-  if (x > 88.72283935546875f) { return jc_inf_f32(); }
-  if (x < -103.972084045410f) { return 0.0f; }
-  let k = round(x * 1.44269504088896341f);
-  let r = (x - k * 0.693359375f) - k * -2.12194440e-4f;
-  let p = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r
-           + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;
-  let e = (p * (r * r) + r) + 1.0f;
-  let ki = i32(k);
-  let k1 = ki / 2;
-  return jc_mul_f32(e * jc_pow2i_f32(k1), jc_pow2i_f32(ki - k1));  // exact into the subnormals
-}
-""",
-    ("jc_isnan_f32", "jc_inf_f32", "jc_pow2i_f32", "jc_mul_f32"),
-)
-
-H["jc_log_f32"] = (
-    """
-fn jc_log_f32(x0: f32) -> f32 {
-  var bits = bitcast<u32>(x0);
-  if ((bits & 0x7fffffffu) > 0x7f800000u || (bits > 0x80000000u)) { return jc_nan_f32(); }
-  if ((bits & 0x7fffffffu) == 0u) { return -jc_inf_f32(); }
-  if (bits == 0x7f800000u) { return x0; }
-  var e: i32 = 0;
-  if (bits < 0x00800000u) {  // subnormal: normalised on the bits (a device may flush x0 * 2^24)
-    let s = countLeadingZeros(bits) - 8u;
-    bits = ((bits << s) & 0x007fffffu) | 0x00800000u;
-    e = -i32(s);
-  }
-  e = e + i32(bits >> 23u) - 126;
-  var m = bitcast<f32>((bits & 0x007fffffu) | 0x3f000000u);
-  if (m < 0.707106781186547524f) { e = e - 1; m = (m + m) - 1.0f; } else { m = m - 1.0f; }
-  let z = m * m;
-  var y = ((((((((7.0376836292e-2f * m - 1.1514610310e-1f) * m + 1.1676998740e-1f) * m
-            - 1.2420140846e-1f) * m + 1.4249322787e-1f) * m - 1.6668057665e-1f) * m
-            + 2.0000714765e-1f) * m - 2.4999993993e-1f) * m + 3.3333331174e-1f) * m * z;
-  let fe = f32(e);
-  y = y + -2.12194440e-4f * fe;
-  y = y + -0.5f * z;
-  return (m + y) + 0.693359375f * fe;
-}
-""",
-    ("jc_nan_f32", "jc_inf_f32"),
-)
-
-H["jc_atan_f32"] = (
-    """
-fn jc_atan_f32(x0: f32) -> f32 {
-  if (jc_isnan_f32(x0)) { return x0; }
-  if ((bitcast<u32>(x0) & 0x7fffffffu) < 0x39800000u) { return x0; }  // |x| < 2^-12 (and subnormals)
-  var x = abs(x0);
-  var y = 0.0f;
-  if (x > 2.414213562373095f) { y = 1.57079632679489662f; x = -1.0f / x; }
-  else if (x > 0.4142135623730950f) { y = 0.785398163397448310f; x = (x - 1.0f) / (x + 1.0f); }
-  let z = x * x;
-  y = y + ((((8.05374449538e-2f * z - 1.38776856032e-1f) * z + 1.99777106478e-1f) * z
-            - 3.33329491539e-1f) * z * x + x);
-  return select(y, -y, (bitcast<u32>(x0) & 0x80000000u) != 0u);
-}
-""",
-    ("jc_isnan_f32",),
-)
-
-H["jc_asin_f32"] = (
-    """
-fn jc_asin_f32(x0: f32) -> f32 {
-  let a = abs(x0);
-  if (jc_isnan_f32(x0) || a > 1.0f) { return jc_nan_f32(); }
-  if ((bitcast<u32>(x0) & 0x7fffffffu) < 0x39800000u) { return x0; }  // |x| < 2^-12 (and subnormals)
-  var z: f32;
-  var x: f32;
-  let big = a > 0.5f;
-  if (big) { z = 0.5f * (1.0f - a); x = sqrt(z); } else { x = a; z = a * a; }
-  var y = ((((4.2163199048e-2f * z + 2.4181311049e-2f) * z + 4.5470025998e-2f) * z
-            + 7.4953002686e-2f) * z + 1.6666752422e-1f) * z * x + x;
-  if (big) { y = 1.57079632679489662f - (y + y); }
-  return select(y, -y, (bitcast<u32>(x0) & 0x80000000u) != 0u);
-}
-""",
-    ("jc_isnan_f32", "jc_nan_f32"),
-)
-
-H["jc_erfc_pos_f32"] = (
-    """
-fn jc_erfc_pos_f32(x: f32) -> f32 {
-  let t = 1.0f / (1.0f + 0.3275911f * x);
-  let p = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f
-           + t * (-1.453152027f + t * 1.061405429f))));
-  return p * jc_exp_f32(-(x * x));
-}
-""",
-    ("jc_exp_f32",),
-)
-# erf's Taylor series on |x| < 1/2, where 1 - erfc's float32 rounding would cost ~3e-7.
-_ERF_TAYLOR = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(8)]
-_ERF_POLY = f"{_ERF_TAYLOR[-1]!r}f"
-for _c in reversed(_ERF_TAYLOR[:-1]):
-    _ERF_POLY = f"({_ERF_POLY}\n    * z + {_c!r}f)"
-H["jc_erf_small_f32"] = (
-    f"""
-fn jc_erf_small_f32(x: f32) -> f32 {{
-  let z = x * x;
-  return {_ERF_POLY} * x;
-}}
-""",
-    (),
-)
-H["jc_erf_f32"] = (
-    """
-fn jc_erf_f32(x: f32) -> f32 {
-  if (jc_isnan_f32(x)) { return x; }
-  if ((bitcast<u32>(x) & 0x7fffffffu) < 0x32000000u) { return jc_mul_f32(x, 1.1283791670955126f); }
-  if (abs(x) < 0.5f) { return jc_erf_small_f32(x); }
-  let v = 1.0f - jc_erfc_pos_f32(abs(x));
-  return select(v, -v, x < 0.0f);
-}
-""",
-    ("jc_erfc_pos_f32", "jc_isnan_f32", "jc_erf_small_f32", "jc_mul_f32"),
-)
-H["jc_erfc_f32"] = (
-    """
-fn jc_erfc_f32(x: f32) -> f32 {
-  if (jc_isnan_f32(x)) { return x; }
-  if (abs(x) < 0.5f) { return 1.0f - jc_erf_small_f32(x); }
-  let v = jc_erfc_pos_f32(abs(x));
-  return select(v, 2.0f - v, x < 0.0f);
-}
-""",
-    ("jc_erfc_pos_f32", "jc_isnan_f32", "jc_erf_small_f32"),
-)
-
 
 # ---- float32 on an implementation that flushes subnormals -----------------------------------
 # WGSL lets an implementation flush subnormal inputs and results to zero (Chromium's WebGPU on

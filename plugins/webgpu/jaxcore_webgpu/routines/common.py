@@ -79,6 +79,8 @@ def elementwise_pass(
     n_wg = -(-threads // wg)
     grid = fold(n_wg)
     code = decls + main(wg, grid, names, f"  if (gid >= {threads}u) {{ return; }}\n{body}")
+    if uniform is None and "var<uniform> jc_zero" in decls:
+        uniform = bytes(16)  # the always-zero uniform of the helpers' opaque operands
     return Pass(code, grid, tuple(bindings), uniform=uniform)
 
 
