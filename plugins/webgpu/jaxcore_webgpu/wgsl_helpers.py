@@ -642,9 +642,16 @@ fn jc_atan_f64(x0: f64) -> f64 {{
 
 H["jc_asin_f64"] = (
     """
+// asin(x) = atan(x / sqrt(1 - x^2)) for |x| <= 1/2; above, pi/2 - 2 asin(z) with z = sqrt((1 - |x|) / 2)
+// <= 1/2 (1 - |x| is exact there): no quotient by zero, so nothing a finite-math driver can drop
+// (NVIDIA's gave asin(1) = 0 for atan(1 / 0)).
 fn jc_asin_f64(x: f64) -> f64 {
-  if (jc_isnan_f64(x) || abs(x) > 1.0lf) { return f64(jc_nan_f32()); }
-  return jc_atan_f64(x / sqrt((1.0lf - x) * (1.0lf + x)));
+  let a = abs(x);
+  if (jc_isnan_f64(x) || a > 1.0lf) { return f64(jc_nan_f32()); }
+  if (a <= 0.5lf) { return jc_atan_f64(x / sqrt((1.0lf - x) * (1.0lf + x))); }
+  let z = sqrt((1.0lf - a) * 0.5lf);
+  let v = 1.5707963267948966lf - 2.0lf * jc_atan_f64(z / sqrt((1.0lf - z) * (1.0lf + z)));
+  return select(v, -v, x < 0.0lf);
 }
 """,
     ("jc_isnan_f64", "jc_nan_f32", "jc_atan_f64"),
