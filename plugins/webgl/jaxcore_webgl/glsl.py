@@ -53,8 +53,10 @@ LOOP_LIMIT = 12000
 GLSL_TRAITS = TargetTraits(
     native_int_mod_truncates=False,  # Mesa's `%` of a negative int32 is the unsigned remainder
     has_f16=True,
-    # highp may lack NaN and Inf, and compilers fold x * 0.0, x - x and c ? -1.0 : 0.0 by that
+    # highp need not support NaN and Inf (4.5.1): compilers fold x * 0.0, x - x and c ? -1.0 : 0.0
+    # as if they were absent, and whatever they know when they compile
     folds_float_identities=True,
+    assumes_finite_math=True,
     # ES 3.00 has no `precise`: Mesa fuses a * b + c into one rounding (divide_rn's exact
     # residuals were an ulp off on llvmpipe)
     contracts_mul_add=True,

@@ -30,10 +30,11 @@ def _def(name: str, src: str) -> None:
     LIB[name] = src.strip("\n") + "\n"
 
 
-# jx_z is a uniform that is always 0: `x | jx_z` is an identity no compiler can see through.
+# jx_z is a uniform that is always 0: adding it to the bits is an identity no compiler can see
+# through, and twice is not once (x | z | z and x ^ z ^ z folded back to one value, then x - x to 0).
 _def("jx_z", "uniform uint jx_z;")
 # Without it GLSL compilers fold x * 0.0 to 0.0, x - x to 0.0 and c ? -1.0 : 0.0 to -float(c).
-_def("jx_o", "float jx_o(float x) { return uintBitsToFloat(floatBitsToUint(x) | jx_z); }")
+_def("jx_o", "float jx_o(float x) { return uintBitsToFloat(floatBitsToUint(x) + jx_z); }")
 # NVIDIA's compiler (GLES 3.2, driver 580) made uint(true) 0xffffffff inside max(acc, uint(b)).
 _def("jx_b2u", "uint jx_b2u(bool b) { return uint(b) & (1u ^ jx_z); }")
 _def(
