@@ -97,7 +97,8 @@ class WebGpuBackend(QueuedBackend):
         self.timestamps = "timestamp-query" in feat
         self.timestamps_in_pass = "timestamp-query-inside-passes" in feat
         dtypes = {DType.float32, DType.int32, DType.uint32, DType.bool}
-        if "shader-f16" in feat:
+        quirks = self._quirks(gpu)
+        if "shader-f16" in feat and "inexact-f16" not in quirks:
             dtypes.add(DType.float16)
         if "shader-f64" in feat:
             dtypes.add(DType.float64)
@@ -110,6 +111,7 @@ class WebGpuBackend(QueuedBackend):
             # naga spells only the canonical NaN in f16 and f64 (no f64 bitcast, no vec2<f16> one)
             inexact_nan_constants=frozenset({DType.float16, DType.float64}) & frozenset(dtypes),
             description=f"WGSL compute shaders on {gpu.description} through wgpu",
+            quirks=tuple(sorted(quirks)),
         )
         gaps = self._compiler_gaps() | _undeclared_routine_dtypes()
         self.capabilities = replace(self.capabilities, unsupported_ops=gaps)
@@ -123,6 +125,20 @@ class WebGpuBackend(QueuedBackend):
         self._hand_plans: dict[str, Plan] = {}
         self._hand_planned: set[str] = set()  # kernel keys prepared from a compile_plan plan
         self._period_ns = self._timestamp_period()
+
+    @staticmethod
+    def _quirks(gpu: Gpu) -> set[str]:
+        """What this adapter's driver does that the contract forbids, probed: float32 subnormals
+        flushed (the exact spelling takes over), float16 conversions or NaN arithmetic wrong
+        (float16 is then not declared: a refusal at prepare, never a wrong value)."""
+        from jaxcore_webgpu.device import exact_f16, keeps_subnormals
+
+        found = set()
+        if not keeps_subnormals(gpu.device):
+            found.add("flushes-f32-subnormals")
+        if "shader-f16" in gpu.features and not exact_f16(gpu.device):
+            found.add("inexact-f16")
+        return found
 
     def _compiler_gaps(self) -> frozenset[tuple[AluOp, DType]]:
         """The float ops the compiler has no exact WGSL for on this adapter (float64 transcendentals,
@@ -267,9 +283,7 @@ class WebGpuBackend(QueuedBackend):
         cfg = current_settings()
         if cfg.plugin("webgpu").get("exact_subnormals", "").strip():
             return cfg.plugin_flag("webgpu", "exact_subnormals", default=True)
-        from jaxcore_webgpu.device import keeps_subnormals
-
-        return not keeps_subnormals(self.device)
+        return "flushes-f32-subnormals" in self.capabilities.quirks  # probed at start
 
     def browser_plan(self, exe: Executable) -> Plan | None:
         """The plan a browser needs for `exe` where it differs from what this device runs: a

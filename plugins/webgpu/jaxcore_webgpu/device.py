@@ -133,26 +133,23 @@ fn main() {
 """
 
 
-def keeps_subnormals(device: Any) -> bool:
-    """Whether `device` computes float32 subnormals exactly (WGSL lets it flush them to zero).
-
-    Asked by running `_SUBNORMAL_PROBE` once; a device that fails the probe counts as flushing,
-    which only costs speed (the exact spelling is correct everywhere)."""
+def _probe(device: Any, code: str, inputs: list[bytes], outputs: int) -> tuple[int, ...] | None:
+    """Run a one-thread probe shader: storage buffers `inputs` at bindings 0.., then `outputs`
+    u32s at the next binding, read back; None when anything about it fails."""
     import struct
 
     import wgpu
 
     try:
-        data = struct.pack("<4f", 2.0**-140, 1.0, 2.0**-70, 0.0)
-        x = device.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.STORAGE)
-        y = device.create_buffer(size=16, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
-        module = device.create_shader_module(code=_SUBNORMAL_PROBE)
+        bufs = [device.create_buffer_with_data(data=d, usage=wgpu.BufferUsage.STORAGE) for d in inputs]
+        y = device.create_buffer(size=4 * outputs, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+        module = device.create_shader_module(code=code)
         pipeline = device.create_compute_pipeline(
             layout="auto", compute={"module": module, "entry_point": "main"}
         )
         group = device.create_bind_group(
             layout=pipeline.get_bind_group_layout(0),
-            entries=[{"binding": 0, "resource": {"buffer": x}}, {"binding": 1, "resource": {"buffer": y}}],
+            entries=[{"binding": i, "resource": {"buffer": b}} for i, b in enumerate([*bufs, y])],
         )
         enc = device.create_command_encoder()
         cpass = enc.begin_compute_pass()
@@ -161,9 +158,63 @@ def keeps_subnormals(device: Any) -> bool:
         cpass.dispatch_workgroups(1)
         cpass.end()
         device.queue.submit([enc.finish()])
-        got = struct.unpack("<4I", bytes(device.queue.read_buffer(y)))
-        x.destroy()
-        y.destroy()
+        got = struct.unpack(f"<{outputs}I", bytes(device.queue.read_buffer(y)))
+        for b in [*bufs, y]:
+            b.destroy()
     except Exception:
+        return None
+    return got
+
+
+def keeps_subnormals(device: Any) -> bool:
+    """Whether `device` computes float32 subnormals exactly (WGSL lets it flush them to zero).
+
+    Asked by running `_SUBNORMAL_PROBE` once; a device that fails the probe counts as flushing,
+    which only costs speed (the exact spelling is correct everywhere)."""
+    import struct
+
+    data = struct.pack("<4f", 2.0**-140, 1.0, 2.0**-70, 0.0)
+    return _probe(device, _SUBNORMAL_PROBE, [data], 4) == (0x200, 0x200, 0x200, 1)
+
+
+# float32 values float16 holds exactly, through f32 -> f16 -> f32; float16 arithmetic on a NaN
+# and on -inf. NVIDIA's Vulkan driver (580) gave 1.0 -> 0.99999994 and NaN + 1 -> a number.
+_F16_PROBE = """
+enable f16;
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> h: array<f16>;
+@group(0) @binding(2) var<storage, read_write> y: array<u32>;
+@compute @workgroup_size(1)
+fn main() {
+  for (var i = 0u; i < 4u; i++) {
+    y[i] = bitcast<u32>(f32(f16(x[i])));
+  }
+  let nan = h[0];
+  let ninf = h[1];
+  let one = h[2];
+  y[4] = bitcast<u32>(f32(nan + one));
+  y[5] = bitcast<u32>(f32(ninf + one));
+  y[6] = bitcast<u32>(f32(nan * one));
+  y[7] = bitcast<u32>(f32(ninf * one));
+}
+"""
+_F16_VALUES = (1.0, 0.0, float("inf"), -2.5)
+
+
+def exact_f16(device: Any, probe: str = _F16_PROBE) -> bool:
+    """Whether `device`'s float16 conversions and NaN/infinity arithmetic are IEEE's (probed once):
+    a device where they are not does not declare float16, so prepare refuses it instead of
+    computing wrong values."""
+    import struct
+
+    x = struct.pack("<4f", *_F16_VALUES)
+    h = struct.pack("<4H", 0x7E00, 0xFC00, 0x3C00, 0)
+    got = _probe(device, probe, [x, h], 8)
+    if got is None:
         return False
-    return got == (0x200, 0x200, 0x200, 1)
+    bits = struct.unpack("<4I", x)
+
+    def nan(b: int) -> bool:
+        return (b & 0x7FFFFFFF) > 0x7F800000
+
+    return got[:4] == bits and nan(got[4]) and nan(got[6]) and got[5] == got[7] == 0xFF800000
