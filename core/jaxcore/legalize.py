@@ -58,6 +58,9 @@ class TargetTraits:
     # NaN - NaN 0 and x / -0.0 +inf on lavapipe. Every operand of float + - * / whose value it
     # may know (but a finite nonzero constant) is passed through `opaque`.
     assumes_finite_math: bool = False
+    # The compiler may divide by a constant as a multiplication by its reciprocal, which rounds
+    # twice (NVIDIA's Vulkan driver: float64 x / 7 an ulp off): a divisor it may know is opaque.
+    divides_by_reciprocal: bool = False
 
 
 OPAQUE = "opaque"
@@ -119,7 +122,12 @@ def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
 
         exp = expand_transcendentals(exp)
     exp = exp.rewrite(lambda node: _legalize_node(node, traits))
-    if traits.folds_float_identities or traits.contracts_mul_add or traits.assumes_finite_math:
+    if (
+        traits.folds_float_identities
+        or traits.contracts_mul_add
+        or traits.assumes_finite_math
+        or traits.divides_by_reciprocal
+    ):
         # last, so what the expansions built (Idiv's exact residuals) is guarded too
         known: dict[str, bool] = {}
         exp = exp.rewrite(lambda node: _guard_known(node, traits, known))
@@ -148,6 +156,13 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
         src = tuple(opaque(s) if known.get(s.key(), False) and not _finite_nonzero(s) else s for s in e.src)
         if src != e.src:
             e = AluExp(e.op, e.dtype, src, e.arg)
+    if (
+        t.divides_by_reciprocal
+        and e.op == AluOp.Idiv
+        and is_float(e.dtype)
+        and known.get(e.src[1].key(), False)
+    ):
+        e = AluExp(e.op, e.dtype, (e.src[0], opaque(e.src[1])), e.arg)
     out = _guard_float_node(e, t) or e
     known[out.key()] = _is_known(out, known)
     return out

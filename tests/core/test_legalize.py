@@ -314,3 +314,24 @@ def test_a_constant_beside_a_sum_of_its_family_is_opaque() -> None:
         kept = legalize(e, traits)
         assert any(s.op == AluOp.Bitcast and s.arg == OPAQUE and s.src[0] == c for s in kept.src), e
     assert legalize((x * y) + c, traits) == (x * y) + c
+
+
+def test_a_known_float_divisor_is_opaque_where_the_compiler_divides_by_reciprocals() -> None:
+    """x / 7 as x * (1/7) rounds twice (NVIDIA's Vulkan driver, float64): with the trait, every
+    divisor the compiler may know is passed through opaque; a divisor read from memory is not."""
+    from jaxcore.legalize import OPAQUE
+
+    x = AluExp.variable(F64, "x")
+    recip = TargetTraits(divides_by_reciprocal=True)
+
+    def divisor(e: AluExp) -> AluExp:
+        return e.src[1]
+
+    by_const = legalize(AluExp(AluOp.Idiv, F64, (x, AluExp.const(F64, 7.0))), recip)
+    assert divisor(by_const).op == AluOp.Bitcast and divisor(by_const).arg == OPAQUE
+    assert (
+        legalize(AluExp(AluOp.Idiv, F64, (x, AluExp.const(F64, 7.0))), TargetTraits()).src[1].op
+        == AluOp.Const
+    )
+    y = AluExp.global_index(F64, 0, 4, AluExp.variable(DType.int32, "i"))
+    assert legalize(AluExp(AluOp.Idiv, F64, (x, y)), recip).src[1] == y
