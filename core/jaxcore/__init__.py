@@ -11,6 +11,7 @@ from jaxcore.backend import (
     Backend,
     BaseBackend,
     Capabilities,
+    DeviceError,
     Executable,
     Slot,
     SlotError,
@@ -50,6 +51,7 @@ from jaxcore.tuner import TuneResult, TuneSize, tune_nullopt
 __version__ = "0.1.0"
 
 __all__ = [
+    "DeviceError",
     "API_VERSION",
     "AluExp",
     "AluGroup",

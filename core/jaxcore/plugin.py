@@ -43,6 +43,7 @@ from jaxcore.backend import (
     Backend,
     BaseBackend,
     Capabilities,
+    DeviceError,
     Executable,
     HostMemory,
     Slot,
@@ -119,6 +120,7 @@ def round_f16(x: np.ndarray) -> np.ndarray:
 
 
 __all__ = [
+    "DeviceError",
     "QUIRKS",
     "expansions",
     "matmul_shape",
