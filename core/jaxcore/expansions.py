@@ -2,18 +2,24 @@
 C-like target, written once in the IR's own ops.
 
 Shader built-ins are too loose for the tolerance table (WGSL's sin/cos: 2^-11 absolute on
-[-pi, pi]; GLSL ES leaves precision to the driver). A dialect with functions and branches may
-emit helper source instead (the WGSL dialect does); any other target — GLSL ES 3.00 is the one in
-mind — sets `TargetTraits.expand_transcendentals` and `legalize` replaces each op by the tree
-below, built from Add/Mul/Where/Bitcast/shifts/Floor/Sqrt only, so the renderer needs nothing
-new. The trees have no branches, so both sides of every choice are computed (Payne-Hanek runs
-for every sin/cos): a few hundred ALU ops, cheap beside a memory access.
+[-pi, pi]; GLSL ES leaves precision to the driver). Every C-style dialect renders these trees as
+helper functions (`jaxcore.cstyle`: `jc_sin_f32` and the others, generated from `expand_node` and
+legalized for the dialect's traits); a target without functions may set
+`TargetTraits.expand_transcendentals` instead, and `legalize` inlines each tree. They are built
+from Add/Mul/Where/Bitcast/shifts/Floor/Sqrt only, so a renderer needs nothing new, and have no
+branches, so both sides of every choice are computed (Payne-Hanek runs for every sin/cos): a few
+hundred ALU ops, cheap beside a memory access.
 
-Algorithms (the same as the WGSL helpers; see jaxcore_webgpu/wgsl_helpers.py for the prose):
-Cody-Waite reduction by pi/2 in three parts for |x| < 8192, exact Payne-Hanek with a 96-bit
-window of 2/pi above; Cephes minimax polynomials on |r| <= pi/4; exp by k ln2 + r with 2^k built
-from bits in two halves; log from the exponent bits and a degree-9 polynomial; atan folded to
-[0, tan(pi/8)]; asin through sqrt((1-|x|)/2) above 1/2; erf/erfc by Abramowitz-Stegun 7.1.26.
+Algorithms. sin/cos: Cody-Waite reduction by pi/2 in three parts (k pi/2 subtracted exactly, the
+parts' low bits zero) for |x| < 8192; above it, exact Payne-Hanek: |x| = m 2^e, and the 96 bits of
+2/pi from bit e - 1 on (a window of the table in `jaxcore.pi_bits`) times m, as 32x32 -> 64-bit
+products in 16-bit halves, give the quadrant and the fraction to ~2^-64; then the Cephes minimax
+polynomials on |r| <= pi/4, sin x = x below 2^-12 (so -0 stays -0). exp: k = round(x / ln 2), r = x
+- k ln2 in two parts, a degree-6 polynomial, and 2^k built from bits in two halves so neither
+overflows before the product. log: the exponent from the bits (a subnormal scaled by 2^24 first),
+the mantissa folded to [sqrt(1/2), sqrt(2)), a degree-9 polynomial. atan folded to [0, tan(pi/8)]
+by 1/x and (x-1)/(x+1); asin through sqrt((1-|x|)/2) above 1/2; erf by its Taylor series below 1/2
+and 1 - erfc above; erfc by Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7) with exp.
 Every op in these trees is exact or correctly rounded in float32 (no fused multiply-add assumed).
 float16 ops are computed in float32 and rounded once.
 """
