@@ -22,6 +22,7 @@ float32; float64 runs on smaller tiles.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from jaxcore.alu import AluOp
@@ -122,9 +123,21 @@ def plan_matmul(kernel: Kernel, target: object, tile: str | None = None) -> Plan
     except UnsupportedOpError:
         return None
     bindings = tuple(("in", g) for g in range(kernel.nargs)) + (("out", 0),)
-    # the epilogue's opaque operands (legalize.opaque) read the always-zero uniform
-    uniform = bytes(16) if "var<uniform> jc_zero" in code else None
-    return Plan((Pass(code, grid, bindings, uniform=uniform),))
+    return Plan((Pass(code, grid, bindings, uniform=zero_uniform(code)),))
+
+
+_GROUP1 = re.compile(r"@group\(\s*1\s*\)")
+
+
+def zero_uniform(code: str) -> bytes | None:
+    """The bytes of the uniform block a shader needs bound at `@group(1) @binding(0)`, or None.
+
+    The epilogue's opaque operands (legalize.opaque: every float + - * on `acc` or a constant
+    product under WGSL_TRAITS) read the always-zero `jc_zero` there. A pass built without it
+    compiles, but every dispatch is rejected by wgpu validation ("expects a BindGroup to be set at
+    index 1"), reported only at the next read. Decided by the declaration itself, not by the
+    helper's name or spelling, so whatever declares group 1 gets it bound."""
+    return bytes(16) if _GROUP1.search(code) else None
 
 
 def render(kernel: Kernel, mm: MatmulShape, t: Tile, exact_subnormals: bool = True) -> str:
@@ -349,4 +362,4 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile, exact_subnormals: bool = Tr
     return "\n".join(L) + "\n"
 
 
-__all__ = ["MIN_WORK", "TILES", "Tile", "choose_tile", "plan_matmul", "render"]
+__all__ = ["MIN_WORK", "TILES", "Tile", "choose_tile", "plan_matmul", "render", "zero_uniform"]

@@ -235,3 +235,47 @@ def test_flipped_and_batch_broadcast_operands(gpu):
     assert tiled(exe)
     want = a.astype(np.float64) @ b[::-1].astype(np.float64)
     np.testing.assert_allclose(got.reshape(batch, m, n), want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("mnk", [(64, 64, 64), (256, 256, 784)], ids=["64^3", "256x256x784"])
+@pytest.mark.parametrize("c_first", [False, True], ids=["C-acc*0.1", "acc*0.1-C"])
+def test_epilogue_product_beside_another_input(gpu, mnk, c_first):
+    """C - acc * 0.1 and acc * 0.1 - C (a training step's W - lr * grad): the epilogue's opaque
+    operands read the zero uniform at @group(1), which the tiled pass must bind; without it every
+    dispatch failed wgpu validation ("expects a BindGroup to be set at index 1")."""
+    m, n, kk = mnk
+    acc, c = AluVar.acc(F32), gi(2, m * n, g)
+    epi = c - acc * 0.1 if c_first else acc * 0.1 - c
+    k = matmul_kernel(m, n, kk, epilogue=epi, nargs=3)
+    plan = matmul.plan_matmul(k, gpu.target)
+    assert plan is not None and plan.passes[0].uniform == bytes(16)
+    a, b, sa, sb = operands(m, n, kk, 1, False, False)
+    cc = RNG.normal(0, 1, (m, n)).astype(np.float32)
+    exe, got = run(gpu, k, [sa, sb, cc.ravel()])
+    assert tiled(exe)
+    prod = (a[0].astype(np.float64) @ b[0]) * np.float32(0.1)
+    want = cc - prod if c_first else prod - cc
+    np.testing.assert_allclose(got.reshape(m, n), want, rtol=1e-4, atol=1e-4 * np.sqrt(kk))
+
+
+def test_uniform_bound_exactly_when_declared(gpu):
+    """A pass carries the zero uniform exactly when its shader declares @group(1): epilogues with
+    and without opaque operands, and the plain product, which keeps the one-pass fast path."""
+    acc, m = AluVar.acc(F32), 48
+    c = gi(2, m * m, g)
+    epilogues = {
+        "identity": None,
+        "relu": AluExp.max(acc, AluExp.f32(0.0)),
+        "acc+C": acc + c,
+        "C-acc*0.1": c - acc * 0.1,
+        "where": AluExp.where(AluExp.cmplt(AluExp.f32(0.0), c), acc, -acc),
+        "f16": AluExp.cast(DType.float16, acc * 0.5),
+    }
+    for name, epi in epilogues.items():
+        k = matmul_kernel(m, m, m, epilogue=epi, nargs=3)
+        plan = matmul.plan_matmul(k, gpu.target)
+        assert plan is not None, name
+        (p,) = plan.passes
+        assert (p.uniform is not None) == ("@group(1)" in p.code), name
+    exe = gpu.prepare_kernel(matmul_kernel(m, m, m))
+    assert exe.data.single is not None  # no uniform: the short recording path
