@@ -240,6 +240,13 @@ class WebGpuBackend(QueuedBackend):
         """The compiler's plan for a kernel (jaxcore_webgpu.codegen), in the runtime's terms, for
         this device or for `target`."""
         target = target or self.target
+        limit = self.capabilities.max_buffer_bytes
+        need = max([kernel.bytes, *kernel.input_bytes()])
+        if need > limit:
+            # No buffer of this device holds it, so it can never be dispatched, and its sizes (past
+            # u32) have no WGSL literal: say so here rather than as a shader validation error.
+            why = f"kernel needs a buffer of {need} bytes; max_buffer_bytes is {limit}"
+            raise UnsupportedOpError(None, kernel.dtype, self.name, why)
         try:
             from jaxcore_webgpu import codegen
         except ImportError as e:
