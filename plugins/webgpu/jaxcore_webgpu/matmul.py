@@ -105,9 +105,12 @@ def plan_matmul(kernel: Kernel, target: object, tile: str | None = None) -> Plan
         and tile is None
     ):
         return None
-    if mm.product == DType.float16 and not getattr(target, "has_f16", False):
+    # every dtype the shader declares (render's `enable f16;` and f64 come from all of these, not
+    # only the product): a float16 operand widened to float32 or an epilogue's cast needs them too
+    dtypes = {mm.product, mm.acc, mm.out, mm.a.dtype, mm.b.dtype} | {e.dtype for e in mm.epilogue.nodes()}
+    if DType.float16 in dtypes and not getattr(target, "has_f16", False):
         return None
-    if DType.float64 in (mm.product, mm.acc, mm.out) and not getattr(target, "has_f64", False):
+    if DType.float64 in dtypes and not getattr(target, "has_f64", False):
         return None
     t = choose_tile(mm, target, tile)
     if t is None:

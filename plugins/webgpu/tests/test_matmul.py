@@ -279,3 +279,23 @@ def test_uniform_bound_exactly_when_declared(gpu):
         assert (p.uniform is not None) == ("@group(1)" in p.code), name
     exe = gpu.prepare_kernel(matmul_kernel(m, m, m))
     assert exe.data.single is not None  # no uniform: the short recording path
+
+
+def test_no_tile_for_dtypes_the_adapter_lacks(gpu):
+    """A float16 operand widened to float32, a float16 store or a float64 step in the epilogue make
+    the tiled shader `enable f16` or use f64: without the feature the generic compiler takes them."""
+    from dataclasses import replace
+
+    acc = AluVar.acc(F32)
+    kernels = {
+        "f16 widened": (matmul_kernel(64, 64, 64, dtype=DType.float16, cast_to=F32), "has_f16"),
+        "f16 store": (matmul_kernel(64, 64, 64, epilogue=AluExp.cast(DType.float16, acc)), "has_f16"),
+        "f64 step": (
+            matmul_kernel(64, 64, 64, epilogue=AluExp.cast(F32, AluExp.cast(DType.float64, acc) * 0.5)),
+            "has_f64",
+        ),
+    }
+    for name, (k, feature) in kernels.items():
+        assert matmul.plan_matmul(k, replace(gpu.target, **{feature: False})) is None, name
+        if getattr(gpu.target, feature):
+            assert matmul.plan_matmul(k, gpu.target) is not None, name
