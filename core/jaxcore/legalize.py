@@ -366,7 +366,9 @@ def _int_divmod(e: AluExp, t: TargetTraits) -> AluExp | None:
     if not t.native_int_mod_truncates and not is_div and dt == DType.int32:
         # a % b = a - (a / b) * b, with the quotient truncating toward zero.
         q = _int_divmod(AluExp(AluOp.Idiv, dt, (a, b)), t) or AluExp(AluOp.Idiv, dt, (a, b))
-        return AluExp.sub(a, AluExp.mul(q, b))
+        r = AluExp.sub(a, AluExp.mul(q, b))
+        # the guarded quotient of x / 0 is 0, which would leave x; the contract's x % 0 is 0
+        return r if _is_nonzero_const(b) else AluExp.where(_eq(b, 0), _c(dt, 0), r)
     if not guard_zero and not guard_neg1:
         return None
     bad = None

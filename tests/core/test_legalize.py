@@ -335,3 +335,13 @@ def test_a_known_float_divisor_is_opaque_where_the_compiler_divides_by_reciproca
     )
     y = AluExp.global_index(F64, 0, 4, AluExp.variable(DType.int32, "i"))
     assert legalize(AluExp(AluOp.Idiv, F64, (x, y)), recip).src[1] == y
+
+
+def test_mod_through_the_quotient_keeps_x_mod_zero_zero() -> None:
+    """A target whose % does not truncate gets a - (a / b) * b; by zero that must still be 0."""
+    traits = TargetTraits(native_int_mod_truncates=False)
+    a, b = AluExp.variable(I32, "a"), AluExp.variable(I32, "b")
+    e = legalize(AluExp(AluOp.Mod, I32, (a, b)), traits)
+    av = np.array([7, -7, 7, -7, INT32_MIN, 5, -5], np.int32)
+    bv = np.array([0, 0, -3, 3, -1, 2, 0], np.int32)
+    np.testing.assert_array_equal(_run(e, {"a": av, "b": bv}), [0, 0, 1, -1, 0, 1, 0])

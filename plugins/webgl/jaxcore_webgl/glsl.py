@@ -64,18 +64,8 @@ GLSL_TRAITS = TargetTraits(
 
 
 def lower(exp: AluExp) -> AluExp:
-    """`exp` as the dialect renders it: views as reads, then legalized for GLSL_TRAITS.
-
-    legalize spells int32 `%` as a - (a/b)*b without native truncation, but its guarded quotient
-    makes x % 0 = x there (the contract: 0), so int32 `%` is guarded against 0 first (to go once
-    legalize guards it itself)."""
-
-    def guard(e: AluExp) -> AluExp | None:
-        if e.op != AluOp.Mod or e.dtype != I32 or (e.src[1].op == AluOp.Const and e.src[1].arg != 0):
-            return None
-        return AluExp.where(AluExp.cmpne(e.src[1], AluExp.i32(0)), e, AluExp.i32(0))
-
-    return legalize(exp.rewrite_global_views().rewrite(guard), GLSL_TRAITS)
+    """`exp` as the dialect renders it: views as reads, then legalized for GLSL_TRAITS."""
+    return legalize(exp.rewrite_global_views(), GLSL_TRAITS)
 
 
 Render = Callable[[ExpRenderer, AluExp, list[str]], str]
