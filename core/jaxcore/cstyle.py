@@ -175,6 +175,12 @@ class CStyleLanguage:
 
         return render_program(program, self)
 
+    def render_source(self, program: Program, helpers: set[str], body: list[str]) -> str:
+        """The source around the entry point's body lines: prelude, the `helpers` the program calls
+        (in dependency order), then the entry point."""
+        kernel = self.render_kernel(program.name, program.params, body)
+        return "\n".join(x for x in (self.render_prelude(), self.render_helpers(helpers), kernel) if x)
+
     def render_prelude(self) -> str:
         """Text before the helpers (includes, type definitions, enables)."""
         return ""
@@ -202,6 +208,18 @@ class CStyleLanguage:
     def render_store(self, r: ExpRenderer, param: str, idx: str, value: str, dtype: DType) -> str:
         """Element `idx` of the output `param` set to `value` (converted to the storage type)."""
         return f"{param}[{strip_parens(idx)}] = {strip_parens(value)};"
+
+    # GPU statements; a serial dialect has none of them.
+    def render_thread_index(self, var: str, size: int, local: int) -> list[str]:
+        """Lines binding `var` to this thread's index (`local` threads a workgroup) and stopping
+        the threads at or past `size`."""
+        raise NotImplementedError(f"{self.name} has no thread grid")
+
+    def render_vec_load(self, name: str, param: str, idx: str) -> str:
+        raise NotImplementedError(f"{self.name} has no vector loads")
+
+    def render_vec_store(self, r: ExpRenderer, param: str, idx: str, values: list[str], dtype: DType) -> str:
+        raise NotImplementedError(f"{self.name} has no vector stores")
 
     def render_special(self, r: ExpRenderer, e: AluExp) -> str:
         return e.arg[0] if e.op == AluOp.Special else e.arg

@@ -29,7 +29,8 @@ in `_render_stmt` calling a new language hook.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 from jaxcore.alu import AluExp, AluOp
 from jaxcore.backend import UnsupportedOpError
@@ -53,6 +54,7 @@ class Param:
     dtypes: tuple[DType, ...]
     elements: int
     output: bool = False
+    lanes: int = 1  # elements a vector load or store of it moves (`VecLoad`, `VecStore`)
 
     @property
     def dtype(self) -> DType:
@@ -100,16 +102,50 @@ class Grid:
     body: tuple[Stmt, ...]
 
 
-Stmt = Let | Define | Accumulate | Store | Loop | Grid
+@dataclass(frozen=True)
+class ThreadIndex:
+    """`var`: this thread's index, `local` threads a workgroup; a thread at or past `size` stops
+    (a GPU's flat grid; the statements after it run once per index, not nested)."""
+
+    var: str
+    size: int
+    local: int
+
+
+@dataclass(frozen=True)
+class VecLoad:
+    """`name`: vector number `index` of input `param` (its `lanes` elements); an expression reads
+    lane u as the Variable `name.xyzw[u]`."""
+
+    name: str
+    param: str
+    index: AluExp
+
+
+@dataclass(frozen=True)
+class VecStore:
+    """Vector number `index` of the output `param` set to `values`, one a lane."""
+
+    param: str
+    index: AluExp
+    values: tuple[AluExp, ...]
+
+
+Stmt = Let | Define | Accumulate | Store | Loop | Grid | ThreadIndex | VecLoad | VecStore
+
+LANES = "xyzw"
 
 
 @dataclass(frozen=True)
 class Program:
-    """One entry point: its parameters (inputs in order, then the output) and its statements."""
+    """One entry point: its parameters (inputs in order, then the output) and its statements; a GPU
+    program also its workgroup size and its grid of workgroups (x, y, z)."""
 
     name: str
     params: tuple[Param, ...]
     body: tuple[Stmt, ...]
+    local: int = 1
+    grid: tuple[int, int, int] = (1, 1, 1)
 
     def statements(self) -> Iterator[Stmt]:
         """Every statement, nested ones included, in program order."""
@@ -137,6 +173,10 @@ def _own_exps(s: Stmt) -> tuple[AluExp, ...]:
         return (s.value,)
     if isinstance(s, Store):
         return (s.index, s.value)
+    if isinstance(s, VecLoad):
+        return (s.index,)
+    if isinstance(s, VecStore):
+        return (s.index, *s.values)
     return ()
 
 
@@ -220,6 +260,115 @@ def reduce_per_output(kernel: Kernel, tune: TuneResult, traits: TargetTraits, na
 SERIAL_STRATEGIES: tuple[Strategy, ...] = (elementwise, reduce_per_output)
 
 
+# ---- GPU strategies ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """What the GPU strategies need of a device beyond its traits (the tuner's `GpuLimits` has
+    the rest): how far a grid dimension goes, and which element dtypes have a 4-lane vector."""
+
+    max_workgroups_per_dim: int = 65535
+    vector_dtypes: tuple[DType, ...] = (DType.float32, DType.int32, DType.uint32)
+
+
+def fold_grid(n: int, max_dim: int) -> tuple[int, int, int]:
+    """`n` workgroups as (x, y, z), each at most `max_dim`; x*y*z >= n (the program checks)."""
+    if n <= max_dim:
+        return (n, 1, 1)
+    gy = -(-n // max_dim)
+    if gy <= max_dim:
+        gx = -(-n // gy)
+        return (gx, gy, 1)
+    gz = -(-n // (max_dim * max_dim))
+    if gz > max_dim:
+        raise ValueError(f"{n} workgroups exceed a {max_dim}^3 grid")
+    gy = -(-n // (max_dim * gz))
+    return (max_dim, gy, gz)
+
+
+def _grid(target: GpuTarget, threads: int, local: int) -> tuple[int, int, int]:
+    return fold_grid(-(-threads // local), target.max_workgroups_per_dim)
+
+
+def thread_elementwise(
+    target: GpuTarget, kernel: Kernel, tune: TuneResult, traits: TargetTraits, name: str
+) -> Program | None:
+    """One thread per output, `local` threads a workgroup."""
+    if kernel.reduction is not None:
+        return None
+    exp = legalize(tune.exp, traits)
+    local = tune.size.local
+    body = (ThreadIndex("gidx", kernel.size, local), Store("out0", tune.output_idx_exp, exp))
+    return Program(name, _params(kernel, exp), body, local, _grid(target, kernel.size, local))
+
+
+def _replace_special(exp: AluExp, name: str, value: AluExp, cache: dict[str, AluExp]) -> AluExp:
+    """`exp` with the Special `name` replaced by `value`, simplified with `cache` (shared by the
+    lanes of one thread, so that they share what they can)."""
+
+    def visit(e: AluExp) -> AluExp | None:
+        return value if e.op == AluOp.Special and e.arg[0] == name else None
+
+    return exp.rewrite(visit).simplify(cache)
+
+
+def _lane_vars(exp: AluExp, u: int, inputs: set[int] | frozenset[int]) -> AluExp:
+    """`exp` with every read of the `inputs` replaced by lane `u` of that input's vector load."""
+
+    def visit(node: AluExp) -> AluExp | None:
+        if node.op == AluOp.GlobalIndex and node.arg[0] in inputs:
+            return AluExp.variable(node.dtype, f"jc_v{node.arg[0]}.{LANES[u]}")
+        return None
+
+    return exp.rewrite(visit)
+
+
+def vec4_elementwise(
+    target: GpuTarget, kernel: Kernel, tune: TuneResult, traits: TargetTraits, name: str
+) -> Program | None:
+    """Four outputs a thread with vector loads and stores, for contiguous elementwise maps.
+
+    Each lane's expression is the kernel's with `gidx = 4 q + u`, simplified with one cache; an
+    input read only at `4 q + u` in lane u (and sized in whole vectors) becomes one vector load a
+    thread, anything else stays a scalar read. None when no input qualifies."""
+    n = kernel.size
+    if kernel.reduction is not None or n % 4 or n < 4 or kernel.dtype not in target.vector_dtypes:
+        return None
+    q = AluExp.special(DType.int32, "jc_q", n // 4)
+    cache: dict[str, AluExp] = {}
+    lane_idx = [AluExp.add(AluExp.mul(q, AluExp.i32(4)), AluExp.i32(u)).simplify(cache) for u in range(4)]
+    lanes = [_replace_special(tune.exp, "gidx", lane_idx[u], cache) for u in range(4)]
+    need = kernel.input_bytes()
+    reads: dict[int, bool] = {}
+    for u, e in enumerate(lanes):
+        for node in e.nodes():
+            if node.op == AluOp.GlobalIndex:
+                gid = node.arg[0]
+                ok = node.src[0] == lane_idx[u] and node.dtype in target.vector_dtypes and need[gid] % 16 == 0
+                reads[gid] = reads.get(gid, True) and ok
+    vec_in = {g for g, ok in reads.items() if ok}
+    if not vec_in:
+        return None
+    values = tuple(legalize(_lane_vars(e, u, vec_in), traits) for u, e in enumerate(lanes))
+    params = tuple(
+        replace(p, lanes=4) if p.output or p.index in vec_in else p
+        for p in _params(kernel, legalize(tune.exp, traits))
+    )
+    local = tune.size.local
+    body: tuple[Stmt, ...] = (
+        ThreadIndex("jc_q", n // 4, local),
+        *(VecLoad(f"jc_v{g}", f"in{g}", q) for g in sorted(vec_in)),
+        VecStore("out0", q, values),
+    )
+    return Program(name, params, body, local, _grid(target, n // 4, local))
+
+
+def gpu_strategies(target: GpuTarget) -> tuple[Strategy, ...]:
+    """The GPU strategies for `target`, in the order `build_program` tries them."""
+    return (partial(vec4_elementwise, target), partial(thread_elementwise, target))
+
+
 def build_program(
     kernel: Kernel,
     tune: TuneResult,
@@ -243,8 +392,7 @@ def render_program(program: Program, lang: CStyleLanguage) -> str:
     order), then the entry point with its statements."""
     root = ExpRenderer(lang)
     body = _render_block(program.body, root)
-    kernel = lang.render_kernel(program.name, program.params, body)
-    return "\n".join(x for x in (lang.render_prelude(), lang.render_helpers(root.used_helpers), kernel) if x)
+    return lang.render_source(program, root.used_helpers, body)
 
 
 def _indent(lines: list[str]) -> list[str]:
@@ -274,6 +422,14 @@ def _render_stmt(s: Stmt, r: ExpRenderer) -> None:
         r.lines.append(lang.render_assign(s.name, text))
     elif isinstance(s, Store):
         r.lines.append(lang.render_store(r, s.param, r.render(s.index), r.render(s.value), s.value.dtype))
+    elif isinstance(s, ThreadIndex):
+        r.lines += lang.render_thread_index(s.var, s.size, s.local)
+    elif isinstance(s, VecLoad):
+        r.lines.append(lang.render_vec_load(s.name, s.param, r.render(s.index)))
+    elif isinstance(s, VecStore):
+        index = r.render(s.index)
+        values = [r.render(v) for v in s.values]
+        r.lines.append(lang.render_vec_store(r, s.param, index, values, s.values[0].dtype))
     elif isinstance(s, Loop | Grid):
         if isinstance(s, Loop):
             head, tail = lang.render_loop(s.var, s.size, s.step)

@@ -51,6 +51,7 @@ from jaxcore.cstyle import ExpRenderer
 from jaxcore.dtype import DType, byte_width, is_float
 from jaxcore.kernel import Kernel
 from jaxcore.legalize import TargetTraits, legalize, opaque
+from jaxcore.program import GpuTarget, Program, build_program, fold_grid, gpu_strategies
 from jaxcore.tuner import GpuLimits, TuneResult, tune_gpu
 from jaxcore_webgpu.wgsl import WGSL_TRAITS, WGSLLanguage
 
@@ -117,21 +118,6 @@ class ShaderPlan:
     passes: tuple[ShaderProgram, ...]
     scratch: tuple[int, ...] = ()  # byte sizes
     tune: TuneResult | None = None
-
-
-def fold_grid(n: int, max_dim: int) -> tuple[int, int, int]:
-    """`n` workgroups as (x, y, z), each at most `max_dim`; x*y*z >= n (the shader checks)."""
-    if n <= max_dim:
-        return (n, 1, 1)
-    gy = -(-n // max_dim)
-    if gy <= max_dim:
-        gx = -(-n // gy)
-        return (gx, gy, 1)
-    gz = -(-n // (max_dim * max_dim))
-    if gz > max_dim:
-        raise ValueError(f"{n} workgroups exceed a {max_dim}^3 grid")
-    gy = -(-n // (max_dim * gz))
-    return (max_dim, gy, gz)
 
 
 def _identity_exp(dtype: DType, op: AluOp, identity: float | int) -> AluExp:
@@ -259,10 +245,10 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
 
     red = kernel.reduction
     if red is None:
-        vec = _elementwise_vec4(kernel, tune, lang, target, traits, enables, in_dtypes, need)
-        if vec is not None:
-            return ShaderPlan((vec,), (), tune)
-        return ShaderPlan((_elementwise(kernel, tune, lang, target, exp, enables, declare),), (), tune)
+        lang.enables = tuple(enables)
+        gpu = GpuTarget(target.max_workgroups_per_dim, _VEC_DTYPES)
+        program = build_program(kernel, tune, traits, gpu_strategies(gpu))
+        return ShaderPlan((_shader(lang, program),), (), tune)
     if tune.size.split > 1 or tune.size.groups > 1:
         rows = _reduction_vec4(kernel, tune, traits, need, epilogue)
         if tune.size.split > 1:
@@ -271,6 +257,24 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
             (_grouped(kernel, tune, lang, target, exp, epilogue, enables, declare, rows),), (), tune
         )
     return ShaderPlan((_per_thread(kernel, tune, lang, target, exp, epilogue, enables, declare),), (), tune)
+
+
+def _shader(lang: WGSLLanguage, program: Program) -> ShaderProgram:
+    """`program` rendered, with the bindings and features the runtime needs to run it."""
+    code = lang.render_program(program)
+    bindings = tuple(
+        Binding(b, "out" if p.output else "in", p.index, p.dtype, p.elements, not p.output)
+        for b, p in enumerate(program.params)
+    )
+    feats = tuple(("shader-f16" if e == "f16" else e) for e in lang.enables)
+    if "f64" in lang.features:
+        feats += ("shader-f64",)
+    uniform = bytes(16) if lang.uses_uniform else None
+    return ShaderProgram(code, "main", (program.local, 1, 1), program.grid, bindings, (), feats, uniform)
+
+
+_VEC_DTYPES = (DType.float32, DType.int32, DType.uint32)
+_LANES = "xyzw"
 
 
 def _store(p: _Program, r: ExpRenderer, dtype: DType, idx: AluExp, value: AluExp) -> None:
@@ -282,93 +286,6 @@ def _store(p: _Program, r: ExpRenderer, dtype: DType, idx: AluExp, value: AluExp
 
 def _indent(lines: list[str], n: int) -> list[str]:
     return [" " * n + ln for ln in lines]
-
-
-def _elementwise(kernel, tune, lang, target, exp, enables, declare) -> ShaderProgram:
-    p = _Program(lang, target)
-    declare(p)
-    wg = tune.size.local
-    n_wg = -(-kernel.size // wg)
-    grid = fold_grid(n_wg, target.max_workgroups_per_dim)
-    r = p.root
-    _store(p, r, kernel.dtype, tune.output_idx_exp, exp)
-    p.body += [
-        f"  let gidx_u: u32 = wg * {wg}u + lid;",
-        f"  if (gidx_u >= {kernel.size}u) {{ return; }}",
-        "  let gidx: i32 = i32(gidx_u);",
-        *_indent(r.lines, 2),
-    ]
-    return p.finish(wg, grid, enables, [])
-
-
-_VEC_DTYPES = (DType.float32, DType.int32, DType.uint32)
-_LANES = "xyzw"
-
-
-def _elementwise_vec4(kernel, tune, lang, target, traits, enables, in_dtypes, need) -> ShaderProgram | None:
-    """Four outputs per thread with vec4 loads and stores, for contiguous elementwise maps.
-
-    Each lane's expression is the kernel's with `gidx = 4 q + u`, simplified with one cache so the
-    lanes share what they can; an input read only at `4 q + u` in lane u (and sized in whole
-    vec4s) becomes one `vec4` load per thread, anything else stays a scalar read of its
-    component (`in[i >> 2][i & 3]` on a vec4 binding would also do, but is not needed).
-    """
-    n = kernel.size
-    if n % 4 or n < 4 or kernel.dtype not in _VEC_DTYPES:
-        return None
-    q = AluExp.special(DType.int32, "jc_q", n // 4)
-    cache: dict[str, AluExp] = {}
-    lane_idx = [AluExp.add(AluExp.mul(q, AluExp.i32(4)), AluExp.i32(u)).simplify(cache) for u in range(4)]
-
-    def sub(u: int) -> AluExp:
-        def visit(e: AluExp) -> AluExp | None:
-            if e.op == AluOp.Special and e.arg[0] == "gidx":
-                return lane_idx[u]
-            return None
-
-        return tune.exp.rewrite(visit).simplify(cache)
-
-    lanes = [sub(u) for u in range(4)]
-    reads: dict[int, bool] = {}
-    for u, e in enumerate(lanes):
-        for node in e.nodes():
-            if node.op == AluOp.GlobalIndex:
-                gid = node.arg[0]
-                ok = node.src[0] == lane_idx[u] and node.dtype in _VEC_DTYPES and need[gid] % 16 == 0
-                reads[gid] = reads.get(gid, True) and ok
-    vec_in = {g for g, ok in reads.items() if ok}
-    if not vec_in:
-        return None
-
-    def to_var(u: int, e: AluExp) -> AluExp:
-        def visit(node: AluExp) -> AluExp | None:
-            if node.op == AluOp.GlobalIndex and node.arg[0] in vec_in:
-                return AluExp.variable(node.dtype, f"jc_v{node.arg[0]}.{_LANES[u]}")
-            return None
-
-        return legalize(e.rewrite(visit), traits)
-
-    lanes = [to_var(u, e) for u, e in enumerate(lanes)]
-    p = _Program(lang, target)
-    for gid in range(kernel.nargs):
-        dt = in_dtypes.get(gid, DType.uint32)
-        p.bind("in", gid, dt, need[gid] // byte_width(dt), True, f"in{gid}", vec=gid in vec_in)
-    p.bind("out", 0, kernel.dtype, n, False, "out0", vec=True)
-    r = p.root
-    r.count(*lanes)
-    vals = [r.render(e) for e in lanes]
-    ty = lang.type_name(kernel.dtype)
-    wg = tune.size.local
-    grid = fold_grid(-(-(n // 4) // wg), target.max_workgroups_per_dim)
-    p.body += [
-        f"  let jc_qu: u32 = wg * {wg}u + lid;",
-        f"  if (jc_qu >= {n // 4}u) {{ return; }}",
-        "  let jc_q: i32 = i32(jc_qu);",
-        *(f"  let jc_v{g} = in{g}[jc_q];" for g in sorted(vec_in)),
-        *_indent(r.lines, 2),
-        f"  out0[jc_q] = vec4<{ty}>({', '.join(v for v in vals)});",
-    ]
-    return p.finish(wg, grid, enables, [])
 
 
 def _combine_fn(lang: WGSLLanguage, r: ExpRenderer, red, traits: TargetTraits) -> str:

@@ -41,6 +41,7 @@ from jaxcore.dtype import bitcast as bitcast_values
 from jaxcore.dtype import cast as cast_values
 from jaxcore.expansions import expand_node
 from jaxcore.legalize import TargetTraits, legalize
+from jaxcore.program import Program
 from jaxcore_webgpu import wgsl_helpers
 
 WGSL_TRAITS = TargetTraits(
@@ -375,6 +376,52 @@ class WGSLLanguage(CStyleLanguage):
     def render_load(self, r: ExpRenderer, e: AluExp, idx: str) -> str:
         load = f"in{e.arg[0]}[{strip_parens(idx)}]"
         return f"({load} != 0i)" if e.dtype == DType.bool else load
+
+    # ---- statements (jaxcore.program) ----
+    enables: tuple[str, ...] = ()  # `enable` directives of the program; the code generator sets them
+    uses_uniform: bool = False  # whether the last program rendered calls jc_zero (the uniform block)
+
+    def render_source(self, program: Program, helpers: set[str], body: list[str]) -> str:
+        """Enables, the storage bindings, helpers, then `main` over the flat workgroup index `wg`
+        (a grid folded into 2-D/3-D is linearised here); every binding is used, so `layout="auto"`
+        sees them all."""
+        decls = []
+        for b, p in enumerate(program.params):
+            ty = self.storage_type(p.dtype)
+            ty = f"vec{p.lanes}<{ty}>" if p.lanes > 1 else ty
+            access = "read_write" if p.output else "read"
+            decls.append(f"@group(0) @binding({b}) var<storage, {access}> {p.name}: array<{ty}>;")
+        self.uses_uniform = "jc_zero" in self.helper_order(helpers)
+        gx, gy, _ = program.grid
+        main = [
+            f"@compute @workgroup_size({program.local}, 1, 1)",
+            "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {",
+            *(f"  _ = &{p.name};" for p in program.params),
+            f"  let wg: u32 = wid.x + wid.y * {gx}u + wid.z * {gx * gy}u;",
+            *(f"  {ln}" for ln in body),
+            "}",
+            "",
+        ]
+        enables = [f"enable {e};" for e in self.enables]
+        return "\n".join([*enables, *decls, self.render_helpers(helpers), *main])
+
+    def render_thread_index(self, var: str, size: int, local: int) -> list[str]:
+        u = f"{var}u" if var.startswith("jc_") else f"{var}_u"
+        return [
+            f"let {u}: u32 = wg * {local}u + lid;",
+            f"if ({u} >= {size}u) {{ return; }}",
+            f"let {var}: i32 = i32({u});",
+        ]
+
+    def render_vec_load(self, name: str, param: str, idx: str) -> str:
+        return f"let {name} = {param}[{strip_parens(idx)}];"
+
+    def render_vec_store(self, r: ExpRenderer, param: str, idx: str, values: list[str], dtype: DType) -> str:
+        vec = f"vec{len(values)}<{self.type_name(dtype)}>"
+        return f"{param}[{strip_parens(idx)}] = {vec}({', '.join(values)});"
+
+    def render_store(self, r: ExpRenderer, param: str, idx: str, value: str, dtype: DType) -> str:
+        return f"{param}[{idx}] = {self.store_value(r, dtype, value)};"
 
     def store_value(self, r: ExpRenderer, dtype: DType, x: str) -> str:
         """A value of `dtype` as its storage type (bool -> i32 0/1)."""
