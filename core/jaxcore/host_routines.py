@@ -9,7 +9,7 @@ output buffers start with garbage.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,27 @@ def run_routine(routine: Routine, inputs: list[np.ndarray], outputs: list[np.nda
     _check_arrays(routine, inputs, outputs)
     with np.errstate(all="ignore"):
         _RUNNERS[routine.name](routine, inputs, outputs)
+
+
+def run_routine_on_buffers(routine: Routine, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+    """`run_routine` on raw little-endian buffers (bytearray, memoryview: what a host-memory
+    backend holds), each viewed as the routine's type says: the routine fallback of any device
+    whose buffers the host can see."""
+    t = routine.type
+
+    def views(
+        bufs: Sequence[Any], dtypes: Sequence[DType], shapes: Sequence[tuple[int, ...]]
+    ) -> list[np.ndarray]:
+        return [
+            np.frombuffer(b, dtype=to_numpy(d)).reshape(s)
+            for b, d, s in zip(bufs, dtypes, shapes, strict=True)
+        ]
+
+    run_routine(
+        routine,
+        views(inputs, t.input_dtypes, t.input_shapes),
+        views(outputs, t.output_dtypes, t.output_shapes),
+    )
 
 
 def _check_arrays(routine: Routine, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:

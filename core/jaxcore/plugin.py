@@ -26,7 +26,7 @@ What is here, by purpose (docs/backend-reference.md explains each):
   mod 32, arithmetic/logical right shift), `bit_combine`, `compare`, `threefry2x32`, `round_f16`,
   `erf`/`erfc`, `const_value`, `normalize_bool`, `INT32_MIN`/`INT32_MAX`/`UINT32_MAX`
 - host fallbacks: `Interpreter` (evaluates any expression by the contract), `run_routine` (every routine
-  in numpy, on arrays laid out as the routine's type says)
+  in numpy, on arrays laid out as the routine's type says; `run_routine_on_buffers` on raw buffers)
 - dtypes: `DType`, `byte_width`, `is_float`, `is_int`, `to_numpy`, `from_numpy`, `promote_types`
 - settings: `current_settings()` (`.plugin("mydev")`, `.plugin_flag(...)`, `.cache_dir`)
 """
@@ -78,7 +78,7 @@ from jaxcore.dtype import (
     to_numpy,
 )
 from jaxcore.hookspecs import BackendFactory, RegisterDevice, hookimpl
-from jaxcore.host_routines import run_routine
+from jaxcore.host_routines import run_routine, run_routine_on_buffers
 from jaxcore.interpret import Interpreter
 from jaxcore.kernel import Kernel, Reduction
 from jaxcore.legalize import TargetTraits, divide_rn, is_nan, legalize, opaque
@@ -201,6 +201,7 @@ __all__ = [
     "promote_types",
     "round_f16",
     "run_routine",
+    "run_routine_on_buffers",
     "threefry2x32",
     "to_numpy",
     "tune_nullopt",

@@ -33,8 +33,7 @@ from jaxcore.plugin import (
     current_settings,
     lowering_digest,
     program,
-    run_routine,
-    to_numpy,
+    run_routine_on_buffers,
     tune_nullopt,
 )
 from jaxcore_c import __version__
@@ -103,17 +102,10 @@ class CBackend(HostMemory, BaseBackend):  # storage: a bytearray per buffer (Hos
     def _run(self, exe: Executable, inputs: list[bytearray], outputs: list[bytearray]) -> None:
         src = exe.source
         if isinstance(src, Routine):
-            t = src.type
-            ins = [_view(b, d, s) for b, d, s in zip(inputs, t.input_dtypes, t.input_shapes, strict=True)]
-            outs = [_view(b, d, s) for b, d, s in zip(outputs, t.output_dtypes, t.output_shapes, strict=True)]
-            run_routine(src, ins, outs)
+            run_routine_on_buffers(src, inputs, outputs)
             return
         bufs = [*inputs, *outputs]
         arrays = [np.frombuffer(b, np.uint8) for b in bufs]  # kept alive across the call
         ptrs = (ctypes.c_void_p * len(bufs))(*(a.ctypes.data for a in arrays))
         sizes = (ctypes.c_uint64 * len(bufs))(*(len(b) for b in bufs))
         exe.data(ptrs, sizes)
-
-
-def _view(buf: bytearray, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
-    return np.frombuffer(buf, dtype=to_numpy(dtype)).reshape(shape)

@@ -22,7 +22,7 @@ from jaxcore.plugin import (
     Routine,
     Routines,
     arith,
-    run_routine,
+    run_routine_on_buffers,
     to_numpy,
     tune_nullopt,
 )
@@ -50,10 +50,7 @@ class ExampleBackend(HostMemory, BaseBackend):  # storage: a bytearray per buffe
     def _run(self, exe: Executable, inputs: list[bytearray], outputs: list[bytearray]) -> None:
         src = exe.source
         if isinstance(src, Routine):
-            t = src.type
-            ins = [_view(b, d, s) for b, d, s in zip(inputs, t.input_dtypes, t.input_shapes, strict=True)]
-            outs = [_view(b, d, s) for b, d, s in zip(outputs, t.output_dtypes, t.output_shapes, strict=True)]
-            run_routine(src, ins, outs)
+            run_routine_on_buffers(src, inputs, outputs)
             return
         out = np.frombuffer(outputs[0], dtype=to_numpy(src.dtype))
 
@@ -79,7 +76,3 @@ class ExampleBackend(HostMemory, BaseBackend):  # storage: a bytearray per buffe
                 acc = arith(_FOLD[red.op.value], acc, np.broadcast_to(item, acc.shape), red.dtype)
             value = Interpreter({"gidx": gidx, "acc": acc}, read).run(tuned.epilogue)
         out[:] = np.broadcast_to(value, out.shape)
-
-
-def _view(buf: bytearray, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
-    return np.frombuffer(buf, dtype=to_numpy(dtype)).reshape(shape)
