@@ -32,7 +32,7 @@ from jaxcore.dtype import DType, is_float
 from jaxcore.legalize import OPAQUE, TargetTraits, legalize
 
 if TYPE_CHECKING:
-    from jaxcore.program import Param, Program
+    from jaxcore.program import Param, Program, WorkgroupFold
 
 # code_for_op entries: (renderer, node, rendered operands) -> expression text.
 OpRender = Callable[["ExpRenderer", AluExp, list[str]], str]
@@ -175,11 +175,23 @@ class CStyleLanguage:
 
         return render_program(program, self)
 
-    def render_source(self, program: Program, helpers: set[str], body: list[str]) -> str:
+    def render_source(
+        self, program: Program, functions: list[str], helpers: set[str], body: list[str]
+    ) -> str:
         """The source around the entry point's body lines: prelude, the `helpers` the program calls
-        (in dependency order), then the entry point."""
+        (in dependency order), the program's own `functions`, then the entry point."""
         kernel = self.render_kernel(program.name, program.params, body)
-        return "\n".join(x for x in (self.render_prelude(), self.render_helpers(helpers), kernel) if x)
+        parts = (self.render_prelude(), self.render_helpers(helpers), *functions, kernel)
+        return "\n".join(x for x in parts if x)
+
+    def render_function_def(
+        self, name: str, params: list[tuple[str, DType]], ret: DType, lines: list[str], value: str
+    ) -> str:
+        """A function of the program: its header, the body's `lines`, then returning `value`."""
+        body = [f"  {ln}" for ln in lines]
+        return "\n".join(
+            [self.function_header(name, params, ret), *body, f"  {self.render_return(value)}", "}"]
+        )
 
     def render_prelude(self) -> str:
         """Text before the helpers (includes, type definitions, enables)."""
@@ -220,6 +232,30 @@ class CStyleLanguage:
 
     def render_vec_store(self, r: ExpRenderer, param: str, idx: str, values: list[str], dtype: DType) -> str:
         raise NotImplementedError(f"{self.name} has no vector stores")
+
+    def render_workgroup_index(self, var: str, size: int, parts: int, part_var: str) -> list[str]:
+        raise NotImplementedError(f"{self.name} has no workgroups")
+
+    def render_strided_loop(
+        self, var: str, size: int, threads: int, parts: int, part_var: str
+    ) -> tuple[str, str]:
+        raise NotImplementedError(f"{self.name} has no workgroups")
+
+    def render_local_array(self, name: str, dtype: DType, size: int) -> str:
+        raise NotImplementedError(f"{self.name} has no workgroup memory")
+
+    def render_workgroup_fold(self, r: ExpRenderer, fold: WorkgroupFold) -> list[str]:
+        raise NotImplementedError(f"{self.name} has no workgroups")
+
+    def render_first_thread(self, subgroups: bool) -> tuple[str, str]:
+        raise NotImplementedError(f"{self.name} has no workgroups")
+
+    def render_store_partial(self, param: str, name: str, dtype: DType, subgroups: bool) -> str:
+        raise NotImplementedError(f"{self.name} has no workgroups")
+
+    def render_element(self, param: str, idx: str, dtype: DType) -> str:
+        """Element `idx` of the buffer `param` read as `dtype` (from its storage type)."""
+        return f"{param}[{idx}]"
 
     def render_special(self, r: ExpRenderer, e: AluExp) -> str:
         return e.arg[0] if e.op == AluOp.Special else e.arg

@@ -21,15 +21,27 @@ from jaxcore.kernel import Kernel, Reduction
 from jaxcore.legalize import TargetTraits
 from jaxcore.program import (
     Accumulate,
+    CombineLoad,
     Define,
+    FirstThread,
+    GpuTarget,
     Grid,
     Let,
     Loop,
     Param,
     Program,
     Store,
+    StorePartial,
+    StridedLoop,
+    ThreadIndex,
+    VecLoad,
+    VecStore,
+    WorkgroupFold,
+    WorkgroupIndex,
+    build_passes,
     build_program,
     elementwise,
+    gpu_strategies,
     reduce_per_output,
 )
 from jaxcore.shape import ShapeTracker
@@ -225,3 +237,50 @@ def test_a_hand_built_program_with_a_let_runs(tmp_path: Path) -> None:
     assert "int32_t sq = " in C().render_program(p)
     got = _run(p, np.arange(-3, 3, dtype=np.int32), tmp=tmp_path)
     assert got.tolist() == [18, 8, 2, 0, 2, 8]
+
+
+# ---- GPU strategies: the statements, device-neutral (webgpu's WGSL renders them; its tests run it)
+
+
+def _gpu(k: Kernel, **limits: int) -> tuple[Program, ...]:
+    from jaxcore.tuner import GpuLimits
+
+    return build_passes(k, tune_gpu(k, GpuLimits(**limits)), TRAITS, gpu_strategies(GpuTarget()))
+
+
+def test_contiguous_map_is_vec4_lanes() -> None:
+    k = Kernel(2, 1024, _read(0, 1024, AluVar.gidx) * _read(1, 1024, AluVar.gidx))
+    (p,) = _gpu(k)
+    index, *loads, store = p.body
+    assert isinstance(index, ThreadIndex) and (index.var, index.size) == ("jc_q", 256)
+    assert [ld.param for ld in loads if isinstance(ld, VecLoad)] == ["in0", "in1"]
+    assert isinstance(store, VecStore) and len(store.values) == 4
+    assert [q.lanes for q in p.params] == [4, 4, 4] and p.grid == (1, 1, 1) and p.local == 256
+
+
+def test_strided_map_is_one_thread_per_output() -> None:
+    k = Kernel(1, 6, _read(0, 12, AluVar.gidx * 2))
+    (p,) = _gpu(k)
+    assert [type(s) for s in p.body] == [ThreadIndex, Store] and all(q.lanes == 1 for q in p.params)
+
+
+def test_row_reduction_folds_across_the_workgroup() -> None:
+    k = Kernel(1, 4, _read(0, 4096, AluVar.gidx * 1024 + AluVar.ridx), Reduction(F32, AluOp.Max, 1024))
+    (p,) = _gpu(k)
+    assert [type(s) for s in p.body] == [WorkgroupIndex, Define, StridedLoop, WorkgroupFold, FirstThread]
+    fold = p.body[3]
+    assert isinstance(fold, WorkgroupFold) and fold.threads == p.local and not fold.subgroups
+    assert [a.size for a in p.locals] == [p.local] and [f.name for f in p.functions] == ["jc_combine"]
+    loop = p.body[2]
+    assert isinstance(loop, StridedLoop) and loop.var == "jc_j"  # whole vec4s of the row
+
+
+def test_full_sum_is_two_passes_through_scratch() -> None:
+    n = 1 << 22
+    k = Kernel(1, 1, _read(0, n, AluVar.ridx), Reduction(F32, AluOp.Add, n))
+    first, second = _gpu(k)
+    (scratch,) = [q for q in first.params if q.scratch]
+    assert scratch in second.params and isinstance(first.body[-1], StorePartial)
+    assert any(isinstance(s, CombineLoad) for s in second.statements())
+    with pytest.raises(UnsupportedOpError, match="2 passes"):
+        build_program(k, tune_gpu(k), TRAITS, gpu_strategies(GpuTarget()))

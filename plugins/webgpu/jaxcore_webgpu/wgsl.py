@@ -41,7 +41,7 @@ from jaxcore.dtype import bitcast as bitcast_values
 from jaxcore.dtype import cast as cast_values
 from jaxcore.expansions import expand_node
 from jaxcore.legalize import TargetTraits, legalize
-from jaxcore.program import Program
+from jaxcore.program import Program, WorkgroupFold
 from jaxcore_webgpu import wgsl_helpers
 
 WGSL_TRAITS = TargetTraits(
@@ -201,6 +201,56 @@ def native_where_normal(body: AluExp, x: AluExp) -> AluExp:
         arg = NORMAL_RANGE if normal else n.arg
         memo[n.key()] = n if src == n.src and arg == n.arg else AluExp(n.op, n.dtype, src, arg)
     return memo[body.key()]
+
+
+# Subgroup builtins of the entry point (WGSL subgroups; naga takes them without `enable subgroups;`,
+# Tint needs it: export.py adds it). subgroup_id/num_subgroups make no assumption about how
+# local_invocation_index maps to subgroups, nor that the subgroups are full.
+_SUBGROUP_BUILTINS = (
+    ", @builtin(subgroup_invocation_id) jc_sgi: u32, @builtin(subgroup_size) jc_sgsz: u32"
+    ", @builtin(subgroup_id) jc_sgid: u32, @builtin(num_subgroups) jc_nsg: u32"
+)
+_SUBGROUP_OP = {
+    AluOp.Add: "subgroupAdd",
+    AluOp.Mul: "subgroupMul",
+    AluOp.Min: "subgroupMin",
+    AluOp.Max: "subgroupMax",
+}
+_SUBGROUP_BOOL = {
+    AluOp.Add: "subgroupAny",
+    AluOp.Max: "subgroupAny",
+    AluOp.Mul: "subgroupAll",
+    AluOp.Min: "subgroupAll",
+}
+
+
+def _subgroup_reduce(f: WorkgroupFold, v: str) -> list[str]:
+    """Statements setting the accumulator to the subgroup-wide fold of `v` (in uniform control flow).
+
+    Integer ops wrap as the contract's do (SPIR-V/MSL/HLSL integer group ops are two's complement).
+    Float min/max run on u32 keys in float order (exact on a device that flushes subnormals; a
+    float group op also leaves NaN unspecified), and a NaN is carried beside them by its bits:
+    the largest NaN bit pattern of the subgroup (0 when there is none) replaces the result."""
+    if f.dtype == DType.bool:
+        return [f"{f.name} = {_SUBGROUP_BOOL[f.op]}({v});"]
+    op = _SUBGROUP_OP[f.op]
+    if f.dtype == DType.float32 and f.op in (AluOp.Min, AluOp.Max):
+        return [
+            f"let jc_b = bitcast<u32>({v});",
+            "let jc_nan = subgroupMax(select(0u, jc_b, (jc_b & 0x7fffffffu) > 0x7f800000u));",
+            f"let jc_k = {op}(select(jc_b | 0x80000000u, ~jc_b, jc_b >= 0x80000000u));",
+            "let jc_v = select(~jc_k, jc_k & 0x7fffffffu, jc_k >= 0x80000000u);",
+            f"{f.name} = bitcast<f32>(select(jc_v, jc_nan, jc_nan != 0u));",
+        ]
+    return [f"{f.name} = {op}({v});"]
+
+
+def _to_storage(dtype: DType, s: str) -> str:
+    return f"select(0i, 1i, {s})" if dtype == DType.bool else s
+
+
+def _from_storage(dtype: DType, s: str) -> str:
+    return f"({s} != 0i)" if dtype == DType.bool else s
 
 
 class WGSLLanguage(CStyleLanguage):
@@ -381,7 +431,9 @@ class WGSLLanguage(CStyleLanguage):
     enables: tuple[str, ...] = ()  # `enable` directives of the program; the code generator sets them
     uses_uniform: bool = False  # whether the last program rendered calls jc_zero (the uniform block)
 
-    def render_source(self, program: Program, helpers: set[str], body: list[str]) -> str:
+    def render_source(
+        self, program: Program, functions: list[str], helpers: set[str], body: list[str]
+    ) -> str:
         """Enables, the storage bindings, helpers, then `main` over the flat workgroup index `wg`
         (a grid folded into 2-D/3-D is linearised here); every binding is used, so `layout="auto"`
         sees them all."""
@@ -389,13 +441,16 @@ class WGSLLanguage(CStyleLanguage):
         for b, p in enumerate(program.params):
             ty = self.storage_type(p.dtype)
             ty = f"vec{p.lanes}<{ty}>" if p.lanes > 1 else ty
-            access = "read_write" if p.output else "read"
+            access = "read_write" if p.output or p.scratch else "read"
             decls.append(f"@group(0) @binding({b}) var<storage, {access}> {p.name}: array<{ty}>;")
         self.uses_uniform = "jc_zero" in self.helper_order(helpers)
         gx, gy, _ = program.grid
+        folds = [s for s in program.statements() if isinstance(s, WorkgroupFold)]
+        sg = _SUBGROUP_BUILTINS if any(f.subgroups for f in folds) else ""
         main = [
             f"@compute @workgroup_size({program.local}, 1, 1)",
-            "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {",
+            "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32"
+            f"{sg}) {{",
             *(f"  _ = &{p.name};" for p in program.params),
             f"  let wg: u32 = wid.x + wid.y * {gx}u + wid.z * {gx * gy}u;",
             *(f"  {ln}" for ln in body),
@@ -403,7 +458,19 @@ class WGSLLanguage(CStyleLanguage):
             "",
         ]
         enables = [f"enable {e};" for e in self.enables]
-        return "\n".join([*enables, *decls, self.render_helpers(helpers), *main])
+        return "\n".join([*enables, *decls, *functions, self.render_helpers(helpers), *main])
+
+    def render_function_def(
+        self, name: str, params: list[tuple[str, DType]], ret: DType, lines: list[str], value: str
+    ) -> str:
+        body = "".join(f"  {ln}\n" for ln in lines)
+        return f"{self.function_header(name, params, ret)}\n{body}  return {value};\n}}\n"
+
+    def render_define(self, name: str, dtype: DType, value: str) -> str:
+        return f"var {name}: {self.type_name(dtype)} = {value};"
+
+    def render_loop(self, var: str, size: int, step: int) -> tuple[str, str]:
+        return f"for (var {var}: i32 = 0i; {var} < {size}i; {var} = {var} + {step}i) {{", "}"
 
     def render_thread_index(self, var: str, size: int, local: int) -> list[str]:
         u = f"{var}u" if var.startswith("jc_") else f"{var}_u"
@@ -411,6 +478,70 @@ class WGSLLanguage(CStyleLanguage):
             f"let {u}: u32 = wg * {local}u + lid;",
             f"if ({u} >= {size}u) {{ return; }}",
             f"let {var}: i32 = i32({u});",
+        ]
+
+    def render_workgroup_index(self, var: str, size: int, parts: int, part_var: str) -> list[str]:
+        if parts == 1:
+            return [f"if (wg >= {size}u) {{ return; }}", f"let {var}: i32 = i32(wg);"]
+        return [
+            f"if (wg >= {size * parts}u) {{ return; }}",
+            f"let {var}: i32 = i32(wg / {parts}u);",
+            f"let {part_var}: i32 = i32(wg % {parts}u);",
+        ]
+
+    def render_strided_loop(
+        self, var: str, size: int, threads: int, parts: int, part_var: str
+    ) -> tuple[str, str]:
+        start = "i32(lid)" if parts == 1 else f"{part_var} * {threads}i + i32(lid)"
+        return f"for (var {var}: i32 = {start}; {var} < {size}i; {var} = {var} + {parts * threads}i) {{", "}"
+
+    def render_local_array(self, name: str, dtype: DType, size: int) -> str:
+        return f"var<workgroup> {name}: array<{self.storage_type(dtype)}, {size}>;"
+
+    def render_first_thread(self, subgroups: bool) -> tuple[str, str]:
+        return f"if ({'jc_sgid == 0u && jc_sgi == 0u' if subgroups else 'lid == 0u'}) {{", "}"
+
+    def render_store_partial(self, param: str, name: str, dtype: DType, subgroups: bool) -> str:
+        head, tail = self.render_first_thread(subgroups)
+        return f"{head} {param}[wg] = {_to_storage(dtype, name)}; {tail}"
+
+    def render_element(self, param: str, idx: str, dtype: DType) -> str:
+        return _from_storage(dtype, f"{param}[{idx}]")
+
+    def render_workgroup_fold(self, r: ExpRenderer, f: WorkgroupFold) -> list[str]:
+        """A tree over the local array (log2(threads) barriers) or, with subgroups, a subgroup op,
+        one partial a subgroup in the array, one barrier and a subgroup op over the partials."""
+        a, dt = f.array, f.dtype
+        if not f.subgroups:
+            combined = f"{f.fn}({_from_storage(dt, f'{a}[lid]')}, {_from_storage(dt, f'{a}[lid + s]')})"
+            return [
+                f"{a}[lid] = {_to_storage(dt, f.name)};",
+                "workgroupBarrier();",
+                f"for (var s: u32 = {f.threads // 2}u; s > 0u; s = s >> 1u) {{",
+                "  if (lid < s) {",
+                f"    {a}[lid] = {_to_storage(dt, combined)};",
+                "  }",
+                "  workgroupBarrier();",
+                "}",
+                f"{f.name} = {_from_storage(dt, f'{a}[0]')};",
+            ]
+        # The subgroup size is a run-time value (any of 4..128, the subgroups maybe not full), so the
+        # second step folds partials `jc_sgi + i * jc_sgsz` in a loop whose bound is uniform; every
+        # subgroup runs it (subgroup ops must be in uniform control flow).
+        return [
+            "{",
+            *(f"  {ln}" for ln in _subgroup_reduce(f, f.name)),
+            f"  if (jc_sgi == 0u) {{ {a}[jc_sgid] = {_to_storage(dt, f.name)}; }}",
+            "}",
+            "workgroupBarrier();",
+            "{",
+            f"  var jc_p: {self.type_name(dt)} = {r.render(f.identity)};",
+            "  for (var jc_i: u32 = 0u; jc_i < jc_nsg; jc_i = jc_i + jc_sgsz) {",
+            "    let jc_k = jc_i + jc_sgi;",
+            f"    if (jc_k < jc_nsg) {{ jc_p = {f.fn}(jc_p, {_from_storage(dt, f'{a}[jc_k]')}); }}",
+            "  }",
+            *(f"  {ln}" for ln in _subgroup_reduce(f, "jc_p")),
+            "}",
         ]
 
     def render_vec_load(self, name: str, param: str, idx: str) -> str:

@@ -20,7 +20,7 @@ os.makedirs(os.environ["XDG_RUNTIME_DIR"], exist_ok=True)
 
 wgpu = pytest.importorskip("wgpu") if os.environ.get("CI") != "true" else __import__("wgpu")
 
-from jaxcore_webgpu.codegen import ShaderPlan, WgslTarget, compile_kernel, fold_grid  # noqa: E402
+from jaxcore_webgpu.codegen import ShaderPlan, WgslTarget, compile_kernel  # noqa: E402
 from jaxcore_webgpu.device import keeps_subnormals  # noqa: E402
 
 from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar  # noqa: E402
@@ -29,6 +29,7 @@ from jaxcore.conformance.tolerances import lookup  # noqa: E402
 from jaxcore.dtype import INT32_MAX, INT32_MIN, DType, byte_width, to_numpy  # noqa: E402
 from jaxcore.interpret import Interpreter  # noqa: E402
 from jaxcore.kernel import Kernel, Reduction  # noqa: E402
+from jaxcore.program import fold_grid  # noqa: E402
 from jaxcore.shape import ShapeTracker  # noqa: E402
 from jaxcore.tuner import tune_nullopt  # noqa: E402
 
