@@ -58,6 +58,7 @@ WGSL_TRAITS = TargetTraits(
     contracts_mul_add=True,  # NVIDIA fuses a * b + c (per-op rounding and Dekker's residuals break)
     folds_float_identities=True,  # Mesa's NIR folds x * 0.0 -> 0.0 and x - x -> 0.0 (no SPIR-V exact)
     assumes_finite_math=True,  # WGSL: an implementation may assume no infinity or NaN
+    divides_by_reciprocal=True,  # NVIDIA: float64 x / 7 as x * (1/7), an ulp off
 )
 
 
