@@ -16,7 +16,7 @@ parts' low bits zero) for |x| < 8192; above it, exact Payne-Hanek: |x| = m 2^e, 
 products in 16-bit halves, give the quadrant and the fraction to ~2^-64; then the Cephes minimax
 polynomials on |r| <= pi/4, sin x = x below 2^-12 (so -0 stays -0). exp: k = round(x / ln 2), r = x
 - k ln2 in two parts, a degree-6 polynomial, and 2^k built from bits in two halves so neither
-overflows before the product. log: the exponent from the bits (a subnormal scaled by 2^24 first),
+overflows before the product. log: the exponent from the bits (a subnormal's integer mantissa converted to float first),
 the mantissa folded to [sqrt(1/2), sqrt(2)), a degree-9 polynomial. atan folded to [0, tan(pi/8)]
 by 1/x and (x-1)/(x+1); asin through sqrt((1-|x|)/2) above 1/2; erf by its Taylor series below 1/2
 and 1 - erfc above; erfc by Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7) with exp.
@@ -211,8 +211,10 @@ def exp(x: AluExp) -> AluExp:
 def log(x: AluExp) -> AluExp:
     b0 = _bits(x)
     sub = _lt(b0, _u(0x00800000))
-    b = _sel(sub, _bits(x * 16777216.0), b0)
-    e = AluExp.bitcast(I32, AluExp.shr(b, _u(23))) - _sel(sub, AluExp.i32(150), AluExp.i32(126))
+    # a subnormal x is b0 * 2^-149: its integer mantissa as a float is exact and normal, so no float
+    # op ever sees the subnormal (a device that flushes them would read 0)
+    b = _sel(sub, _bits(AluExp.cast(F32, b0)), b0)
+    e = AluExp.bitcast(I32, AluExp.shr(b, _u(23))) - _sel(sub, AluExp.i32(275), AluExp.i32(126))
     m0 = _float(AluExp.bit_or(AluExp.bit_and(b, 0x007FFFFF), 0x3F000000))
     low = _lt(m0, _f(0.707106781186547524))
     e = _sel(low, e - 1, e)

@@ -22,6 +22,7 @@ What WGSL defines natively and what it does not (WGSL spec, section 8.7 and 16):
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import replace
 
@@ -151,57 +152,7 @@ def _one_call(text: str) -> bool:
     return False
 
 
-_ARITH = (AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Reciprocal)
-_SIGN_MASKS = {"and": {0x7FFFFFFF}, "xor": {0, 0x80000000}, "or": {0, 0x80000000}}
 _GENERATED = {transcendental_helper(op, DType.float32): op for op in TRANSCENDENTALS}
-
-
-def _sign_only(e: AluExp) -> AluExp | None:
-    """The operand whose bits `e` passes on but for the sign (|v| and -v on the bits), else None."""
-    if e.op != AluOp.BitCombine or e.dtype == DType.bool:
-        return None
-    a, b = e.src
-    consts = [b] if b.op == AluOp.Const else list(b.src[1:]) if b.op == AluOp.Where else []
-    if consts and all(c.op == AluOp.Const and c.arg in _SIGN_MASKS[e.arg] for c in consts):
-        return a
-    return None
-
-
-def _moves(e: AluExp) -> list[AluExp]:
-    """The operands whose value `e` moves unchanged (or for the sign): a select's branches, min and
-    max, bitcasts and sign-bit operations."""
-    if e.op == AluOp.Where:
-        return list(e.src[1:])
-    if e.op in (AluOp.Min, AluOp.Max, AluOp.Bitcast):
-        return list(e.src)
-    m = _sign_only(e)
-    return [] if m is None else [m]
-
-
-def native_where_normal(body: AluExp, x: AluExp) -> AluExp:
-    """`body` (a transcendental's expansion in `x`) with every float32 + - * 1/x marked NORMAL_RANGE
-    but those that can meet a subnormal that matters: an operand that is `x` moved, and the ops
-    whose result is moved into the return value. The rest (reductions, polynomials on a reduced
-    argument) only meet subnormals in terms too small to change the result, so the exact
-    subnormal spelling there would only lengthen the shader (SwiftShader lost the device compiling
-    log with it: 24 exact ops times four lanes)."""
-    nodes = list(body.nodes())
-    xlike = {x.key()}
-    for n in nodes:
-        if any(m.key() in xlike for m in _moves(n)):
-            xlike.add(n.key())
-    result = {body.key()}
-    for n in reversed(nodes):
-        if n.key() in result:
-            result.update(m.key() for m in _moves(n))
-    memo: dict[str, AluExp] = {}
-    for n in nodes:
-        src = tuple(memo[s.key()] for s in n.src)
-        keep = n.key() in result or any(s.key() in xlike and s.dtype == DType.float32 for s in n.src)
-        normal = n.op in _ARITH and n.dtype == DType.float32 and n.arg is None and not keep
-        arg = NORMAL_RANGE if normal else n.arg
-        memo[n.key()] = n if src == n.src and arg == n.arg else AluExp(n.op, n.dtype, src, arg)
-    return memo[body.key()]
 
 
 # Subgroup builtins of the entry point (WGSL subgroups; naga takes them without `enable subgroups;`,
@@ -357,8 +308,11 @@ class WGSLLanguage(CStyleLanguage):
     def helper_source(self, name: str) -> tuple[str, tuple[str, ...]]:
         """The float32 transcendentals from the core's expansions, as `CStyleLanguage` generates
         them, but legalized without the guard against fused products (the expansions hold their
-        tolerance either way, and each guard is a select a call) and, in the exact-subnormal
-        spelling, exact only where a subnormal matters (`native_where_normal`)."""
+        tolerance either way, and each guard is a select a call) and with native float32
+        arithmetic inside, the exact-subnormal spelling too: a flushed subnormal moves their result
+        by less than the tolerance table allows (Exp's atol is the smallest normal for that; log
+        reads a subnormal input on its bits), and the exact helpers made exp, which softmax runs
+        twice, cost 0.17 -> 0.28 ms on a 4096^2 softmax on an H200."""
         if name in self.helpers or name not in _GENERATED:
             return super().helper_source(name)
         cache: dict[str, tuple[str, tuple[str, ...]]] = self.__dict__.setdefault("_wgsl_generated", {})
@@ -367,9 +321,9 @@ class WGSLLanguage(CStyleLanguage):
             body = expand_node(AluExp(_GENERATED[name], DType.float32, (x,)))
             assert body is not None  # every transcendental has a float32 expansion
             body = legalize(body, replace(self.traits, contracts_mul_add=False))
-            if self.exact_subnormals:
-                body = native_where_normal(body, x)
-            source, calls = self.render_function(name, [("x", DType.float32)], body)
+            native = copy.copy(self)
+            native.exact_subnormals = False
+            source, calls = native.render_function(name, [("x", DType.float32)], body)
             cache[name] = (source, tuple(sorted(calls - {name})))
         return cache[name]
 
