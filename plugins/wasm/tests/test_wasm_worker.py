@@ -75,6 +75,8 @@ def test_compiles_past_the_budget_leave_this_process_flat(tmp_path: Path) -> Non
 
 @pytest.fixture
 def budget_of(monkeypatch: pytest.MonkeyPatch):
+    worker._close_idle()  # children earlier tests of this process left (past their own budget)
+
     def set_budget(n: int) -> None:
         monkeypatch.setenv("JAXCORE_WASM_COMPILES_PER_PROCESS", str(n))
         settings.reload()
