@@ -16,10 +16,11 @@ parts' low bits zero) for |x| < 8192; above it, exact Payne-Hanek: |x| = m 2^e, 
 products in 16-bit halves, give the quadrant and the fraction to ~2^-64; then the Cephes minimax
 polynomials on |r| <= pi/4, sin x = x below 2^-12 (so -0 stays -0). exp: k = round(x / ln 2), r = x
 - k ln2 in two parts, a degree-6 polynomial, and 2^k built from bits in two halves so neither
-overflows before the product. log: the exponent from the bits (a subnormal's integer mantissa converted to float first),
-the mantissa folded to [sqrt(1/2), sqrt(2)), a degree-9 polynomial. atan folded to [0, tan(pi/8)]
-by 1/x and (x-1)/(x+1); asin through sqrt((1-|x|)/2) above 1/2; erf by its Taylor series below 1/2
-and 1 - erfc above; erfc by Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7) with exp.
+overflows before the product. log: the exponent from the bits (a subnormal's integer mantissa
+converted to float first), the mantissa folded to [sqrt(1/2), sqrt(2)), a degree-9 polynomial.
+atan folded to [0, tan(pi/8)] by 1/x and (x-1)/(x+1); asin through sqrt((1-|x|)/2) above 1/2;
+erf by its Taylor series below 1/2 and 1 - erfc above; erfc by Abramowitz-Stegun 7.1.26
+(|error| < 1.5e-7) with exp.
 Every op in these trees is exact or correctly rounded in float32 (no fused multiply-add assumed).
 float16 ops are computed in float32 and rounded once.
 """
