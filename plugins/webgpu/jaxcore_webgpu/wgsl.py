@@ -22,7 +22,6 @@ What WGSL defines natively and what it does not (WGSL spec, section 8.7 and 16):
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import replace
 
@@ -153,6 +152,37 @@ def _one_call(text: str) -> bool:
 
 
 _GENERATED = {transcendental_helper(op, DType.float32): op for op in TRANSCENDENTALS}
+_SPELLED_EXACT = frozenset(
+    {AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Reciprocal, AluOp.Min, AluOp.Max, AluOp.Cmplt, AluOp.Cmpne}
+    | {AluOp.Sqrt, AluOp.Floor, AluOp.Ceil, AluOp.Idiv}
+)
+
+
+def _moved(e: AluExp) -> tuple[AluExp, ...]:
+    """The operands whose value `e` passes on unchanged: a select's branches, a bitcast's."""
+    if e.op == AluOp.Where:
+        return e.src[1:]
+    return e.src if e.op == AluOp.Bitcast else ()
+
+
+def _exact_at_result(body: AluExp) -> AluExp:
+    """`body` with every float32 op marked NORMAL_RANGE (spelled natively) but those whose value is
+    moved into the return value: there a subnormal is the answer, and it must be exact."""
+    result = {body.key()}
+    nodes = list(body.nodes())
+    for n in reversed(nodes):
+        if n.key() in result:
+            result.update(m.key() for m in _moved(n))
+    memo: dict[str, AluExp] = {}
+    for n in nodes:
+        src = tuple(memo[s.key()] for s in n.src)
+        f32 = n.dtype == DType.float32 or (
+            n.op in (AluOp.Cmplt, AluOp.Cmpne) and n.src[0].dtype == DType.float32
+        )
+        native = n.op in _SPELLED_EXACT and f32 and n.arg is None and n.key() not in result
+        arg = NORMAL_RANGE if native else n.arg
+        memo[n.key()] = n if src == n.src and arg == n.arg else AluExp(n.op, n.dtype, src, arg)
+    return memo[body.key()]
 
 
 # Subgroup builtins of the entry point (WGSL subgroups; naga takes them without `enable subgroups;`,
@@ -308,11 +338,11 @@ class WGSLLanguage(CStyleLanguage):
     def helper_source(self, name: str) -> tuple[str, tuple[str, ...]]:
         """The float32 transcendentals from the core's expansions, as `CStyleLanguage` generates
         them, but legalized without the guard against fused products (the expansions hold their
-        tolerance either way, and each guard is a select a call) and with native float32
-        arithmetic inside, the exact-subnormal spelling too: a flushed subnormal moves their result
-        by less than the tolerance table allows (Exp's atol is the smallest normal for that; log
-        reads a subnormal input on its bits), and the exact helpers made exp, which softmax runs
-        twice, cost 0.17 -> 0.28 ms on a 4096^2 softmax on an H200."""
+        tolerance either way, and each guard is a select a call) and, in the exact-subnormal
+        spelling, exact only in the ops whose value is moved into the result (`_exact_at_result`):
+        elsewhere a flushed subnormal moves the result by less than the tolerance (log reads a
+        subnormal input on its bits), while exp's subnormal results stay exact. With exact helpers
+        throughout, exp made a 4096^2 softmax 0.17 -> 0.28 ms on an H200."""
         if name in self.helpers or name not in _GENERATED:
             return super().helper_source(name)
         cache: dict[str, tuple[str, tuple[str, ...]]] = self.__dict__.setdefault("_wgsl_generated", {})
@@ -321,9 +351,9 @@ class WGSLLanguage(CStyleLanguage):
             body = expand_node(AluExp(_GENERATED[name], DType.float32, (x,)))
             assert body is not None  # every transcendental has a float32 expansion
             body = legalize(body, replace(self.traits, contracts_mul_add=False))
-            native = copy.copy(self)
-            native.exact_subnormals = False
-            source, calls = native.render_function(name, [("x", DType.float32)], body)
+            if self.exact_subnormals:
+                body = _exact_at_result(body)
+            source, calls = self.render_function(name, [("x", DType.float32)], body)
             cache[name] = (source, tuple(sorted(calls - {name})))
         return cache[name]
 
