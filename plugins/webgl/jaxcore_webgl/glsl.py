@@ -101,11 +101,6 @@ def _arith(sym: str, helper: str, exact: Callable[[AluExp], bool] = _not_normal)
     return render
 
 
-def _scales_up(e: AluExp) -> bool:
-    """A product by a constant power of two above 1 (exact, unless the driver flushes the operand)."""
-    return any(s.op == AluOp.Const and abs(s.arg) > 1 and abs(math.frexp(s.arg)[0]) == 0.5 for s in e.src)
-
-
 def _normal_const(e: AluExp) -> bool:
     """A float constant that no driver flushes and that a flushed operand compares with alike."""
     return e.op == AluOp.Const and math.isfinite(e.arg) and abs(e.arg) >= 2.0**-126
@@ -253,15 +248,15 @@ class _ApproximateGLSL(GLSLLanguage):
     float32 + - * and 1/x are native there, as a flushed subnormal moves the result by less than
     the tolerance (Exp's is the smallest normal for that reason), and so is a fused a * b + c (the
     expansions' exact steps, Cody-Waite's k * pi/2 parts, stay exact fused). The exact helpers,
-    inlined a hundred times over, made sin 20x slower on llvmpipe. A product by a power of two
-    above 1 stays exact: log normalises a subnormal input by 2^24."""
+    inlined a hundred times over, made sin 20x slower on llvmpipe. (log reads a subnormal input's
+    integer mantissa, so no float op in these bodies must be exact.)"""
 
     traits = replace(GLSL_TRAITS, contracts_mul_add=False)
     code_for_op = {
         **GLSLLanguage.code_for_op,
         AluOp.Add: _arith("+", "jx_add", lambda e: False),
         AluOp.Sub: _arith("-", "jx_sub", lambda e: False),
-        AluOp.Mul: _arith("*", "jx_mul", _scales_up),
+        AluOp.Mul: _arith("*", "jx_mul", lambda e: False),
         AluOp.Reciprocal: lambda r, e, a: f"(1.0 / {a[0]})",
     }
 
