@@ -214,8 +214,6 @@ QUIRKS: dict[str, str] = {
     "no-f16-bitcast": "the shader language cannot reinterpret float16 bits: float16 NaN constants are "
     "the canonical NaN, and NaN signs may not survive",
     "inexact-f64-division": "float64 division is not correctly rounded natively; it is computed in steps",
-    "inexact-f16": "the driver's float16 conversions or NaN/infinity arithmetic are wrong (probed): "
-    "float16 is not declared on this device",
 }
 
 

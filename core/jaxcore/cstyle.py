@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, ClassVar
 
+from jaxcore import half
 from jaxcore.alu import AluExp, AluOp
 from jaxcore.backend import UnsupportedOpError
 from jaxcore.dtype import DType, is_float
@@ -84,8 +85,8 @@ def _transcendental(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
     if e.dtype == DType.float32:
         return f"{r.need(name)}({x})"
     if e.dtype == DType.float16:
-        wide = lang.render_cast(r, DType.float32, DType.float16, x)
-        return lang.render_cast(r, DType.float16, DType.float32, f"{r.need(name)}({strip_parens(wide)})")
+        wide = lang.cast(r, DType.float32, DType.float16, x)
+        return lang.cast(r, DType.float16, DType.float32, f"{r.need(name)}({strip_parens(wide)})")
     if e.dtype == DType.float64 and name in lang.helpers:
         return f"{r.need(name)}({x})"
     raise UnsupportedOpError(e.op, e.dtype, lang.name, "no float64 helper in this dialect")
@@ -124,6 +125,8 @@ class CStyleLanguage:
 
     # ---- hooks a dialect overrides -----------------------------------------------------------
     def type_name(self, dtype: DType) -> str:
+        if dtype == DType.float16 and self.traits.f16_in_f32:
+            dtype = DType.float32  # float16 held in float32 (jaxcore.half)
         try:
             return self.type_map[dtype]
         except KeyError:
@@ -137,6 +140,13 @@ class CStyleLanguage:
 
     def render_cast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
         return f"{self.type_name(dst)}({strip_parens(x)})"
+
+    def cast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
+        """A cast's text: float16 held in float32 widens as is and narrows through the rounding
+        helper (`jaxcore.half`); everything else is the dialect's `render_cast`."""
+        if self.traits.f16_in_f32 and DType.float32 in (dst, src) and DType.float16 in (dst, src):
+            return x if dst == DType.float32 else f"{r.need(half.F16_ROUND)}({strip_parens(x)})"
+        return self.render_cast(r, dst, src, x)
 
     def render_bitcast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
         raise NotImplementedError
@@ -273,7 +283,7 @@ class CStyleLanguage:
         if op == AluOp.GlobalIndex:
             return self.render_load(r, e, args[0])
         if op == AluOp.Cast:
-            return self.render_cast(r, e.dtype, e.src[0].dtype, args[0])
+            return self.cast(r, e.dtype, e.src[0].dtype, args[0])
         if op == AluOp.Bitcast:
             if e.arg == OPAQUE:
                 return self.render_opaque(r, e.dtype, args[0])
@@ -313,16 +323,21 @@ class CStyleLanguage:
         return generated[name]
 
     def _generate_helper(self, name: str) -> tuple[str, tuple[str, ...]]:
-        """A float32 transcendental from its expansion, legalized for this dialect's traits."""
+        """A float32 transcendental from its expansion, or a float16 conversion of
+        `jaxcore.half`, legalized for this dialect's traits."""
         from jaxcore.expansions import expand_node
 
         ops = {transcendental_helper(op, DType.float32): op for op in TRANSCENDENTALS}
-        if name not in ops:
+        if name in half.HELPERS:
+            dtype, body = half.helper_body(name)
+        elif name in ops:
+            dtype = DType.float32
+            expanded = expand_node(AluExp(ops[name], dtype, (AluExp.variable(dtype, "x"),)))
+            assert expanded is not None  # every TRANSCENDENTALS op has a float32 expansion
+            body = expanded
+        else:
             raise KeyError(f"{self.name} has no helper {name!r}")
-        x = AluExp.variable(DType.float32, "x")
-        body = expand_node(AluExp(ops[name], DType.float32, (x,)))
-        assert body is not None  # every TRANSCENDENTALS op has a float32 expansion
-        source, calls = self.render_function(name, [("x", DType.float32)], legalize(body, self.traits))
+        source, calls = self.render_function(name, [("x", dtype)], legalize(body, self.traits))
         return source, tuple(sorted(calls - {name}))
 
     def helper_order(self, names: Iterable[str]) -> list[str]:

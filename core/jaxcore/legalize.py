@@ -61,6 +61,12 @@ class TargetTraits:
     # The compiler may divide by a constant as a multiplication by its reciprocal, which rounds
     # twice (NVIDIA's Vulkan driver: float64 x / 7 an ulp off): a divisor it may know is opaque.
     divides_by_reciprocal: bool = False
+    # float16 is held in float32 (`jaxcore.half`): every float16 op whose float32 result may not be
+    # a float16 value is computed in float32 and rounded back (`Cast<float16>`), casts into float16
+    # go through float32; the dialect spells float16 as float32, the f32 -> f16 cast as the
+    # rounding helper and memory as 16-bit patterns. For a driver whose float16 arithmetic or
+    # conversions are not IEEE's (NVIDIA's Vulkan driver), or a target without float16.
+    f16_in_f32: bool = False
 
 
 OPAQUE = "opaque"
@@ -121,6 +127,8 @@ def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
         from jaxcore.expansions import expand_transcendentals
 
         exp = expand_transcendentals(exp)
+    if traits.f16_in_f32:
+        exp = exp.rewrite(_hold_f16)
     exp = exp.rewrite(lambda node: _legalize_node(node, traits))
     if (
         traits.folds_float_identities
@@ -132,6 +140,32 @@ def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
         known: dict[str, bool] = {}
         exp = exp.rewrite(lambda node: _guard_known(node, traits, known))
     return exp
+
+
+# float16 ops whose float32 result, from float16 operands, need not be a float16 value. The rest
+# are closed in float16 (min, max, floor, ceil, fmod, select) or legalized by their own rule
+# (Idiv rounds its quotient to float16 before truncating it).
+_ROUNDED_F16 = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Sqrt, AluOp.Reciprocal})
+
+
+def _hold_f16(e: AluExp) -> AluExp | None:
+    """The `f16_in_f32` rewrite of one node (see `TargetTraits.f16_in_f32`)."""
+    f16, f32 = DType.float16, DType.float32
+    if e.dtype != f16:
+        return None
+    if e.op in _ROUNDED_F16:
+        # operands and result are zero, normal or special in float32 (float16's smallest value
+        # is 2^-24, a product of two 2^-48): the native float32 op is exact
+        wide = AluExp(e.op, f32, tuple(AluExp.cast(f32, s) for s in e.src), NORMAL_RANGE)
+        return AluExp.cast(f16, wide)
+    if e.op == AluOp.Cast and e.src[0].dtype == DType.float64:
+        from jaxcore.half import odd_f32
+
+        return AluExp.cast(f16, odd_f32(e.src[0]))
+    if e.op == AluOp.Cast and e.src[0].dtype in (DType.int32, DType.uint32):
+        # exact in float32 up to 2^24; anything larger is past float16's range either way
+        return AluExp.cast(f16, AluExp.cast(f32, e.src[0]))
+    return None
 
 
 # What a compiler cannot know before the kernel runs: buffer reads, indices, loop variables (every

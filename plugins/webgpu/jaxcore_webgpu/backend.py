@@ -96,10 +96,9 @@ class WebGpuBackend(QueuedBackend):
         self.binding_limit = lim["max-storage-buffer-binding-size"]
         self.timestamps = "timestamp-query" in feat
         self.timestamps_in_pass = "timestamp-query-inside-passes" in feat
-        dtypes = {DType.float32, DType.int32, DType.uint32, DType.bool}
+        # float16 kernels hold their values in float32 (WGSL_TRAITS.f16_in_f32): no feature needed
+        dtypes = {DType.float16, DType.float32, DType.int32, DType.uint32, DType.bool}
         quirks = self._quirks(gpu)
-        if "shader-f16" in feat and "inexact-f16" not in quirks:
-            dtypes.add(DType.float16)
         if "shader-f64" in feat:
             dtypes.add(DType.float64)
         self.capabilities = Capabilities(
@@ -108,12 +107,14 @@ class WebGpuBackend(QueuedBackend):
             max_args=lim["max-storage-buffers-per-shader-stage"] - 1,  # one binding is the output
             max_buffer_bytes=min(self.binding_limit, lim.get("max-buffer-size", self.binding_limit)) // 4 * 4,
             device_timestamps=self.timestamps,
-            # naga spells only the canonical NaN in f16 and f64 (no f64 bitcast, no vec2<f16> one)
-            inexact_nan_constants=frozenset({DType.float16, DType.float64}) & frozenset(dtypes),
+            # naga spells only the canonical NaN in f64 (no f64 bitcast)
+            inexact_nan_constants=frozenset({DType.float64}) & frozenset(dtypes),
             description=f"WGSL compute shaders on {gpu.description} through wgpu",
             quirks=tuple(sorted(quirks)),
         )
         gaps = self._compiler_gaps() | _undeclared_routine_dtypes()
+        if "shader-f16" not in feat:  # the routines' float16 is WGSL's f16
+            gaps |= {(r, DType.float16) for r in self.capabilities.routines}
         self.capabilities = replace(self.capabilities, unsupported_ops=gaps)
         super().__init__()
         self.pipelines = PipelineCache(self.device, dump_dir_from_env())
@@ -129,16 +130,10 @@ class WebGpuBackend(QueuedBackend):
     @staticmethod
     def _quirks(gpu: Gpu) -> set[str]:
         """What this adapter's driver does that the contract forbids, probed: float32 subnormals
-        flushed (the exact spelling takes over), float16 conversions or NaN arithmetic wrong
-        (float16 is then not declared: a refusal at prepare, never a wrong value)."""
-        from jaxcore_webgpu.device import exact_f16, keeps_subnormals
+        flushed (the exact spelling takes over)."""
+        from jaxcore_webgpu.device import keeps_subnormals
 
-        found = set()
-        if not keeps_subnormals(gpu.device):
-            found.add("flushes-f32-subnormals")
-        if "shader-f16" in gpu.features and not exact_f16(gpu.device):
-            found.add("inexact-f16")
-        return found
+        return set() if keeps_subnormals(gpu.device) else {"flushes-f32-subnormals"}
 
     def _compiler_gaps(self) -> frozenset[tuple[AluOp, DType]]:
         """The float ops the compiler has no exact WGSL for on this adapter (float64 transcendentals,
@@ -254,7 +249,8 @@ class WebGpuBackend(QueuedBackend):
         if current_settings().plugin_flag("webgpu", "matmul", default=True):
             from jaxcore_webgpu.matmul import plan_matmul
 
-            tiled = plan_matmul(kernel, target)
+            # its tiles are WGSL f16 where float16 is involved: never on this device's float16
+            tiled = plan_matmul(kernel, replace(target, has_f16=False))
             if tiled is not None:
                 return tiled
         shader_plan = codegen.compile_kernel(kernel, target)

@@ -21,7 +21,7 @@ passes share. The runtime owns devices, buffers and pipelines; all it needs is h
 - sizes are baked into the WGSL (`program.uniforms` is empty); the one uniform block is
   `program.uniform` (16 zero bytes at `@group(1) @binding(0)`, or None), the opaque zero that keeps
   the driver from folding `x * 0.0` (`jaxcore.legalize.opaque`); `program.enables`
-  lists the features the device must have been created with (`"shader-f16"`, `"shader-f64"`,
+  lists the features the device must have been created with (`"shader-f64"`,
   `"subgroups"`: wgpu-native's "subgroup"; the WGSL has no `enable subgroups;`, which naga rejects,
   and export.browser_wgsl adds for Tint).
 
@@ -52,7 +52,7 @@ from jaxcore_webgpu.wgsl import WGSL_TRAITS, WGSLLanguage
 class WgslTarget:
     """The adapter facts code generation depends on."""
 
-    has_f16: bool = False
+    has_f16: bool = False  # shader-f16, for the routines (kernels hold float16 in float32)
     has_f64: bool = False
     has_subgroups: bool = False
     max_workgroup_size: int = 256  # invocations per workgroup (and along x)
@@ -120,12 +120,10 @@ def _dtypes_used(*exps: AluExp | None) -> set[DType]:
     return out
 
 
-def _check_dtypes(dtypes: set[DType], target: WgslTarget) -> list[str]:
-    if DType.float16 in dtypes and not target.has_f16:
-        raise UnsupportedOpError(None, DType.float16, "webgpu", "the adapter lacks shader-f16")
+def _check_dtypes(dtypes: set[DType], target: WgslTarget) -> None:
+    """float64 needs shader-f64; float16 needs nothing (held in float32, stored as bits)."""
     if DType.float64 in dtypes and not target.has_f64:
         raise UnsupportedOpError(None, DType.float64, "webgpu", "the adapter lacks shader-f64")
-    return ["f16"] if DType.float16 in dtypes else []
 
 
 def _check_inputs(kernel: Kernel, *exps: AluExp | None) -> None:
@@ -152,7 +150,7 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
     epilogue = legalize(tune.epilogue, traits) if tune.epilogue is not None else None
     out_idx = tune.output_idx_exp
     dtypes = _dtypes_used(exp, epilogue, out_idx) | {kernel.dtype}
-    enables = _check_dtypes(dtypes, target)
+    _check_dtypes(dtypes, target)
     lang.features = {"f64"} if DType.float64 in dtypes else set()
     _check_inputs(kernel, exp, epilogue)
     n_bufs = kernel.nargs + 1 + (1 if tune.size.split > 1 else 0)
@@ -161,7 +159,6 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
             None, kernel.dtype, "webgpu", f"{n_bufs} storage buffers > {target.max_storage_buffers_per_stage}"
         )
 
-    lang.enables = tuple(enables)
     gpu = GpuTarget(
         target.max_workgroups_per_dim,
         _VEC_DTYPES,
@@ -170,10 +167,16 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
         max_workgroup_size=target.max_workgroup_size,
     )
     passes = build_passes(kernel, tune, traits, gpu_strategies(gpu))
-    scratch = {p.index: p.elements * byte_width(p.dtype) for p in passes[0].params if p.scratch}
+    params = [p for p in passes[0].params if p.scratch]
+    scratch = {p.index: p.elements * byte_width(_scratch_dtype(p.dtype)) for p in params}
     return ShaderPlan(
         tuple(_shader(lang, p) for p in passes), tuple(scratch[i] for i in sorted(scratch)), tune
     )
+
+
+def _scratch_dtype(dtype: DType) -> DType:
+    """A scratch buffer's element dtype: float16 partials are held as float32."""
+    return DType.float32 if dtype == DType.float16 else dtype
 
 
 def _kind(p: Param) -> str:
@@ -184,12 +187,11 @@ def _shader(lang: WGSLLanguage, program: Program) -> ShaderProgram:
     """`program` rendered, with the bindings and features the runtime needs to run it."""
     code = lang.render_program(program)
     bindings = tuple(
-        Binding(b, _kind(p), p.index, p.dtype, p.elements, not (p.output or p.scratch))
+        Binding(b, _kind(p), p.index, dtype, p.elements, not (p.output or p.scratch))
         for b, p in enumerate(program.params)
+        for dtype in [_scratch_dtype(p.dtype) if p.scratch else p.dtype]
     )
-    feats = tuple(("shader-f16" if e == "f16" else e) for e in lang.enables)
-    if "f64" in lang.features:
-        feats += ("shader-f64",)
+    feats: tuple[str, ...] = ("shader-f64",) if "f64" in lang.features else ()
     if any(isinstance(s, WorkgroupFold) and s.subgroups for s in program.statements()):
         feats += ("subgroups",)
     uniform = bytes(16) if lang.uses_uniform else None

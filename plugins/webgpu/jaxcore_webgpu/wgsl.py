@@ -27,6 +27,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from jaxcore import half
 from jaxcore.alu import NORMAL_RANGE, AluExp, AluOp
 from jaxcore.cstyle import (
     TRANSCENDENTALS,
@@ -59,6 +60,9 @@ WGSL_TRAITS = TargetTraits(
     folds_float_identities=True,  # Mesa's NIR folds x * 0.0 -> 0.0 and x - x -> 0.0 (no SPIR-V exact)
     assumes_finite_math=True,  # WGSL: an implementation may assume no infinity or NaN
     divides_by_reciprocal=True,  # NVIDIA: float64 x / 7 as x * (1/7), an ulp off
+    # NVIDIA's float16 turned NaN into numbers and f32 infinity into finite float16; held in f32,
+    # float16 also needs no shader-f16 (every browser runs it)
+    f16_in_f32=True,
 )
 
 
@@ -98,8 +102,8 @@ def _idiv(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
 def _mod(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
     if e.dtype == DType.float32:
         return f"{r.need('jc_fmod_f32')}({strip_parens(a[0])}, {strip_parens(a[1])})"
-    if e.dtype == DType.float16:
-        return f"f16({r.need('jc_fmod_f32')}(f32({strip_parens(a[0])}), f32({strip_parens(a[1])})))"
+    if e.dtype == DType.float16:  # held in float32: fmod of float16 values is one exactly
+        return f"{r.need('jc_fmod_f32')}({strip_parens(a[0])}, {strip_parens(a[1])})"
     if e.dtype == DType.float64:
         return f"{r.need('jc_fmod_f64')}({strip_parens(a[0])}, {strip_parens(a[1])})"
     # Integers: a - (a / b) * b from WGSL's division (x / 0 is x there, INT_MIN / -1 is INT_MIN), and
@@ -136,6 +140,15 @@ _WGSL_BOOL_BIT = (("and", "&"), ("or", "|"), ("xor", "!="))
 def f32_literal(v: float) -> str:
     """A WGSL f32 literal that parses back to exactly `v` (shortest round-trip digits)."""
     return f"{np.float32(v)}f"
+
+
+def _held_f16_bits(v: float) -> int:
+    """The float32 bits a float16 constant is held as: its value, or for a NaN its float16 sign
+    and payload moved into place (the signalling bit too, which a float conversion would set)."""
+    h = int(np.array(v, np.float64).astype(np.float16).view(np.uint16))
+    if h & 0x7C00 != 0x7C00:
+        return int(np.float32(np.uint16(h).view(np.float16)).view(np.uint32))
+    return ((h & 0x8000) << 16) | 0x7F800000 | ((h & 0x3FF) << 13)
 
 
 _BITS_SELECT = "bitcast<f32>(select("
@@ -227,6 +240,29 @@ def _subgroup_reduce(f: WorkgroupFold, v: str) -> list[str]:
     return [f"{f.name} = {op}({v});"]
 
 
+# float16 buffers hold 16-bit patterns, two a u32 word (`f16_in_f32`): `jc_ld16_<buffer>(i)` reads
+# element i as its float32 value, `jc_st16_<buffer>(i, v)` writes one half of a word with two
+# atomics, so the thread writing the other half cannot undo it.
+_LOAD16, _STORE16 = "jc_ld16_", "jc_st16_"
+
+
+def _half_word_helper(name: str) -> tuple[str, tuple[str, ...]]:
+    buf = name[len(_LOAD16) :]
+    if name.startswith(_LOAD16):
+        src = (
+            f"fn {name}(i: u32) -> f32 {{\n"
+            f"  return jc_f16_value(({buf}[i >> 1u] >> ((i & 1u) << 4u)) & 0xffffu);\n}}"
+        )
+        return src, (half.F16_VALUE,)
+    src = (
+        f"fn {name}(i: u32, v: f32) {{\n"
+        "  let s = (i & 1u) << 4u;\n"
+        f"  atomicAnd(&{buf}[i >> 1u], ~(0xffffu << s));\n"
+        f"  atomicOr(&{buf}[i >> 1u], jc_f16_bits(v) << s);\n}}"
+    )
+    return src, (half.F16_BITS,)
+
+
 def _to_storage(dtype: DType, s: str) -> str:
     return f"select(0i, 1i, {s})" if dtype == DType.bool else s
 
@@ -285,7 +321,9 @@ class WGSLLanguage(CStyleLanguage):
         if dtype == DType.uint32:
             return f"{int(value)}u"
         v = float(value)
-        sfx = {DType.float32: "f32", DType.float16: "f16", DType.float64: "f64"}[dtype]
+        if dtype == DType.float16:
+            return self._held_f16_const(r, v)
+        sfx = {DType.float32: "f32", DType.float64: "f64"}[dtype]
         if math.isnan(v):
             return self._nan(r, v, dtype, sfx)
         if math.isinf(v):
@@ -296,16 +334,17 @@ class WGSLLanguage(CStyleLanguage):
             if v == 0.0 and math.copysign(1.0, v) < 0 or (v != 0.0 and abs(v) < 2.0**-126):
                 return f"bitcast<f32>({bits}u)"  # -0 and subnormals: no const-eval flushing
             s = f32_literal(v)
-        elif dtype == DType.float16:
-            h = np.float16(v)
-            if v == 0.0 and math.copysign(1.0, v) < 0 or (v != 0.0 and abs(v) < 2.0**-14):
-                return f"f16(bitcast<f32>({int(np.float32(h).view(np.uint32))}u))"
-            s = f"{h}h"
         else:
             if v == 0.0 and math.copysign(1.0, v) < 0:
                 return "(-0.0lf)"
             s = f"{v!r}lf"
         return s if v >= 0 else f"({s})"
+
+    def _held_f16_const(self, r: ExpRenderer, v: float) -> str:
+        """A float16 constant, held in float32 (`f16_in_f32`); a NaN keeps its float16 bits."""
+        if math.isnan(v):
+            return f"{r.need('jc_bits_f32')}({_held_f16_bits(v)}u)"
+        return self.render_const(r, float(np.float16(v)), DType.float32)
 
     def _nan(self, r: ExpRenderer, v: float, dtype: DType, sfx: str) -> str:
         """A NaN constant with its sign and payload (a constant's bits are the contract's, unlike a
@@ -314,7 +353,7 @@ class WGSLLanguage(CStyleLanguage):
             bits = int(np.array(v, np.float64).astype(np.float32).view(np.uint32))
             if bits != 0x7FC00000:
                 return f"{r.need('jc_bits_f32')}({bits}u)"
-        # float16 and float64: canonical (naga has no f64 bitcast, and rejects vec2<f16> ones)
+        # float64: canonical (naga has no f64 bitcast)
         return self._special_float(r, "nan", sfx)
 
     def _special_float(self, r: ExpRenderer, kind: str, sfx: str) -> str:
@@ -331,7 +370,8 @@ class WGSLLanguage(CStyleLanguage):
             convert = cast_values if e.op == AluOp.Cast else bitcast_values
             value = convert(np.array([c.arg], dtype=to_numpy(c.dtype)), c.dtype, e.dtype)[0]
             return self.render_const(r, value.item(), e.dtype)
-        if e.op == AluOp.Where and e.dtype == DType.float32 and any(s.op == AluOp.Const for s in e.src[1:]):
+        floats = (DType.float32, DType.float16)  # float16 is held in float32 (f16_in_f32)
+        if e.op == AluOp.Where and e.dtype in floats and any(s.op == AluOp.Const for s in e.src[1:]):
             return self._select_bits(e, args)
         return super().render_op(r, e, args)
 
@@ -343,6 +383,8 @@ class WGSLLanguage(CStyleLanguage):
         elsewhere a flushed subnormal moves the result by less than the tolerance (log reads a
         subnormal input on its bits), while exp's subnormal results stay exact. With exact helpers
         throughout, exp made a 4096^2 softmax 0.17 -> 0.28 ms on an H200."""
+        if name.startswith((_LOAD16, _STORE16)):
+            return _half_word_helper(name)
         if name in self.helpers or name not in _GENERATED:
             return super().helper_source(name)
         cache: dict[str, tuple[str, tuple[str, ...]]] = self.__dict__.setdefault("_wgsl_generated", {})
@@ -380,6 +422,8 @@ class WGSLLanguage(CStyleLanguage):
         # even through bitcast<u32>(); an integer literal in an integer select keeps every bit.
         # Nested ones stay in u32 (one bitcast per chain: Tint limits the parser's nesting depth).
         def bits(src: AluExp, text: str) -> str:
+            if src.op == AluOp.Const and src.dtype == DType.float16:
+                return f"{_held_f16_bits(src.arg)}u"
             if src.op == AluOp.Const:
                 return f"{int(np.array(src.arg, dtype=np.float32).view(np.uint32))}u"  # NaN payloads too
             text = strip_parens(text)
@@ -409,11 +453,12 @@ class WGSLLanguage(CStyleLanguage):
         return f"let {name}: {self.type_name(dtype)} = {strip_parens(value)};"
 
     def render_load(self, r: ExpRenderer, e: AluExp, idx: str) -> str:
+        if e.dtype == DType.float16:  # 16-bit patterns in u32 words
+            return f"{r.need(f'{_LOAD16}in{e.arg[0]}')}(u32({strip_parens(idx)}))"
         load = f"in{e.arg[0]}[{strip_parens(idx)}]"
         return f"({load} != 0i)" if e.dtype == DType.bool else load
 
     # ---- statements (jaxcore.program) ----
-    enables: tuple[str, ...] = ()  # `enable` directives of the program; the code generator sets them
     uses_uniform: bool = False  # whether the last program rendered calls jc_zero (the uniform block)
 
     def render_source(
@@ -425,6 +470,8 @@ class WGSLLanguage(CStyleLanguage):
         decls = []
         for b, p in enumerate(program.params):
             ty = self.storage_type(p.dtype)
+            if p.dtype == DType.float16 and not p.scratch:  # 16-bit patterns, two a word
+                ty = "atomic<u32>" if p.output else "u32"
             ty = f"vec{p.lanes}<{ty}>" if p.lanes > 1 else ty
             access = "read_write" if p.output or p.scratch else "read"
             decls.append(f"@group(0) @binding({b}) var<storage, {access}> {p.name}: array<{ty}>;")
@@ -442,8 +489,7 @@ class WGSLLanguage(CStyleLanguage):
             "}",
             "",
         ]
-        enables = [f"enable {e};" for e in self.enables]
-        return "\n".join([*enables, *decls, *functions, self.render_helpers(helpers), *main])
+        return "\n".join([*decls, *functions, self.render_helpers(helpers), *main])
 
     def render_function_def(
         self, name: str, params: list[tuple[str, DType]], ret: DType, lines: list[str], value: str
@@ -537,6 +583,8 @@ class WGSLLanguage(CStyleLanguage):
         return f"{param}[{strip_parens(idx)}] = {vec}({', '.join(values)});"
 
     def render_store(self, r: ExpRenderer, param: str, idx: str, value: str, dtype: DType) -> str:
+        if dtype == DType.float16:
+            return f"{r.need(_STORE16 + param)}(u32({strip_parens(idx)}), {strip_parens(value)});"
         return f"{param}[{idx}] = {self.store_value(r, dtype, value)};"
 
     def store_value(self, r: ExpRenderer, dtype: DType, x: str) -> str:

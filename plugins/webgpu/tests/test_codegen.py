@@ -629,12 +629,18 @@ def test_subgroup_fold_keeps_the_epilogue(gpu: Harness) -> None:
 
 
 def test_unsupported_dtypes_raise_at_compile() -> None:
-    k16 = Kernel(1, 4, gv(F16, 0, 4) + 1.0)
-    with pytest.raises(UnsupportedOpError, match="float16"):
-        compile_kernel(k16, WgslTarget(has_f16=False))
     k64 = Kernel(1, 4, gv(F64, 0, 4) + 1.0)
     with pytest.raises(UnsupportedOpError, match="float64"):
         compile_kernel(k64, WgslTarget(has_f64=False))
+
+
+def test_float16_is_held_in_float32_without_shader_f16() -> None:
+    """float16 is stored as 16-bit patterns in u32 words and computed in float32 with a rounding
+    after each op (WGSL_TRAITS.f16_in_f32): no `enable f16;`, so no device feature."""
+    k16 = Kernel(1, 4, gv(F16, 0, 4) * 3.0 + 1.0)
+    (p,) = compile_kernel(k16, WgslTarget(has_f16=False)).passes
+    assert "f16" not in p.enables and "enable f16" not in p.code and "f16(" not in p.code
+    assert "array<atomic<u32>>" in p.code and p.code.count("jc_f16_round(") == 3  # mul, add; the helper
 
 
 def test_too_many_bindings_raise() -> None:
