@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from jaxcore.dtype import DType, byte_width
-from jaxcore_webgpu.program import Pass
+from jaxcore_webgpu.program import Binding, Pass
 from jaxcore_webgpu.wgsl import WGSL_TRAITS, WGSLLanguage
 
 WG = 256  # threads per workgroup for element-parallel passes (the WebGPU default limit)
@@ -51,6 +52,52 @@ def storage(binding: int, name: str, ty: str, read_only: bool) -> str:
     return f"@group(0) @binding({binding}) var<storage, {access}> {name}: array<{ty}>;"
 
 
+@dataclass(frozen=True)
+class Buf:
+    """A storage buffer of a pass: its WGSL name and element type, and what the runtime binds there."""
+
+    name: str
+    ty: str
+    binding: Binding
+    read_only: bool = False
+
+
+def inp(i: int, ty: str) -> Buf:
+    return Buf(f"in{i}", ty, ("in", i), True)
+
+
+def outp(i: int, ty: str) -> Buf:
+    return Buf(f"out{i}", ty, ("out", i))
+
+
+def scratch(name: str, ty: str, i: int) -> Buf:
+    return Buf(name, ty, ("scratch", i))
+
+
+def uniform_block(*fields: str) -> str:
+    """The pass's uniform block `u`: four u32 fields, the unnamed ones padding (p1, p2, p3)."""
+    names = [*fields] + [f"p{i}" for i in range(len(fields), 4)]
+    return (
+        "struct U { "
+        + ", ".join(f"{f}: u32" for f in names)
+        + " }\n@group(1) @binding(0) var<uniform> u: U;\n"
+    )
+
+
+def declare(bufs: Sequence[Buf]) -> str:
+    """The buffers' declarations, bound at 0, 1, .. in order."""
+    return "".join(storage(i, b.name, b.ty, b.read_only) + "\n" for i, b in enumerate(bufs))
+
+
+def entry(wg: int, names: Sequence[str], lid: str = "lid") -> str:
+    """The opening of `main` (workgroup id `wid`, local index `lid`), touching every buffer."""
+    return (
+        f"@compute @workgroup_size({wg}, 1, 1)\n"
+        f"fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) {lid}: u32) {{\n"
+        + "".join(f"  _ = &{n};\n" for n in names)
+    )
+
+
 def fold(n_wg: int, max_dim: int = 65535) -> tuple[int, int, int]:
     if n_wg <= max_dim:
         return (max(n_wg, 0), 1, 1)
@@ -60,28 +107,25 @@ def fold(n_wg: int, max_dim: int = 65535) -> tuple[int, int, int]:
 
 def main(wg: int, grid: tuple[int, int, int], names: Sequence[str], body: str) -> str:
     """A compute entry point with `wgi` (linear workgroup index), `lid`, and `gid = wgi*wg + lid`."""
-    uses = "".join(f"  _ = &{n};\n" for n in names)
     return (
-        f"@compute @workgroup_size({wg}, 1, 1)\n"
-        "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
-        f"{uses}"
-        f"  let wgi: u32 = wid.x + wid.y * {grid[0]}u;\n"
+        entry(wg, names) + f"  let wgi: u32 = wid.x + wid.y * {grid[0]}u;\n"
         f"  let gid: u32 = wgi * {wg}u + lid;\n"
         f"{body}\n}}\n"
     )
 
 
 def elementwise_pass(
-    decls: str, names: Sequence[str], body: str, threads: int, bindings: Sequence[tuple[str, int]],
+    bufs: Sequence[Buf], body: str, threads: int, head: str = "", tail: str = "",
     uniform: bytes | None = None, wg: int = WG,
 ) -> Pass:  # fmt: skip
-    """A pass of `threads` threads (body guarded by `gid < threads`)."""
-    n_wg = -(-threads // wg)
-    grid = fold(n_wg)
-    code = decls + main(wg, grid, names, f"  if (gid >= {threads}u) {{ return; }}\n{body}")
+    """A pass of `threads` threads (body guarded by `gid < threads`) over `bufs`, with `head`
+    before their declarations (`enable f16;`) and `tail` after them (uniforms, helpers)."""
+    grid = fold(-(-threads // wg))
+    decls = head + declare(bufs) + tail
+    code = decls + main(wg, grid, [b.name for b in bufs], f"  if (gid >= {threads}u) {{ return; }}\n{body}")
     if uniform is None and "var<uniform> jc_zero" in decls:
         uniform = bytes(16)  # the always-zero uniform of the helpers' opaque operands
-    return Pass(code, grid, tuple(bindings), uniform=uniform)
+    return Pass(code, grid, tuple(b.binding for b in bufs), uniform=uniform)
 
 
 def u32s(*values: int) -> bytes:

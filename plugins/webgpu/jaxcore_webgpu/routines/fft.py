@@ -34,13 +34,17 @@ from dataclasses import dataclass
 
 from jaxcore.dtype import DType
 from jaxcore.routine import FftParams, Routine
-from jaxcore_webgpu.program import Binding, Pass, Plan
+from jaxcore_webgpu.program import Pass, Plan
 from jaxcore_webgpu.routines.common import (
+    Buf,
+    declare,
     elementwise_pass,
     fold,
     header,
     helpers,
-    storage,
+    inp,
+    outp,
+    scratch,
     wgsl_type,
     work_dtype,
 )
@@ -79,14 +83,6 @@ class _Num:
 
 
 @dataclass(frozen=True)
-class _Buf:
-    name: str
-    ty: str
-    binding: Binding
-    read_only: bool = False
-
-
-@dataclass(frozen=True)
 class _Side:
     """How a pass loads element `pos` of row `row` of its FFT problem, or stores it.
 
@@ -94,7 +90,7 @@ class _Side:
     `across` says a position's neighbours in memory are the neighbouring rows' (a transposed side),
     so threads should run across rows."""
 
-    bufs: tuple[_Buf, ...]
+    bufs: tuple[Buf, ...]
     code: Callable[[str, str, str], str]
     across: bool = False
 
@@ -211,7 +207,7 @@ class _LocalFft:
     exp(sign'·2πi·e/ntab), conjugated on read when `conj` (sign' = -sign)."""
 
     def __init__(
-        self, num: _Num, L: int, rows: int, cols: int, load: _Side, store: _Side, tw: _Buf, ntab: int,
+        self, num: _Num, L: int, rows: int, cols: int, load: _Side, store: _Side, tw: Buf, ntab: int,
         sign: float, conj: bool, scale: float | None,
     ) -> None:  # fmt: skip
         self.num, self.L, self.cols, self.load, self.store = num, L, cols, load, store
@@ -227,7 +223,7 @@ class _LocalFft:
         # threads run across columns where neighbouring columns are neighbours in memory
         self.across = self.C > 1 and (cols > 1 or load.across or store.across)
         self.grid = fold(-(-self.count // self.C))
-        self.bufs: list[_Buf] = []
+        self.bufs: list[Buf] = []
         for b in (*load.bufs, *store.bufs, tw):
             if all(b.name != x.name for x in self.bufs):
                 self.bufs.append(b)
@@ -357,9 +353,7 @@ class _LocalFft:
     def build(self) -> Pass:
         num = self.num
         body = self.body()
-        decl = num.hdr + "".join(
-            storage(i, b.name, b.ty, b.read_only) + "\n" for i, b in enumerate(self.bufs)
-        )
+        decl = num.hdr + declare(self.bufs)
         decl += f"var<workgroup> sh: array<{num.T if self.split else num.V}, {self.size}>;\n"
         # An XOR swizzle inside each 128-byte span spreads strided accesses over the memory banks.
         span = 128 // (num.elem // 2 if self.split else num.elem)
@@ -393,8 +387,8 @@ def _split(n: int, lmax: int) -> int:
 
 
 def _fft_passes(
-    num: _Num, n: int, rows: int, load: _Side, store: _Side, tw: _Buf, ntab: int, sign: float, conj: bool,
-    temps: tuple[_Buf, _Buf], scale: float | None = None,
+    num: _Num, n: int, rows: int, load: _Side, store: _Side, tw: Buf, ntab: int, sign: float, conj: bool,
+    temps: tuple[Buf, Buf], scale: float | None = None,
 ) -> list[Pass]:  # fmt: skip
     """Passes for `rows` FFTs of length n from `load` to `store`: one in workgroup memory, or the
     four-step (a column pass into temps[0], then the rows of that, recursively)."""
@@ -417,19 +411,18 @@ def _fft_passes(
     return [first] + _fft_passes(num, n2, rows * n1, from_t, out, tw, ntab, sign, conj, (temps[1], t), scale)
 
 
-def _table(size: int, sgn: float, tw: _Buf, num: _Num) -> Pass:
+def _table(size: int, sgn: float, tw: Buf, num: _Num) -> Pass:
     """tw[t] = (cos, sgn*sin)(2π t / size) through the dialect's accurate helpers."""
     T, sfx = num.T, num.sfx
-    decl = storage(0, tw.name, num.V, False) + "\n" + helpers([f"jc_sin_{sfx}", f"jc_cos_{sfx}"])
     body = (
         f"  let th = {T}(gid) * ({T}({2 * math.pi!r}) / {T}({size}));\n"
         f"  {tw.name}[gid] = {num.V}(jc_cos_{sfx}(th), {T}({sgn}) * jc_sin_{sfx}(th));\n"
     )
-    return elementwise_pass(decl, [tw.name], body, size, [tw.binding])
+    return elementwise_pass([tw], body, size, tail=helpers([f"jc_sin_{sfx}", f"jc_cos_{sfx}"]))
 
 
 def _planes_in(num: _Num, n: int) -> _Side:
-    bufs = (_Buf("in0", num.ty, ("in", 0), True), _Buf("in1", num.ty, ("in", 1), True))
+    bufs = (Buf("in0", num.ty, ("in", 0), True), Buf("in1", num.ty, ("in", 1), True))
     return _Side(
         bufs,
         lambda r, pos, v: (
@@ -439,7 +432,7 @@ def _planes_in(num: _Num, n: int) -> _Side:
 
 
 def _planes_out(num: _Num, n: int) -> _Side:
-    bufs = (_Buf("out0", num.ty, ("out", 0)), _Buf("out1", num.ty, ("out", 1)))
+    bufs = (Buf("out0", num.ty, ("out", 0)), Buf("out1", num.ty, ("out", 1)))
     put = f"out0[e] = {num.outc('z.x')}; out1[e] = {num.outc('z.y')};"
     return _Side(bufs, lambda r, pos, v: f"{{ let e = ({r}) * {n}u + {pos}; let z = {v}; {put} }}")
 
@@ -457,12 +450,11 @@ def _bluestein(num: _Num, n: int, batch: int, sign: float, inverse: bool) -> Pla
     starts undefined). The chirp multiply and the pointwise product ride on the FFTs' loads and stores."""
     V, T, sfx = num.V, num.T, num.sfx
     big = _smooth_size(2 * n - 1)
-    tw, cc, fb, a = (_Buf(x, V, ("scratch", i)) for i, x in enumerate(("tw", "cc", "fb", "av")))
-    temps = (_Buf("t0", V, ("scratch", 4)), _Buf("t1", V, ("scratch", 5)))
+    tw, cc, fb, a = (Buf(x, V, ("scratch", i)) for i, x in enumerate(("tw", "cc", "fb", "av")))
+    temps = (Buf("t0", V, ("scratch", 4)), Buf("t1", V, ("scratch", 5)))
     passes = [_table(big, -1.0, tw, num)]
     # chirp c_j = exp(sign πi (j² mod 2n) / n), j² mod 2n without 32-bit overflow
-    decl = storage(0, "cc", V, False) + "\n" + helpers([f"jc_sin_{sfx}", f"jc_cos_{sfx}"])
-    decl += (
+    decl = helpers([f"jc_sin_{sfx}", f"jc_cos_{sfx}"]) + (
         "fn jc_mulmod(a: u32, b: u32, m: u32) -> u32 {\n"
         "  var r = 0u; var x = a % m; var y = b;\n"
         "  loop { if (y == 0u) { break; } if ((y & 1u) == 1u) { r = r + x; if (r >= m) { r = r - m; } }\n"
@@ -473,7 +465,7 @@ def _bluestein(num: _Num, n: int, batch: int, sign: float, inverse: bool) -> Pla
         f"  let th = {T}(q) * ({T}({math.pi!r}) / {T}({n}));\n"
         f"  cc[gid] = {V}(jc_cos_{sfx}(th), {T}({sign}) * jc_sin_{sfx}(th));\n"
     )
-    passes.append(elementwise_pass(decl, ["cc"], body, n, [cc.binding]))
+    passes.append(elementwise_pass([cc], body, n, tail=decl))
     # fb = FFT of b, b = conj(c) wrapped circularly
     chirp_b = _Side(
         (cc,),
@@ -524,15 +516,12 @@ def _direct(num: _Num, n: int, batch: int, sign: float, inverse: bool) -> Plan:
     """A short length with a prime factor above 13: one thread per output sums the DFT, the table
     index advanced mod n (exact integer arithmetic)."""
     V = num.V
-    tw = _Buf("tw", V, ("scratch", 2))
+    tw = Buf("tw", V, ("scratch", 2))
     passes = [_table(n, sign, tw, num)]
-    decl = num.hdr + storage(0, "in0", num.ty, True) + "\n" + storage(1, "in1", num.ty, True) + "\n"
-    decl += storage(2, "S", V, False) + "\n"
     body = f"  S[gid] = {V}({num.cvt('in0[gid]')}, {num.cvt('in1[gid]')});\n"
-    bind: list[Binding] = [("in", 0), ("in", 1), ("scratch", 0)]
-    passes.append(elementwise_pass(decl, ["in0", "in1", "S"], body, batch * n, bind))
-    decl = storage(0, "src", V, False) + "\n" + storage(1, "dst", V, False) + "\n"
-    decl += storage(2, "tw", V, False) + "\n"
+    passes.append(
+        elementwise_pass([inp(0, num.ty), inp(1, num.ty), scratch("S", V, 0)], body, batch * n, num.hdr)
+    )
     body = f"""  let row = gid / {n}u; let kk = gid % {n}u;
   let o = row * {n}u;
   var acc = {V}(0);
@@ -544,14 +533,12 @@ def _direct(num: _Num, n: int, batch: int, sign: float, inverse: bool) -> Plan:
   }}
   dst[gid] = acc;
 """
-    bind = [("scratch", 0), ("scratch", 1), ("scratch", 2)]
-    passes.append(elementwise_pass(decl, ["src", "dst", "tw"], body, batch * n, bind))
+    passes.append(elementwise_pass([scratch("src", V, 0), scratch("dst", V, 1), tw], body, batch * n))
     scale = f" * {num.lit(1.0 / n)}" if inverse else ""
-    decl = num.hdr + storage(0, "out0", num.ty, False) + "\n" + storage(1, "out1", num.ty, False) + "\n"
-    decl += storage(2, "S", V, False) + "\n"
     body = f"  let z = S[gid]{scale};\n  out0[gid] = {num.outc('z.x')};\n  out1[gid] = {num.outc('z.y')};\n"
-    bind = [("out", 0), ("out", 1), ("scratch", 1)]
-    passes.append(elementwise_pass(decl, ["out0", "out1", "S"], body, batch * n, bind))
+    passes.append(
+        elementwise_pass([outp(0, num.ty), outp(1, num.ty), scratch("S", V, 1)], body, batch * n, num.hdr)
+    )
     cbytes = max(16, batch * n * num.elem)
     return Plan(tuple(passes), (cbytes, cbytes, max(16, n * num.elem)))
 
@@ -576,18 +563,15 @@ def plan_fft(routine: Routine, target: object = None) -> Plan:
     )
     sign = 1.0 if params.inverse else -1.0
     if n == 1:  # the DFT of one value is itself
-        decl = num.hdr + "".join(
-            storage(i, x, num.ty, i < 2) + "\n" for i, x in enumerate(("in0", "in1", "out0", "out1"))
-        )
+        bufs = [inp(0, num.ty), inp(1, num.ty), outp(0, num.ty), outp(1, num.ty)]
         body = "  out0[gid] = in0[gid];\n  out1[gid] = in1[gid];\n"
-        bind: list[Binding] = [("in", 0), ("in", 1), ("out", 0), ("out", 1)]
-        return Plan((elementwise_pass(decl, ["in0", "in1", "out0", "out1"], body, batch, bind),))
+        return Plan((elementwise_pass(bufs, body, batch, num.hdr),))
     if not _smooth(n):
         if n <= DIRECT_MAX:
             return _direct(num, n, batch, sign, params.inverse)
         return _bluestein(num, n, batch, sign, params.inverse)
-    tw = _Buf("tw", num.V, ("scratch", 0))
-    temps = (_Buf("t0", num.V, ("scratch", 1)), _Buf("t1", num.V, ("scratch", 2)))
+    tw = Buf("tw", num.V, ("scratch", 0))
+    temps = (Buf("t0", num.V, ("scratch", 1)), Buf("t1", num.V, ("scratch", 2)))
     scale = 1.0 / n if params.inverse else None
     passes = [_table(n, sign, tw, num)]
     passes += _fft_passes(

@@ -26,15 +26,21 @@ import math
 
 from jaxcore.dtype import DType, byte_width
 from jaxcore.routine import JacobiEighParams, Routine, Routines, TriangularSolveParams
-from jaxcore_webgpu.program import Pass, Plan
+from jaxcore_webgpu.program import Binding, Pass, Plan
 from jaxcore_webgpu.routines.common import (
+    Buf,
+    declare,
     elementwise_pass,
+    entry,
     fold,
     header,
     helpers,
+    inp,
     nbytes,
-    storage,
+    outp,
+    scratch,
     u32s,
+    uniform_block,
     wgsl_type,
     work_dtype,
 )
@@ -46,7 +52,7 @@ NB = 32  # block width of the blocked Cholesky (a diagonal block is a workgroup'
 TILE = 32  # trailing-update tile (TILE x TILE outputs per workgroup, 4 x 4 a thread)
 PANEL_ROWS = 64  # panel rows per workgroup (a thread per row)
 WG_STORAGE = 16384  # WebGPU's default workgroup storage limit: the WGSL must run in browsers too
-_CHOL_UNI = "struct U { k0: u32, kb: u32, tiles: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
+_CHOL_UNI = uniform_block("k0", "kb", "tiles")
 
 
 def _types(dtype: DType) -> tuple[str, str, DType]:
@@ -68,23 +74,23 @@ def _isnan(wd: DType) -> tuple[str, str]:
     return name, helpers([name])
 
 
-def _group_pass(decls: str, names: list[str], body: str, batch: int, bind: list, wg: int = LOCAL) -> Pass:
+def _group_pass(bufs: list[Buf], body: str, batch: int, head: str, tail: str) -> Pass:
+    """A workgroup of LOCAL threads per matrix: `b` the matrix, `lid` the thread (both i32)."""
     grid = fold(batch)
-    uses = "".join(f"  _ = &{n};\n" for n in names)
     code = (
-        decls
-        + f"@compute @workgroup_size({wg}, 1, 1)\n"
-        + "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lidu: u32) {\n"
-        + uses
+        head
+        + declare(bufs)
+        + tail
+        + entry(LOCAL, [b.name for b in bufs], "lidu")
         + f"  let b = i32(wid.x + wid.y * {grid[0]}u);\n  let lid = i32(lidu);\n"
         + f"  if (b >= {batch}) {{ return; }}\n"
         + body
         + "}\n"
     )
-    return Pass(code, grid, tuple(bind))
+    return Pass(code, grid, tuple(b.binding for b in bufs))
 
 
-def plan_linalg(routine: Routine) -> Plan:
+def plan_linalg(routine: Routine, target: object = None) -> Plan:
     name = routine.name
     if name == Routines.Cholesky:
         return _cholesky(routine)
@@ -272,12 +278,8 @@ def _chol_update(T: str, n: int, batch: int, kc: int) -> str:
 
 
 def _cholesky(routine: Routine) -> Plan:
-    """Right-looking by block columns of NB: per block, factor the diagonal block (one workgroup
-    per matrix), solve the panel below it (row tiles x batch), update the trailing lower triangle
-    (tiles x batch). Row-major throughout; float32/float64 work in place in the output (the first
-    pass copies the lower triangle, zeros above), float16 in a float32 scratch that a last pass
-    rounds into the output. The block's offset is the passes' uniform, so the passes of a kind
-    share one pipeline."""
+    """float32/float64 work in place in the output (the first pass copies the lower triangle, zeros
+    above), float16 in a float32 scratch that a last pass rounds into the output."""
     dtype = routine.type.input_dtypes[0]
     shape = routine.type.input_shapes[0]
     n = shape[-1]
@@ -285,18 +287,16 @@ def _cholesky(routine: Routine) -> Plan:
     if n == 0 or batch == 0:
         return Plan(())
     ty, T, wd = _types(dtype)
-    w = byte_width(wd)
     nn, total = n * n, batch * n * n
-    work: tuple[str, int] = ("out", 0) if wd == dtype else ("scratch", 0)
-    init_decls = header([dtype]) + storage(0, "in0", ty, True) + "\n" + storage(1, "W", T, False) + "\n"
+    work: Binding = ("out", 0) if wd == dtype else ("scratch", 0)
     lower = f"e % {n}u <= e / {n}u"
     init_body = f"  let e = gid % {nn}u;\n  W[gid] = select({T}(0), {_cvt(dtype, 'in0[gid]')}, {lower});\n"
-    passes = [elementwise_pass(init_decls, ["in0", "W"], init_body, total, [("in", 0), work])]
+    passes = [elementwise_pass([inp(0, ty), Buf("W", T, work)], init_body, total, header([dtype]))]
 
     kc = NB  # block columns per trailing-update step: two TILE x kc tiles in workgroup memory
-    while 2 * kc * (TILE + 4) * w > WG_STORAGE:
+    while 2 * kc * (TILE + 4) * byte_width(wd) > WG_STORAGE:
         kc //= 2
-    decls = storage(0, "W", T, False) + "\n" + _CHOL_UNI
+    decls = declare([Buf("W", T, work)]) + _CHOL_UNI
     diag, panel, update = (
         decls + _chol_diag(T, n, batch),
         decls + _chol_panel(T, n, batch, PANEL_ROWS),
@@ -316,9 +316,8 @@ def _cholesky(routine: Routine) -> Plan:
             passes.append(run(update, nt * (nt + 1) // 2, k0, kb))
     if wd == dtype:
         return Plan(tuple(passes))
-    fin_decls = header([dtype]) + storage(0, "W", T, True) + "\n" + storage(1, "out0", ty, False) + "\n"
-    fin_body = f"  out0[gid] = {_out(dtype, 'W[gid]')};\n"
-    passes.append(elementwise_pass(fin_decls, ["W", "out0"], fin_body, total, [("scratch", 0), ("out", 0)]))
+    bufs = [Buf("W", T, ("scratch", 0), True), outp(0, ty)]
+    passes.append(elementwise_pass(bufs, f"  out0[gid] = {_out(dtype, 'W[gid]')};\n", total, header([dtype])))
     return Plan(tuple(passes), (nbytes(wd, total),))
 
 
@@ -334,17 +333,6 @@ def _triangular_solve(routine: Routine) -> Plan:
     if rows == 0 or n == 0:
         return Plan(())
     ty, T, wd = _types(dtype)
-    decls = (
-        header([dtype])
-        + storage(0, "in0", ty, True)
-        + "\n"
-        + storage(1, "in1", ty, True)
-        + "\n"
-        + storage(2, "out0", ty, False)
-        + "\n"
-        + storage(3, "W", T, False)
-        + "\n"
-    )
     div = "" if params.unit_diagonal else f"    s = s / {_cvt(dtype, f'in0[ab + i * {n} + i]')};\n"
     body = f"""  let g = i32(gid);
   let ab = (g / {m}) * {n * n};
@@ -356,14 +344,8 @@ def _triangular_solve(routine: Routine) -> Plan:
   }}
   for (var i = 0; i < {n}; i = i + 1) {{ out0[xb + i] = {_out(dtype, "W[xb + i]")}; }}
 """
-    p = elementwise_pass(
-        decls,
-        ["in0", "in1", "out0", "W"],
-        body,
-        rows,
-        [("in", 0), ("in", 1), ("out", 0), ("scratch", 0)],
-        wg=64,
-    )
+    bufs = [inp(0, ty), inp(1, ty), outp(0, ty), scratch("W", T, 0)]
+    p = elementwise_pass(bufs, body, rows, header([dtype]), wg=64)
     return Plan((p,), (nbytes(wd, rows * n),))
 
 
@@ -378,21 +360,6 @@ def _lu(routine: Routine) -> Plan:
     ty, T, wd = _types(dtype)
     isnan, hs = _isnan(wd)
     nonzero = "(bitcast<u32>(d) & 0x7fffffffu) != 0u" if wd == DType.float32 else "d != 0.0"
-    decls = (
-        header([dtype])
-        + storage(0, "in0", ty, True)
-        + "\n"
-        + storage(1, "out0", ty, False)
-        + "\n"
-        + storage(2, "out1", "i32", False)
-        + "\n"
-        + storage(3, "out2", "i32", False)
-        + "\n"
-        + storage(4, "W", T, False)
-        + "\n"
-        + "var<workgroup> piv: i32;\n"
-        + hs
-    )
     mn = m * n
     body = f"""  let base = b * {mn};
   let pb = b * {m};
@@ -441,8 +408,8 @@ def _lu(routine: Routine) -> Plan:
   }}
   for (var e = lid; e < {mn}; e = e + {LOCAL}) {{ out0[base + e] = {_out(dtype, "W[base + e]")}; }}
 """
-    bind = [("in", 0), ("out", 0), ("out", 1), ("out", 2), ("scratch", 0)]
-    p = _group_pass(decls, ["in0", "out0", "out1", "out2", "W"], body, batch, bind)
+    bufs = [inp(0, ty), outp(0, ty), outp(1, "i32"), outp(2, "i32"), scratch("W", T, 0)]
+    p = _group_pass(bufs, body, batch, header([dtype]), "var<workgroup> piv: i32;\n" + hs)
     return Plan((p,), (nbytes(wd, batch * mn),))
 
 
@@ -461,21 +428,16 @@ def _jacobi(routine: Routine) -> Plan:
         return Plan(())
     ty, T, wd = _types(dtype)
     isnan, hs = _isnan(wd)
-    nn = n * n
-    decls = (
-        header([dtype])
-        + storage(0, "in0", ty, True)
-        + "\n"
-        + storage(1, "out0", ty, False)
-        + "\n"
-        + storage(2, "out1", ty, False)
-        + "\n"
-        + storage(3, "W", T, False)
-        + "\n"
-        + storage(4, "V", T, False)
-        + "\n"
-        + hs
-        + f"""fn off(base: i32) -> {T} {{
+    bufs = [inp(0, ty), outp(0, ty), outp(1, ty), scratch("W", T, 0), scratch("V", T, 1)]
+    body = _jacobi_body(dtype, T, n, params, isnan)
+    p = elementwise_pass(bufs, body, batch, header([dtype]), hs + _jacobi_off(T, n, isnan), wg=64)
+    size = nbytes(wd, batch * n * n)
+    return Plan((p,), (size, size))
+
+
+def _jacobi_off(T: str, n: int, isnan: str) -> str:
+    """WGSL `off(base)`: the largest |off-diagonal| of the matrix at `base`, or a NaN in it."""
+    return f"""fn off(base: i32) -> {T} {{
   var mx = {T}(0);
   for (var i = 1; i < {n}; i = i + 1) {{
     for (var j = 0; j < i; j = j + 1) {{
@@ -487,8 +449,11 @@ def _jacobi(routine: Routine) -> Plan:
   return mx;
 }}
 """
-    )
-    body = f"""  let base = i32(gid) * {nn};
+
+
+def _jacobi_body(dtype: DType, T: str, n: int, params: JacobiEighParams, isnan: str) -> str:
+    """One thread per matrix: cyclic sweeps of rotations over W, accumulated in V."""
+    return f"""  let base = i32(gid) * {n * n};
   var largest = {T}(0);
   var nan = false;
   for (var i = 0; i < {n}; i = i + 1) {{
@@ -541,6 +506,3 @@ def _jacobi(routine: Routine) -> Plan:
     }}
   }}
 """
-    bind = [("in", 0), ("out", 0), ("out", 1), ("scratch", 0), ("scratch", 1)]
-    p = elementwise_pass(decls, ["in0", "out0", "out1", "W", "V"], body, batch, bind, wg=64)
-    return Plan((p,), (nbytes(wd, batch * nn), nbytes(wd, batch * nn)))

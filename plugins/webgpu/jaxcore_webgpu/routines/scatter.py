@@ -15,8 +15,8 @@ import math
 
 from jaxcore.dtype import DType
 from jaxcore.routine import Routine, ScatterParams
-from jaxcore_webgpu.program import Pass, Plan
-from jaxcore_webgpu.routines.common import elementwise_pass, header, storage, wgsl_type
+from jaxcore_webgpu.program import Plan
+from jaxcore_webgpu.routines.common import Buf, elementwise_pass, header, inp, outp, scratch, wgsl_type
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
@@ -74,7 +74,24 @@ def _half_cas(value: str, add: bool) -> str:
     )
 
 
-def plan_scatter(routine: Routine) -> Plan:
+def _update(dtype: DType, ty: str, accumulate: bool) -> tuple[str, str]:
+    """out0's element type, and the WGSL that adds or stores update `gid` at `t`."""
+    if accumulate and dtype in (DType.int32, DType.uint32, DType.bool):
+        if dtype == DType.bool:
+            return f"atomic<{ty}>", "  if (in0[gid] != 0i) { atomicOr(&out0[t], 1i); }\n"
+        return f"atomic<{ty}>", "  atomicAdd(&out0[t], in0[gid]);\n"
+    if accumulate and dtype == DType.float32:
+        return "atomic<u32>", (
+            "  let v = in0[gid];\n  loop {\n    let old = atomicLoad(&out0[t]);\n"
+            "    let nw = bitcast<u32>(bitcast<f32>(old) + v);\n"
+            "    if (atomicCompareExchangeWeak(&out0[t], old, nw).exchanged) { break; }\n  }\n"
+        )
+    if accumulate or dtype == DType.float16:
+        return "atomic<u32>", "  let v = in0[gid];\n" + _half_cas("v", accumulate)
+    return ty, "  out0[t] = in0[gid];\n"
+
+
+def plan_scatter(routine: Routine, target: object = None) -> Plan:
     p = routine.params
     assert isinstance(p, ScatterParams)
     dtype = routine.type.output_dtypes[0]
@@ -83,85 +100,28 @@ def plan_scatter(routine: Routine) -> Plan:
     if n_out == 0:
         return Plan(())
     ty = wgsl_type(dtype)
-    k = len(p.axis)
-    hdr = header([dtype])
     words = -(-n_out // 2) if dtype == DType.float16 else n_out
-    accumulate = p.accumulate
-    last_wins = not accumulate and not p.unique_indices
-    passes: list[Pass] = []
-    clear_decl = storage(0, "out0", "u32", False) + "\n"
-    names, bind = ["out0"], [("out", 0)]
-    body = "  out0[gid] = 0u;\n"
-    scratch: tuple[int, ...] = ()
+    last_wins = not p.accumulate and not p.unique_indices
+    clear, body = [outp(0, "u32")], "  out0[gid] = 0u;\n"
+    sizes: tuple[int, ...] = ()
     if last_wins:
-        clear_decl += storage(1, "win", "u32", False) + "\n"
-        names.append("win")
-        bind.append(("scratch", 0))
-        scratch = (max(16, n_out * 4),)
+        clear.append(scratch("win", "u32", 0))
+        sizes = (max(16, n_out * 4),)
         body += f"  if (gid < {n_out}u) {{ win[gid] = 0u; }}\n"
-    passes.append(elementwise_pass(clear_decl, names, body, max(words, n_out if last_wins else 0), bind))
+    passes = [elementwise_pass(clear, body, max(words, n_out if last_wins else 0))]
     if n_up == 0:
-        return Plan(tuple(passes), scratch)
-
-    def ins_decl(first_out: int) -> tuple[str, list[str], list[tuple[str, int]]]:
-        d = hdr + storage(0, "in0", ty, True) + "\n"
-        nm, bd = ["in0"], [("in", 0)]
-        for a in range(k):
-            d += storage(1 + a, f"in{1 + a}", wgsl_type(routine.type.input_dtypes[1 + a]), True) + "\n"
-            nm.append(f"in{1 + a}")
-            bd.append(("in", 1 + a))
-        return d, nm, bd
-
-    tgt = _target(routine)
-    d, nm, bd = ins_decl(k + 1)
-    ob = k + 1
-    if accumulate:
-        if dtype in (DType.int32, DType.uint32, DType.bool):
-            d += storage(ob, "out0", f"atomic<{ty}>", False) + "\n"
-            op = (
-                "  if (in0[gid] != 0i) { atomicOr(&out0[t], 1i); }\n"
-                if dtype == DType.bool
-                else ("  atomicAdd(&out0[t], in0[gid]);\n")
-            )
-        elif dtype == DType.float32:
-            d += storage(ob, "out0", "atomic<u32>", False) + "\n"
-            op = (
-                "  let v = in0[gid];\n  loop {\n    let old = atomicLoad(&out0[t]);\n"
-                "    let nw = bitcast<u32>(bitcast<f32>(old) + v);\n"
-                "    if (atomicCompareExchangeWeak(&out0[t], old, nw).exchanged) { break; }\n  }\n"
-            )
-        else:  # float16
-            d += storage(ob, "out0", "atomic<u32>", False) + "\n"
-            op = "  let v = in0[gid];\n" + _half_cas("v", True)
-        body = tgt + "  if (!ok) { return; }\n" + op
-        passes.append(elementwise_pass(d, [*nm, "out0"], body, n_up, [*bd, ("out", 0)]))
-        return Plan(tuple(passes), scratch)
-
-    def store_pass(guard: str, extra_decl: str = "", extra: list[str] | None = None, eb=None) -> Pass:
-        dd, nn, bb = ins_decl(k + 1)
-        if dtype == DType.float16:
-            dd += storage(ob, "out0", "atomic<u32>", False) + "\n"
-            op = "  let v = in0[gid];\n" + _half_cas("v", False)
-        else:
-            dd += storage(ob, "out0", ty, False) + "\n"
-            op = "  out0[t] = in0[gid];\n"
-        dd += extra_decl
-        body = tgt + "  if (!ok) { return; }\n" + guard + op
-        return elementwise_pass(dd, [*nn, "out0", *(extra or [])], body, n_up, [*bb, ("out", 0), *(eb or [])])
-
+        return Plan(tuple(passes), sizes)
+    ins = [inp(0, ty)] + [inp(1 + a, wgsl_type(routine.type.input_dtypes[1 + a])) for a in range(len(p.axis))]
+    out_ty, op = _update(dtype, ty, p.accumulate)
+    out = Buf("out0", out_ty, ("out", 0))
+    tgt = _target(routine) + "  if (!ok) { return; }\n"
+    hdr = header([dtype])
     if not last_wins:
-        passes.append(store_pass(""))
-        return Plan(tuple(passes), scratch)
+        passes.append(elementwise_pass([*ins, out], tgt + op, n_up, hdr))
+        return Plan(tuple(passes), sizes)
     # last write wins: the largest update number per target, then only it stores
-    d2 = d + storage(ob, "win", "atomic<u32>", False) + "\n"
-    body = tgt + "  if (!ok) { return; }\n  atomicMax(&win[t], gid + 1u);\n"
-    passes.append(elementwise_pass(d2, [*nm, "win"], body, n_up, [*bd, ("scratch", 0)]))
-    passes.append(
-        store_pass(
-            "  if (win[t] != gid + 1u) { return; }\n",
-            storage(ob + 1, "win", "u32", False) + "\n",
-            ["win"],
-            [("scratch", 0)],
-        )
-    )
-    return Plan(tuple(passes), scratch)
+    win = scratch("win", "atomic<u32>", 0)
+    passes.append(elementwise_pass([*ins, win], tgt + "  atomicMax(&win[t], gid + 1u);\n", n_up, hdr))
+    guard = "  if (win[t] != gid + 1u) { return; }\n"
+    passes.append(elementwise_pass([*ins, out, scratch("win", "u32", 0)], tgt + guard + op, n_up, hdr))
+    return Plan(tuple(passes), sizes)

@@ -13,17 +13,34 @@ one dispatch each. float64 keys need 64-bit bit access that naga lacks, so float
 
 from __future__ import annotations
 
+import math
+
 from jaxcore.dtype import DType, is_float
 from jaxcore.routine import Routine, Routines
 from jaxcore_webgpu.program import Pass, Plan
-from jaxcore_webgpu.routines.common import elementwise_pass, fold, header, main, storage, u32s, wgsl_type
+from jaxcore_webgpu.routines.common import (
+    Buf,
+    declare,
+    elementwise_pass,
+    entry,
+    fold,
+    header,
+    inp,
+    main,
+    outp,
+    scratch,
+    storage,
+    u32s,
+    uniform_block,
+    wgsl_type,
+)
 
 MULTI = 4  # partner distances handled per global pass (16 keys per thread in registers)
 LOCAL = (
     1024  # threads of a workgroup-memory stage at most (block of 2*LOCAL keys), within the adapter's limits
 )
 
-_UNI = "struct U { k: u32, j: u32, p2: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
+_UNI = uniform_block("k", "j")
 
 
 def _key(dtype: DType, x: str, fold_zero: bool) -> tuple[str, str]:
@@ -56,172 +73,154 @@ def plan_sort(routine: Routine, target: object = None) -> Plan:
     argsort = routine.name == Routines.Argsort
     dtype = routine.type.input_dtypes[0]
     shape = routine.type.input_shapes[0]
-    n = shape[-1]
-    batch = 1
-    for d in shape[:-1]:
-        batch *= d
+    n, batch = shape[-1], math.prod(shape[:-1])
     if n == 0 or batch == 0:
         return Plan(())
     radix_from = getattr(target, "radix_sort_from", 0)
     if radix_from and n >= radix_from:
         return _radix(dtype, batch, n, argsort)
     p = 1 << max(n - 1, 0).bit_length()
-    ty = wgsl_type(dtype)
-    hdr = header([dtype])
     kb = max(16, batch * p * 4)
-    scratch = (kb, kb) if argsort else (kb,)
-    key_decl = storage(0, "K", "u32", False) + "\n"
-    idx_decl = storage(1, "I", "u32", False) + "\n" if argsort else ""
-    work = ["K", "I"] if argsort else ["K"]
-    work_b = [("scratch", 0), ("scratch", 1)] if argsort else [("scratch", 0)]
-    passes: list[Pass] = []
-
+    work = [scratch("K", "u32", 0), scratch("I", "u32", 1)] if argsort else [scratch("K", "u32", 0)]
     # init: keys (and indices) of every padded position
     kx, fn = _key(dtype, f"in0[row * {n}u + c]", argsort)
-    decls = hdr + storage(0, "in0", ty, True) + "\n"
-    decls += storage(1, "K", "u32", False) + "\n"
-    if argsort:
-        decls += storage(2, "I", "u32", False) + "\n"
-    decls += fn
     body = (
         f"  let row = gid / {p}u; let c = gid % {p}u;\n"
         f"  var key = 0xffffffffu;\n  if (c < {n}u) {{ key = {kx}; }}\n  K[gid] = key;\n"
         + ("  I[gid] = c;\n" if argsort else "")
     )
-    passes.append(elementwise_pass(decls, ["in0", *work], body, batch * p, [("in", 0), *work_b]))
-
+    passes = [elementwise_pass([inp(0, wgsl_type(dtype)), *work], body, batch * p, header([dtype]), fn)]
     if p >= 2:
-        max_wg = getattr(target, "max_workgroup_size", 256)
-        shared = getattr(target, "max_workgroup_storage", 16384)
-        t = min(LOCAL, max_wg, shared // (16 if argsort else 8), p // 2)
-        t = 1 << (t.bit_length() - 1)
-        blk = 2 * t
-        gt = "(ka > kb) || (ka == kb && ia > ib)" if argsort else "ka > kb"
-        # workgroup-memory stages: k from u.k to u.j (doubling), j from min(k/2, t) down to 1
-        lcode = (
-            key_decl
-            + idx_decl
-            + _UNI
-            + f"var<workgroup> sk: array<u32, {blk}>;\n"
-            + (f"var<workgroup> si: array<u32, {blk}>;\n" if argsort else "")
-        )
-        n_blocks = batch * p // blk
-        grid = fold(n_blocks)
-        sw_i = "      let ia = si[i]; let ib = si[l];\n" if argsort else "      let ia = 0u; let ib = 0u;\n"
-        swap_i = "        si[i] = ib; si[l] = ia;\n" if argsort else ""
-        lcode += (
-            f"@compute @workgroup_size({t}, 1, 1)\n"
-            "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
-            + "".join(f"  _ = &{w};\n" for w in work)
-            + f"  let wgi = wid.x + wid.y * {grid[0]}u;\n"
-            + f"  if (wgi >= {n_blocks}u) {{ return; }}\n"
-            + f"  let base = wgi * {blk}u;\n"
-            + f"  sk[lid] = K[base + lid]; sk[lid + {t}u] = K[base + lid + {t}u];\n"
-            + (f"  si[lid] = I[base + lid]; si[lid + {t}u] = I[base + lid + {t}u];\n" if argsort else "")
-            + "  workgroupBarrier();\n"
-            + "  for (var k = u.k; k <= u.j; k = k << 1u) {\n"
-            + f"    for (var j = min(k >> 1u, {t}u); j > 0u; j = j >> 1u) {{\n"
-            + "      let i = ((lid & ~(j - 1u)) << 1u) | (lid & (j - 1u)); let l = i + j;\n"
-            + f"      let asc = (((base + i) & {p - 1}u) & k) == 0u;\n"
-            + "      let ka = sk[i]; let kb = sk[l];\n"
-            + sw_i
-            + f"      if (({gt}) == asc) {{\n        sk[i] = kb; sk[l] = ka;\n{swap_i}      }}\n"
-            + "      workgroupBarrier();\n    }\n  }\n"
-            + f"  K[base + lid] = sk[lid]; K[base + lid + {t}u] = sk[lid + {t}u];\n"
-            + (f"  I[base + lid] = si[lid]; I[base + lid + {t}u] = si[lid + {t}u];\n" if argsort else "")
-            + "}\n"
-        )
+        passes += _network(work, p, batch, argsort, target)
+    # final: the first n of each padded row
+    row = f"  let row = gid / {n}u; let c = gid % {n}u;\n"
+    passes.append(_final(dtype, argsort, batch * n, work, f"row * {p}u + c", f"row * {n}u", row))
+    return Plan(tuple(passes), (kb, kb) if argsort else (kb,))
 
-        def local(k_lo: int, k_hi: int) -> Pass:
-            return Pass(lcode, grid, tuple(work_b), uniform=u32s(k_lo, k_hi))
 
-        gdecls = key_decl + idx_decl + _UNI
-        gbody = (
+def _final(
+    dtype: DType, argsort: bool, threads: int, work: list[Buf], at: str, row: str, pre: str = ""
+) -> Pass:
+    """The output from the sorted keys `K[at]`, or Argsort's indices `I[at]` and the input at them
+    (`row`: the row's first input element)."""
+    ty = wgsl_type(dtype)
+    if argsort:
+        body = f"  let idx = I[{at}];\n  out1[gid] = i32(idx);\n  out0[gid] = in0[{row} + idx];\n"
+    else:
+        body = f"  let key = K[{at}];\n  out0[gid] = {_unkey(dtype, 'key')};\n"
+    outs = [outp(0, ty), outp(1, "i32")] if argsort else [outp(0, ty)]
+    return elementwise_pass([inp(0, ty), *outs, *work], pre + body, threads, header([dtype]))
+
+
+def _compare_swap(keys: str, idx: str, ind: str, argsort: bool) -> str:
+    """WGSL: put `keys[i]` and `keys[l]` (and their indices) in the order `asc` says."""
+    gt = "(ka > kb) || (ka == kb && ia > ib)" if argsort else "ka > kb"
+    ia = f"let ia = {idx}[i]; let ib = {idx}[l];" if argsort else "let ia = 0u; let ib = 0u;"
+    swap_i = f"{ind}  {idx}[i] = ib; {idx}[l] = ia;\n" if argsort else ""
+    return (
+        f"{ind}let ka = {keys}[i]; let kb = {keys}[l];\n{ind}{ia}\n"
+        f"{ind}if (({gt}) == asc) {{\n{ind}  {keys}[i] = kb; {keys}[l] = ka;\n{swap_i}{ind}}}\n"
+    )
+
+
+def _network(work: list[Buf], p: int, batch: int, argsort: bool, target: object) -> list[Pass]:
+    """The bitonic stages over rows of p keys: those whose partner distance fits a block of 2t
+    keys in workgroup memory, wider ones up to MULTI distances a global pass."""
+    max_wg = getattr(target, "max_workgroup_size", 256)
+    shared = getattr(target, "max_workgroup_storage", 16384)
+    t = min(LOCAL, max_wg, shared // (16 if argsort else 8), p // 2)
+    t = 1 << (t.bit_length() - 1)
+    blk = 2 * t
+    lcode, grid = _local(work, p, t, batch, argsort)
+
+    def local(k_lo: int, k_hi: int) -> Pass:
+        return Pass(lcode, grid, tuple(b.binding for b in work), uniform=u32s(k_lo, k_hi))
+
+    def step(k: int, j: int, levels: int) -> Pass:
+        body = _multi_body(p, argsort, levels) if levels > 1 else (
             "  let j = u.j; let k = u.k;\n"
             "  let i = ((gid & ~(j - 1u)) << 1u) | (gid & (j - 1u)); let l = i + j;\n"
-            f"  let asc = ((i & {p - 1}u) & k) == 0u;\n"
-            "  let ka = K[i]; let kb = K[l];\n"
-            + ("  let ia = I[i]; let ib = I[l];\n" if argsort else "  let ia = 0u; let ib = 0u;\n")
-            + f"  if (({gt}) == asc) {{\n    K[i] = kb; K[l] = ka;\n"
-            + ("    I[i] = ib; I[l] = ia;\n" if argsort else "")
-            + "  }\n"
+            f"  let asc = ((i & {p - 1}u) & k) == 0u;\n" + _compare_swap("K", "I", "  ", argsort)
+        )  # fmt: skip
+        return elementwise_pass(work, body, batch * p >> levels, tail=_UNI, uniform=u32s(k, j))
+
+    passes = [local(2, min(blk, p))]
+    k = 2 * blk
+    while k <= p:
+        j = k // 2
+        while j >= blk:
+            levels = min(MULTI, (j // blk).bit_length())
+            passes.append(step(k, j, levels))
+            j >>= levels
+        passes.append(local(k, k))
+        k *= 2
+    return passes
+
+
+def _local(work: list[Buf], p: int, t: int, batch: int, argsort: bool) -> tuple[str, tuple[int, int, int]]:
+    """The workgroup-memory stages of a block of 2t keys: k from u.k to u.j (doubling), j from
+    min(k/2, t) down to 1. Its WGSL and grid."""
+    blk = 2 * t
+    n_blocks = batch * p // blk
+    grid = fold(n_blocks)
+    pairs = [("sk", "K"), ("si", "I")][: len(work)]
+    code = (
+        declare(work)
+        + _UNI
+        + "".join(f"var<workgroup> {s}: array<u32, {blk}>;\n" for s, _ in pairs)
+        + entry(t, [b.name for b in work])
+        + f"  let wgi = wid.x + wid.y * {grid[0]}u;\n"
+        + f"  if (wgi >= {n_blocks}u) {{ return; }}\n"
+        + f"  let base = wgi * {blk}u;\n"
+        + "".join(
+            f"  {s}[lid] = {g}[base + lid]; {s}[lid + {t}u] = {g}[base + lid + {t}u];\n" for s, g in pairs
         )
-
-        def step(k: int, j: int) -> Pass:
-            return elementwise_pass(gdecls, work, gbody, batch * p // 2, work_b, uniform=u32s(k, j))
-
-        def multi_body(levels: int) -> str:
-            """Distances j, j/2, .. j/2^(levels-1) in one pass: 2^levels keys per thread in registers."""
-            ne = 1 << levels
-            lines = ["  let j = u.j; let k = u.k; let hb = countTrailingZeros(j);", "  var i = gid;"]
-            for b in range(levels):
-                q: str | int = f"(hb - {levels - 1 - b}u)"  # (an int shift count below)
-                lines.append(f"  {{ let q = {q}; i = ((i >> q) << (q + 1u)) | (i & ((1u << q) - 1u)); }}")
-            lines.append(f"  let asc = ((i & {p - 1}u) & k) == 0u;")
-            offs = []
-            for e in range(ne):
-                terms = [f"(j >> {levels - 1 - q}u)" for q in range(levels) if e >> q & 1]
-                offs.append(" + ".join(terms) if terms else "0u")
-                lines.append(f"  var k{e} = K[i + {offs[e]}];")
-                if argsort:
-                    lines.append(f"  var i{e} = I[i + {offs[e]}];")
-            for st in range(levels):
-                q = levels - 1 - st
-                for e in range(ne):
-                    if e >> q & 1:
-                        continue
-                    f = e | (1 << q)
-                    gt = f"(k{e} > k{f}) || (k{e} == k{f} && i{e} > i{f})" if argsort else f"k{e} > k{f}"
-                    sw = f"let tk = k{e}; k{e} = k{f}; k{f} = tk;"
-                    if argsort:
-                        sw += f" let ti = i{e}; i{e} = i{f}; i{f} = ti;"
-                    lines.append(f"  if (({gt}) == asc) {{ {sw} }}")
-            for e in range(ne):
-                lines.append(f"  K[i + {offs[e]}] = k{e};")
-                if argsort:
-                    lines.append(f"  I[i + {offs[e]}] = i{e};")
-            return "\n".join(lines) + "\n"
-
-        def multi(k: int, j: int, levels: int) -> Pass:
-            threads = batch * p >> levels
-            body = multi_body(levels)
-            return elementwise_pass(gdecls, work, body, threads, work_b, uniform=u32s(k, j))
-
-        passes.append(local(2, min(blk, p)))
-        k = 2 * blk
-        while k <= p:
-            j = k // 2
-            while j >= blk:
-                levels = min(MULTI, (j // blk).bit_length())
-                passes.append(step(k, j) if levels == 1 else multi(k, j, levels))
-                j >>= levels
-            passes.append(local(k, k))
-            k *= 2
-
-    # final: the first n of each padded row
-    fdecls = hdr + storage(0, "in0", ty, True) + "\n" + storage(1, "out0", ty, False) + "\n"
-    names = ["in0", "out0"]
-    bind = [("in", 0), ("out", 0)]
-    if argsort:
-        fdecls += storage(2, "out1", "i32", False) + "\n"
-        fdecls += storage(3, "K", "u32", False) + "\n" + storage(4, "I", "u32", False) + "\n"
-        names += ["out1", "K", "I"]
-        bind += [("out", 1), ("scratch", 0), ("scratch", 1)]
-        fbody = (
-            f"  let row = gid / {n}u; let c = gid % {n}u;\n"
-            f"  let idx = I[row * {p}u + c];\n"
-            f"  out1[gid] = i32(idx);\n  out0[gid] = in0[row * {n}u + idx];\n"
+        + "  workgroupBarrier();\n"
+        + "  for (var k = u.k; k <= u.j; k = k << 1u) {\n"
+        + f"    for (var j = min(k >> 1u, {t}u); j > 0u; j = j >> 1u) {{\n"
+        + "      let i = ((lid & ~(j - 1u)) << 1u) | (lid & (j - 1u)); let l = i + j;\n"
+        + f"      let asc = (((base + i) & {p - 1}u) & k) == 0u;\n"
+        + _compare_swap("sk", "si", "      ", argsort)
+        + "      workgroupBarrier();\n    }\n  }\n"
+        + "".join(
+            f"  {g}[base + lid] = {s}[lid]; {g}[base + lid + {t}u] = {s}[lid + {t}u];\n" for s, g in pairs
         )
-    else:
-        fdecls += storage(2, "K", "u32", False) + "\n"
-        names += ["K"]
-        bind += [("scratch", 0)]
-        fbody = (
-            f"  let row = gid / {n}u; let c = gid % {n}u;\n"
-            f"  let key = K[row * {p}u + c];\n  out0[gid] = {_unkey(dtype, 'key')};\n"
-        )
-    passes.append(elementwise_pass(fdecls, names, fbody, batch * n, bind))
-    return Plan(tuple(passes), scratch)
+        + "}\n"
+    )
+    return code, grid
+
+
+def _multi_body(p: int, argsort: bool, levels: int) -> str:
+    """Distances j, j/2, .. j/2^(levels-1) in one pass: 2^levels keys per thread in registers."""
+    ne = 1 << levels
+    lines = ["  let j = u.j; let k = u.k; let hb = countTrailingZeros(j);", "  var i = gid;"]
+    for b in range(levels):
+        q: str | int = f"(hb - {levels - 1 - b}u)"  # (an int shift count below)
+        lines.append(f"  {{ let q = {q}; i = ((i >> q) << (q + 1u)) | (i & ((1u << q) - 1u)); }}")
+    lines.append(f"  let asc = ((i & {p - 1}u) & k) == 0u;")
+    offs = []
+    for e in range(ne):
+        terms = [f"(j >> {levels - 1 - q}u)" for q in range(levels) if e >> q & 1]
+        offs.append(" + ".join(terms) if terms else "0u")
+        lines.append(f"  var k{e} = K[i + {offs[e]}];")
+        if argsort:
+            lines.append(f"  var i{e} = I[i + {offs[e]}];")
+    for st in range(levels):
+        q = levels - 1 - st
+        for e in range(ne):
+            if e >> q & 1:
+                continue
+            f = e | (1 << q)
+            gt = f"(k{e} > k{f}) || (k{e} == k{f} && i{e} > i{f})" if argsort else f"k{e} > k{f}"
+            sw = f"let tk = k{e}; k{e} = k{f}; k{f} = tk;"
+            if argsort:
+                sw += f" let ti = i{e}; i{e} = i{f}; i{f} = ti;"
+            lines.append(f"  if (({gt}) == asc) {{ {sw} }}")
+    for e in range(ne):
+        lines.append(f"  K[i + {offs[e]}] = k{e};")
+        if argsort:
+            lines.append(f"  I[i + {offs[e]}] = i{e};")
+    return "\n".join(lines) + "\n"
 
 
 # ---- Argsort of long rows: a stable LSD radix sort ------------------------------------------------
@@ -241,38 +240,50 @@ def _radix(dtype: DType, batch: int, n: int, argsort: bool) -> Plan:
     """Eight stable counting-sort passes over 4-bit digits of the keys (and their indices).
 
     The bitonic network moves every key log2(n)^2 / 2 times; this moves it eight times. Each pass:
-    `hist` counts the digits of every block (H[row][digit][block]), `scan` turns a row's counts
-    into exclusive offsets in (digit, block) order, and `scatter` ranks each block's keys (per
+    `_histogram` counts the digits of every block (H[row][digit][block]), `_offsets` turns a row's
+    counts into exclusive offsets in (digit, block) order, and `_rank` ranks each block's keys (per
     thread counts, a workgroup scan in (digit, thread) order: equal digits keep their input
     order) and writes them at their offsets. Argsort's ties (and -0 with +0, NaN with NaN: one
     key each) keep the input order because every pass is stable."""
-    ty = wgsl_type(dtype)
     bpr = -(-n // RB)  # blocks per row
-    nblk = batch * bpr
-    m = DIGITS * bpr  # counts per row
-    per = -(-m // _SCAN)
-    mask = DIGITS - 1
-    kx, fn = _key(dtype, "in0[gid]", argsort)
-    kb = max(16, batch * n * 4)
+    kb, hb = max(16, batch * n * 4), max(16, batch * DIGITS * bpr * 4)
     # scratch: keys and indices, twice (ping-pong), then H; Sort has no indices (K0, K1, H)
-    scratch = (kb, kb, kb, kb, max(16, batch * m * 4)) if argsort else (kb, kb, max(16, batch * m * 4))
+    sizes = (kb, kb, kb, kb, hb) if argsort else (kb, kb, hb)
     k0, i0, k1, i1, h = (0, 1, 2, 3, 4) if argsort else (0, -1, 1, -1, 2)
-    passes: list[Pass] = []
-    init = header([dtype]) + storage(0, "in0", ty, True) + "\n" + storage(1, "K", "u32", False) + "\n"
-    init += (storage(2, "I", "u32", False) + "\n" if argsort else "") + fn
+    work = [scratch("K", "u32", k0), scratch("I", "u32", i0)] if argsort else [scratch("K", "u32", k0)]
+    kx, fn = _key(dtype, "in0[gid]", argsort)
     body = f"  K[gid] = {kx};\n" + (f"  I[gid] = gid % {n}u;\n" if argsort else "")
-    binds = [("in", 0), ("scratch", k0)] + ([("scratch", i0)] if argsort else [])
-    names = ["in0", "K", "I"] if argsort else ["in0", "K"]
-    passes.append(elementwise_pass(init, names, body, batch * n, binds))
+    passes = [elementwise_pass([inp(0, wgsl_type(dtype)), *work], body, batch * n, header([dtype]), fn)]
+    grid = fold(batch * bpr)
+    hcode, scode, xcode = _histogram(n, batch, bpr), _offsets(batch, bpr), _rank(n, batch, bpr, argsort)
+    for p in range(32 // 4):
+        (ks, is_), (kd, id_) = ((k0, i0), (k1, i1)) if p % 2 == 0 else ((k1, i1), (k0, i0))
+        uniform = u32s(4 * p)
+        passes.append(Pass(hcode, grid, (("scratch", ks), ("scratch", h)), uniform=uniform))
+        passes.append(Pass(scode, fold(batch), (("scratch", h),)))
+        moved = [ks, is_, kd, id_, h] if argsort else [ks, kd, h]
+        passes.append(Pass(xcode, grid, tuple(("scratch", w) for w in moved), uniform=uniform))
+    # eight passes (even): the keys are back in K0 (and I0)
+    passes.append(_final(dtype, argsort, batch * n, work[-1:], "gid", f"(gid / {n}u) * {n}u"))
+    return Plan(tuple(passes), sizes)
 
-    grid = fold(nblk)
-    block = (
-        f"  if (wgi >= {nblk}u) {{ return; }}\n"
+
+_RADIX_UNI = uniform_block("shift")
+
+
+def _block(n: int, batch: int, bpr: int) -> str:
+    """WGSL: a radix block's `row`, `blk`, this thread's first key `start`, and digit counts `c`."""
+    return (
+        f"  if (wgi >= {batch * bpr}u) {{ return; }}\n"
         f"  let row = wgi / {bpr}u; let blk = wgi % {bpr}u;\n"
         f"  let start = blk * {RB}u + lid * {RK}u; let base = row * {n}u;\n"
         f"  var c: array<u32, {DIGITS}>;\n"
     )
-    uni = "struct U { shift: u32, p1: u32, p2: u32, p3: u32 }\n@group(1) @binding(0) var<uniform> u: U;\n"
+
+
+def _histogram(n: int, batch: int, bpr: int) -> str:
+    """H[row][digit][block]: how many keys of each block have each digit."""
+    mask = DIGITS - 1
     hist = (
         f"  if (lid < {DIGITS}u) {{ atomicStore(&cnt[lid], 0u); }}\n"
         "  workgroupBarrier();\n"
@@ -285,8 +296,15 @@ def _radix(dtype: DType, batch: int, n: int, argsort: bool) -> Plan:
         "  workgroupBarrier();\n"
         f"  if (lid < {DIGITS}u) {{ H[(row * {DIGITS}u + lid) * {bpr}u + blk] = atomicLoad(&cnt[lid]); }}"
     )
-    hcode = storage(0, "K", "u32", True) + "\n" + storage(1, "H", "u32", False) + "\n" + uni
-    hcode += f"var<workgroup> cnt: array<atomic<u32>, {DIGITS}>;\n" + main(RT, grid, ["K", "H"], block + hist)
+    code = storage(0, "K", "u32", True) + "\n" + storage(1, "H", "u32", False) + "\n" + _RADIX_UNI
+    code += f"var<workgroup> cnt: array<atomic<u32>, {DIGITS}>;\n"
+    return code + main(RT, fold(batch * bpr), ["K", "H"], _block(n, batch, bpr) + hist)
+
+
+def _offsets(batch: int, bpr: int) -> str:
+    """A workgroup a row turns its counts H into exclusive offsets, in (digit, block) order."""
+    m = DIGITS * bpr  # counts per row
+    per = -(-m // _SCAN)
     scan = (
         f"  if (wgi >= {batch}u) {{ return; }}\n"
         f"  let base = wgi * {m}u; let lo = lid * {per}u;\n"
@@ -299,10 +317,15 @@ def _radix(dtype: DType, batch: int, n: int, argsort: bool) -> Plan:
         f"    if (lo + i < {m}u) {{ let v = H[base + lo + i]; H[base + lo + i] = run; run = run + v; }}\n"
         "  }"
     )
-    scode = storage(0, "H", "u32", False) + f"\nvar<workgroup> sums: array<u32, {_SCAN}>;\n"
-    scode += main(_SCAN, fold(batch), ["H"], scan)
+    code = storage(0, "H", "u32", False) + f"\nvar<workgroup> sums: array<u32, {_SCAN}>;\n"
+    return code + main(_SCAN, fold(batch), ["H"], scan)
+
+
+def _rank(n: int, batch: int, bpr: int, argsort: bool) -> str:
+    """Each block's keys (and indices) moved to their offsets, equal digits in input order."""
+    mask = DIGITS - 1
     move_i = " Iout[dst] = Iin[base + start + i];" if argsort else ""
-    scatter = (
+    rank = (
         f"  var ks: array<u32, {RK}>;\n"
         f"  for (var i = 0u; i < {RK}u; i = i + 1u) {{\n"
         f"    if (start + i < {n}u) {{\n"
@@ -330,35 +353,13 @@ def _radix(dtype: DType, batch: int, n: int, argsort: bool) -> Plan:
         "    }\n  }"
     )
     bufs = ["Kin", "Iin", "Kout", "Iout", "H"] if argsort else ["Kin", "Kout", "H"]
-    xcode = (
+    code = (
         "".join(storage(b, name, "u32", not name.endswith("out")) + "\n" for b, name in enumerate(bufs))
-        + uni
+        + _RADIX_UNI
         + f"var<workgroup> S: array<u32, {DIGITS * RT}>;\nvar<workgroup> sums: array<u32, {RT}>;\n"
     )
-    xcode += f"var<workgroup> bb: array<u32, {DIGITS}>;\n" + main(RT, grid, bufs, block + scatter)
-    for p in range(32 // 4):
-        (ks, is_), (kd, id_) = ((k0, i0), (k1, i1)) if p % 2 == 0 else ((k1, i1), (k0, i0))
-        uniform = u32s(4 * p)
-        passes.append(Pass(hcode, grid, (("scratch", ks), ("scratch", h)), uniform=uniform))
-        passes.append(Pass(scode, fold(batch), (("scratch", h),)))
-        work = [ks, is_, kd, id_, h] if argsort else [ks, kd, h]
-        passes.append(Pass(xcode, grid, tuple(("scratch", w) for w in work), uniform=uniform))
-    # eight passes (even): the keys are back in K0 (and I0)
-    fdecls = header([dtype]) + storage(0, "in0", ty, True) + "\n" + storage(1, "out0", ty, False) + "\n"
-    if argsort:
-        fdecls += storage(2, "out1", "i32", False) + "\n" + storage(3, "I", "u32", False) + "\n"
-        fbody = (
-            f"  let idx = I[gid];\n  out1[gid] = i32(idx);\n  out0[gid] = in0[(gid / {n}u) * {n}u + idx];\n"
-        )
-        bind = [("in", 0), ("out", 0), ("out", 1), ("scratch", i0)]
-        names = ["in0", "out0", "out1", "I"]
-    else:
-        fdecls += storage(2, "K", "u32", False) + "\n"
-        fbody = f"  let key = K[gid];\n  out0[gid] = {_unkey(dtype, 'key')};\n"
-        bind = [("in", 0), ("out", 0), ("scratch", k0)]
-        names = ["in0", "out0", "K"]
-    passes.append(elementwise_pass(fdecls, names, fbody, batch * n, bind))
-    return Plan(tuple(passes), scratch)
+    code += f"var<workgroup> bb: array<u32, {DIGITS}>;\n"
+    return code + main(RT, fold(batch * bpr), bufs, _block(n, batch, bpr) + rank)
 
 
 def _inclusive_scan(arr: str, size: int, v: str) -> str:
