@@ -72,14 +72,11 @@ def choose_tile(mm: MatmulShape, target: object, name: str | None = None) -> Til
     if name is not None:
         t = TILES[name]
         return t if fits(t) else None
-    order = ["large", "medium", "small"]
-    if mm.product == DType.float64:
-        order = ["medium", "small"]
+    order = ["medium", "small"] if mm.product == DType.float64 else ["large", "medium", "small"]
     for key in order:
         t = TILES[key]
         tiles = mm.batch * -(-mm.m // t.bm) * -(-mm.n // t.bn)
-        enough = tiles >= FILL_WORKGROUPS if key != "small" else True
-        if fits(t) and enough:
+        if fits(t) and (key == "small" or tiles >= FILL_WORKGROUPS):
             return t
     return None
 
@@ -108,18 +105,15 @@ def plan_matmul(kernel: Kernel, target: object, tile: str | None = None) -> Plan
     # every dtype the shader declares (render's `enable f16;` and f64 come from all of these, not
     # only the product): a float16 operand widened to float32 or an epilogue's cast needs them too
     dtypes = {mm.product, mm.acc, mm.out, mm.a.dtype, mm.b.dtype} | {e.dtype for e in mm.epilogue.nodes()}
-    if DType.float16 in dtypes and not getattr(target, "has_f16", False):
-        return None
-    if DType.float64 in dtypes and not getattr(target, "has_f64", False):
+    needs = {DType.float16: "has_f16", DType.float64: "has_f64"}
+    if any(d in dtypes and not getattr(target, flag, False) for d, flag in needs.items()):
         return None
     t = choose_tile(mm, target, tile)
     if t is None:
         return None
-    max_dim = getattr(target, "max_workgroups_per_dim", 65535)
     grid = (-(-mm.n // t.bn), -(-mm.m // t.bm), mm.batch)
-    if max(grid) > max_dim:
-        return None
-    if kernel.nargs + 1 > getattr(target, "max_storage_buffers_per_stage", 8):
+    too_wide = max(grid) > getattr(target, "max_workgroups_per_dim", 65535)
+    if too_wide or kernel.nargs + 1 > getattr(target, "max_storage_buffers_per_stage", 8):
         return None
     try:
         code = render(kernel, mm, t, getattr(target, "exact_subnormals", True))
@@ -147,222 +141,155 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile, exact_subnormals: bool = Tr
     lang = WGSLLanguage(WGSL_TRAITS)
     lang.exact_subnormals = exact_subnormals  # the epilogue's ops (the inner products are fma)
     epi = legalize(mm.epilogue, WGSL_TRAITS)
-    uses_f64 = DType.float64 in {mm.product, mm.acc, mm.out} | {n.dtype for n in epi.nodes()}
-    uses_f16 = DType.float16 in {mm.product, mm.a.dtype, mm.b.dtype, mm.out} | {n.dtype for n in epi.nodes()}
-    lang.features = {"f64"} if uses_f64 else set()
-    P = lang.type_name(mm.product)
-    ACC = lang.type_name(mm.acc)
-    wx, wy = t.bn // t.tn, t.bm // t.tm
-    nt = wx * wy
-    av, bv = t.tm // 4, t.tn // 4
-
+    epi_dtypes = {n.dtype for n in epi.nodes()}
+    uses_f16 = DType.float16 in {mm.product, mm.a.dtype, mm.b.dtype, mm.out} | epi_dtypes
+    lang.features = {"f64"} if DType.float64 in {mm.product, mm.acc, mm.out} | epi_dtypes else set()
+    P, ACC, out_ty = lang.type_name(mm.product), lang.type_name(mm.acc), lang.storage_type(mm.out)
     # Which inputs the epilogue reads (they must stay scalar arrays), and each one's dtype.
-    epi_reads: dict[int, DType] = {}
-    for node in epi.nodes():
-        if node.op == AluOp.GlobalIndex:
-            epi_reads[node.arg[0]] = node.dtype
+    epi_reads = {node.arg[0]: node.dtype for node in epi.nodes() if node.op == AluOp.GlobalIndex}
     ma, mb = _vec_mode(mm.a, mm.m, mm.k), _vec_mode(mm.b, mm.n, mm.k)
     # A buffer is bound as vec4 only when every read of it is a vec4 slab load.
     scalar = set(epi_reads) | {op.gid for op, mode in ((mm.a, ma), (mm.b, mb)) if mode == "s"}
     ma = "s" if mm.a.gid in scalar else ma
     mb = "s" if mm.b.gid in scalar else mb
-
+    vec_in = {op.gid for op, mode in ((mm.a, ma), (mm.b, mb)) if mode != "s"}
     vec_out = mm.n % 4 == 0  # each thread's 4 adjacent columns are one aligned vec4 store
-    out_elem = f"vec4<{lang.storage_type(mm.out)}>" if vec_out else lang.storage_type(mm.out)
-    L: list[str] = []
-    w = L.append
-    if uses_f16:
-        w("enable f16;")
-    vec_in = set()
-    if ma != "s":
-        vec_in.add(mm.a.gid)
-    if mb != "s":
-        vec_in.add(mm.b.gid)
+    L = ["enable f16;"] if uses_f16 else []
     dtypes = {mm.a.gid: mm.a.dtype, mm.b.gid: mm.b.dtype, **epi_reads}
     for g in range(kernel.nargs):
-        dt = dtypes.get(g, DType.uint32)
-        ty = lang.storage_type(dt)
+        ty = lang.storage_type(dtypes.get(g, DType.uint32))
         ty = f"vec4<{ty}>" if g in vec_in else ty
-        w(f"@group(0) @binding({g}) var<storage, read> in{g}: array<{ty}>;")
-    w(f"@group(0) @binding({kernel.nargs}) var<storage, read_write> out0: array<{out_elem}>;")
-    w(f"var<workgroup> As: array<vec4<{P}>, {t.bk * t.bm // 4}>;")
-    w(f"var<workgroup> Bs: array<vec4<{P}>, {t.bk * t.bn // 4}>;")
-
+        L.append(f"@group(0) @binding({g}) var<storage, read> in{g}: array<{ty}>;")
+    out_elem = f"vec4<{out_ty}>" if vec_out else out_ty
+    L.append(f"@group(0) @binding({kernel.nargs}) var<storage, read_write> out0: array<{out_elem}>;")
+    L.append(f"var<workgroup> As: array<vec4<{P}>, {t.bk * t.bm // 4}>;")
+    L.append(f"var<workgroup> Bs: array<vec4<{P}>, {t.bk * t.bn // 4}>;")
     # The epilogue, as a function of the sum and the output index.
     r = ExpRenderer(lang)
     r.count(epi)
     val = r.render(epi)
-    body = "".join(f"  {ln}\n" for ln in r.lines)
-    epi_fn = (
-        f"fn jc_epi(acc: {ACC}, gidx: i32) -> {lang.storage_type(mm.out)} {{\n{body}"
-        f"  return {lang.store_value(r, mm.out, val)};\n}}"
-    )
+    body = "".join(f"  {ln}\n" for ln in r.lines) + f"  return {lang.store_value(r, mm.out, val)};\n"
+    epi_fn = f"fn jc_epi(acc: {ACC}, gidx: i32) -> {out_ty} {{\n{body}}}"
     helpers = lang.render_helpers(r.used_helpers)
-    if helpers:
-        w(helpers)
-    w(epi_fn)
-
-    M, N, K = mm.m, mm.n, mm.k
-    w(f"@compute @workgroup_size({wx}, {wy}, 1)")
-    w(
+    L += [helpers, epi_fn] if helpers else [epi_fn]
+    L.append(f"@compute @workgroup_size({t.bn // t.tn}, {t.bm // t.tm}, 1)")
+    L.append(
         "fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,"
         " @builtin(local_invocation_index) tidu: u32) {"
     )
-    for g in range(kernel.nargs):
-        w(f"  _ = &in{g};")
-    w("  let tid = i32(tidu); let tx = i32(lid.x); let ty = i32(lid.y);")
-    w(f"  let m0 = i32(wid.y) * {t.bm}; let n0 = i32(wid.x) * {t.bn}; let bb = i32(wid.z);")
+    L += [f"  _ = &in{g};" for g in range(kernel.nargs)]
+    L.append("  let tid = i32(tidu); let tx = i32(lid.x); let ty = i32(lid.y);")
+    L.append(f"  let m0 = i32(wid.y) * {t.bm}; let n0 = i32(wid.x) * {t.bn}; let bb = i32(wid.z);")
+    a, b = _Slab(mm, t, P, mm.a, ma, True), _Slab(mm, t, P, mm.b, mb, False)
+    L += a.setup + b.setup + _k_loop(mm, t, P, ACC, a, b) + _stores(mm, t, out_ty if vec_out else None)
+    return "\n".join(L) + "\n"
 
-    # ---- slab loaders: per operand, the register loads (`load`) and the shared stores (`put`)
-    def loader(op: Operand, mode: str, is_a: bool) -> tuple[list[str], list[str], list[str]]:
-        """(setup lines, load lines (k0 is the slab start), store lines) for one operand."""
-        name = "a" if is_a else "b"
-        outer_tile = t.bm if is_a else t.bn
-        outer_dim = M if is_a else N
-        o0 = "m0" if is_a else "n0"
-        sh = "As" if is_a else "Bs"
-        src = f"in{op.gid}"
-        conv = (lambda x: x) if op.dtype == mm.product else (lambda x: f"{P}({x})")
-        vconv = (lambda x: x) if op.dtype == mm.product else (lambda x: f"vec4<{P}>({x})")
-        setup: list[str] = []
-        load, put = [], []
+
+class _Slab:
+    """One operand's slab loader: `setup` lines, `load` lines (into registers, from the slab at
+    KSLAB) and `put` lines (registers into workgroup memory, As[k][m] or Bs[k][n])."""
+
+    def __init__(self, mm: MatmulShape, t: Tile, P: str, op: Operand, mode: str, is_a: bool) -> None:
+        self.setup: list[str] = []
+        self.load: list[str] = []
+        self.put: list[str] = []
+        name, sh, o0 = ("a", "As", "m0") if is_a else ("b", "Bs", "n0")
+        outer_tile, outer_dim = (t.bm, mm.m) if is_a else (t.bn, mm.n)
+        nt, ot4 = (t.bm // t.tm) * (t.bn // t.tn), outer_tile // 4
+        Z = P if mode == "s" else f"vec4<{P}>"  # a register's type
         base = f"({op.base} + bb * {op.s_batch})"
-        full_outer, full_k = outer_dim % outer_tile == 0, K % t.bk == 0
-
-        def trim(ok: str) -> str:
-            """Drop the bound checks that whole tiles make true (the common aligned case)."""
-            keep = []
-            for term in ok.split(" && "):
-                if term.endswith(f"g{u}") and f"{name}g{u} = true;" in "".join(setup):
-                    continue
-                if full_outer and term.startswith(o0):
-                    continue
-                if full_k and term.startswith("KSLAB"):
-                    continue
-                keep.append(term)
-            return " && ".join(keep) or "true"
-
-        if mode == "s":
-            n_el = outer_tile * t.bk
-            per = -(-n_el // nt)
-            k_fast = op.s_k == 1
-            for u in range(per):
-                e = f"(tid + {u * nt})"
-                guard = f"{e} < {n_el}" if n_el % nt else "true"
-                if k_fast:
-                    o, kk = f"({e} / {t.bk})", f"({e} % {t.bk})"
-                else:
-                    o, kk = f"({e} % {outer_tile})", f"({e} / {outer_tile})"
-                setup.append(f"  let {name}o{u} = {o}; let {name}k{u} = {kk}; let {name}g{u} = {guard};")
-                setup.append(f"  var r{name}{u}: {P} = {P}(0);")
-                ok = f"{name}g{u} && {o0} + {name}o{u} < {outer_dim} && KSLAB + {name}k{u} < {K}"
-                idx = f"{base} + ({o0} + {name}o{u}) * {op.s_outer} + (KSLAB + {name}k{u}) * {op.s_k}"
-                load.append(
-                    f"    r{name}{u} = {P}(0); if ({trim(ok)}) {{ r{name}{u} = {conv(f'{src}[{idx}]')}; }}"
-                )
-                put.append(
-                    f"    if ({name}g{u}) {{ "
-                    f"{sh}[{name}k{u} * {outer_tile // 4} + {name}o{u} / 4][{name}o{u} % 4]"
-                    f" = r{name}{u}; }}"
-                )
-            return setup, load, put
-        n_vec = outer_tile * t.bk // 4
-        per = -(-n_vec // nt)
-        for u in range(per):
+        units = outer_tile * t.bk // (1 if mode == "s" else 4)
+        for u in range(-(-units // nt)):
             e = f"(tid + {u * nt})"
-            guard = f"{e} < {n_vec}" if n_vec % nt else "true"
-            setup.append(f"  var r{name}{u}: vec4<{P}> = vec4<{P}>(0);")
-            if mode == "k4":  # vec4 along k: unit = (outer o, k quad q)
-                setup.append(
-                    f"  let {name}o{u} = {e} / {t.bk // 4}; let {name}q{u} = {e} % {t.bk // 4};"
-                    f" let {name}g{u} = {guard};"
+            guard = f"{e} < {units}" if units % nt else "true"
+            o, k, q, g = (f"{name}{x}{u}" for x in "okqg")  # outer, k, quad, guard
+            r = f"r{name}{u}"
+            if mode == "s":
+                if op.s_k == 1:
+                    po, pk = f"({e} / {t.bk})", f"({e} % {t.bk})"
+                else:
+                    po, pk = f"({e} % {outer_tile})", f"({e} / {outer_tile})"
+                self.setup.append(f"  let {o} = {po}; let {k} = {pk}; let {g} = {guard};")
+                self.setup.append(f"  var {r}: {Z} = {Z}(0);")
+                oi, ki = o, k
+                idx = f"{base} + ({o0} + {o}) * {op.s_outer} + (KSLAB + {k}) * {op.s_k}"
+                self.put.append(f"    if ({g}) {{ {sh}[{k} * {ot4} + {o} / 4][{o} % 4] = {r}; }}")
+            elif mode == "k4":  # vec4 along k: unit = (outer o, k quad q)
+                self.setup.append(f"  var {r}: {Z} = {Z}(0);")
+                self.setup.append(
+                    f"  let {o} = {e} / {t.bk // 4}; let {q} = {e} % {t.bk // 4}; let {g} = {guard};"
                 )
-                ok = f"{name}g{u} && {o0} + {name}o{u} < {outer_dim} && KSLAB + {name}q{u} * 4 < {K}"
-                idx = f"({base} + ({o0} + {name}o{u}) * {op.s_outer}) / 4 + KSLAB / 4 + {name}q{u}"
-                load.append(
-                    f"    r{name}{u} = vec4<{P}>(0); "
-                    f"if ({trim(ok)}) {{ r{name}{u} = {vconv(f'{src}[{idx}]')}; }}"
-                )
-                put.append(f"    if ({name}g{u}) {{")
-                for c, comp in enumerate("xyzw"):
-                    put.append(
-                        f"      {sh}[({name}q{u} * 4 + {c}) * {outer_tile // 4} + {name}o{u} / 4]"
-                        f"[{name}o{u} % 4] = r{name}{u}.{comp};"
-                    )
-                put.append("    }")
+                oi, ki = o, f"{q} * 4"
+                idx = f"({base} + ({o0} + {o}) * {op.s_outer}) / 4 + KSLAB / 4 + {q}"
+                self.put.append(f"    if ({g}) {{")
+                self.put += [
+                    f"      {sh}[({q} * 4 + {c}) * {ot4} + {o} / 4][{o} % 4] = {r}.{comp};"
+                    for c, comp in enumerate("xyzw")
+                ]
+                self.put.append("    }")
             else:  # "o4": vec4 along m/n: unit = (k, outer quad q)
-                setup.append(
-                    f"  let {name}k{u} = {e} / {outer_tile // 4}; let {name}q{u} = {e} % {outer_tile // 4};"
-                    f" let {name}g{u} = {guard};"
-                )
-                ok = f"{name}g{u} && {o0} + {name}q{u} * 4 < {outer_dim} && KSLAB + {name}k{u} < {K}"
-                idx = f"({base} + (KSLAB + {name}k{u}) * {op.s_k}) / 4 + {o0} / 4 + {name}q{u}"
-                load.append(
-                    f"    r{name}{u} = vec4<{P}>(0); "
-                    f"if ({trim(ok)}) {{ r{name}{u} = {vconv(f'{src}[{idx}]')}; }}"
-                )
-                put.append(
-                    f"    if ({name}g{u}) {{ "
-                    f"{sh}[{name}k{u} * {outer_tile // 4} + {name}q{u}] = r{name}{u}; }}"
-                )
-        return setup, load, put
+                self.setup.append(f"  var {r}: {Z} = {Z}(0);")
+                self.setup.append(f"  let {k} = {e} / {ot4}; let {q} = {e} % {ot4}; let {g} = {guard};")
+                oi, ki = f"{q} * 4", k
+                idx = f"({base} + (KSLAB + {k}) * {op.s_k}) / 4 + {o0} / 4 + {q}"
+                self.put.append(f"    if ({g}) {{ {sh}[{k} * {ot4} + {q}] = {r}; }}")
+            # the bound checks that whole tiles make true are left out (the common aligned case)
+            ok = [g] if guard != "true" else []
+            ok += [f"{o0} + {oi} < {outer_dim}"] if outer_dim % outer_tile else []
+            ok += [f"KSLAB + {ki} < {mm.k}"] if mm.k % t.bk else []
+            value = f"in{op.gid}[{idx}]" if op.dtype == mm.product else f"{Z}(in{op.gid}[{idx}])"
+            self.load.append(f"    {r} = {Z}(0); if ({' && '.join(ok) or 'true'}) {{ {r} = {value}; }}")
 
-    sa, la, pa = loader(mm.a, ma, True)
-    sb, lb, pb = loader(mm.b, mb, False)
-    L += sa + sb
-    for rr in range(t.tm):
-        for h in range(bv):
-            w(f"  var c{rr}_{h}: vec4<{ACC}> = vec4<{ACC}>(0);")
-    w("  var k0 = 0;")
-    L += [ln[2:].replace("KSLAB", "k0") for ln in la + lb]
-    w(f"  for (; k0 < {K}; k0 = k0 + {t.bk}) {{")
-    L += pa + pb
-    w("    workgroupBarrier();")
-    w(f"    if (k0 + {t.bk} < {K}) {{")
-    w(f"      let k1 = k0 + {t.bk};")
-    L += ["  " + ln.replace("KSLAB", "k1") for ln in la + lb]
-    w("    }")
-    fused = mm.product == mm.acc
+
+def _k_loop(mm: MatmulShape, t: Tile, P: str, ACC: str, a: _Slab, b: _Slab) -> list[str]:
+    """The accumulators and the K loop: slab k0 in workgroup memory, k1 loading into registers."""
+    wx, wy = t.bn // t.tn, t.bm // t.tm
+    L = [f"  var c{rr}_{h}: vec4<{ACC}> = vec4<{ACC}>(0);" for rr in range(t.tm) for h in range(t.tn // 4)]
+    L.append("  var k0 = 0;")
+    L += [ln[2:].replace("KSLAB", "k0") for ln in a.load + b.load]
+    L.append(f"  for (; k0 < {mm.k}; k0 = k0 + {t.bk}) {{")
+    L += a.put + b.put
+    L += ["    workgroupBarrier();", f"    if (k0 + {t.bk} < {mm.k}) {{", f"      let k1 = k0 + {t.bk};"]
+    L += ["  " + ln.replace("KSLAB", "k1") for ln in a.load + b.load]
+    L.append("    }")
     for k in range(t.bk):
-        for v in range(av):
-            w(f"    let a{v}_{k} = As[{k * t.bm // 4 + v * wy} + ty];")
-        for v in range(bv):
-            w(f"    let b{v}_{k} = Bs[{k * t.bn // 4 + v * wx} + tx];")
+        L += [f"    let a{v}_{k} = As[{k * t.bm // 4 + v * wy} + ty];" for v in range(t.tm // 4)]
+        L += [f"    let b{v}_{k} = Bs[{k * t.bn // 4 + v * wx} + tx];" for v in range(t.tn // 4)]
         for rr in range(t.tm):
             v, comp = divmod(rr, 4)
-            for h in range(bv):
-                a = f"vec4<{P}>(a{v}_{k}.{'xyzw'[comp]})"
-                if fused:
-                    w(f"    c{rr}_{h} = fma({a}, b{h}_{k}, c{rr}_{h});")
+            for h in range(t.tn // 4):
+                av = f"vec4<{P}>(a{v}_{k}.{'xyzw'[comp]})"
+                if mm.product == mm.acc:
+                    L.append(f"    c{rr}_{h} = fma({av}, b{h}_{k}, c{rr}_{h});")
                 else:
-                    w(f"    c{rr}_{h} = c{rr}_{h} + vec4<{ACC}>({a} * b{h}_{k});")
-    w("    workgroupBarrier();")
-    w("  }")
-    # ---- stores: row m0 + 4*(v*wy + ty) + c, columns n0 + 4*(h*wx + tx) + j
-    w(f"  let cb = bb * {M * N};")
+                    L.append(f"    c{rr}_{h} = c{rr}_{h} + vec4<{ACC}>({av} * b{h}_{k});")
+    return L + ["    workgroupBarrier();", "  }"]
+
+
+def _stores(mm: MatmulShape, t: Tile, vec_ty: str | None) -> list[str]:
+    """Row m0 + 4*(v*wy + ty) + c, columns n0 + 4*(h*wx + tx) + j: through jc_epi, in bounds
+    (as vec4<vec_ty> where the row's columns are whole vec4s)."""
+    M, N = mm.m, mm.n
+    wx, wy = t.bn // t.tn, t.bm // t.tm
+    col_ok = "true" if N % t.bn == 0 else f"col < {N}"
+    L = [f"  let cb = bb * {M * N};"]
     for rr in range(t.tm):
         v, comp = divmod(rr, 4)
-        w(f"  {{ let row = m0 + {4 * v * wy} + ty * 4 + {comp};")
-        w(f"    if ({'true' if M % t.bm == 0 else f'row < {M}'}) {{")
-        col_ok = "true" if N % t.bn == 0 else f"col < {N}"
-        for h in range(bv):
-            if vec_out:
-                w(f"      {{ let col = n0 + {4 * h * wx} + tx * 4;")
-                c = f"c{rr}_{h}"
-                vals = ", ".join(f"jc_epi({c}.{cj}, g + {j})" for j, cj in enumerate("xyzw"))
-                store = (
-                    f"let g = cb + row * {N} + col; out0[g / 4] = vec4<{lang.storage_type(mm.out)}>({vals});"
-                )
-                w(f"        if ({col_ok}) {{ {store} }} }}")
+        L.append(f"  {{ let row = m0 + {4 * v * wy} + ty * 4 + {comp};")
+        L.append(f"    if ({'true' if M % t.bm == 0 else f'row < {M}'}) {{")
+        for h in range(t.tn // 4):
+            if vec_ty is not None:
+                vals = ", ".join(f"jc_epi(c{rr}_{h}.{cj}, g + {j})" for j, cj in enumerate("xyzw"))
+                L.append(f"      {{ let col = n0 + {4 * h * wx} + tx * 4;")
+                store = f"let g = cb + row * {N} + col; out0[g / 4] = vec4<{vec_ty}>({vals});"
+                L.append(f"        if ({col_ok}) {{ {store} }} }}")
                 continue
             for j, cj in enumerate("xyzw"):
-                w(f"      {{ let col = n0 + {4 * h * wx} + tx * 4 + {j};")
+                L.append(f"      {{ let col = n0 + {4 * h * wx} + tx * 4 + {j};")
                 store = f"let g = cb + row * {N} + col; out0[g] = jc_epi(c{rr}_{h}.{cj}, g);"
-                w(f"        if ({col_ok}) {{ {store} }} }}")
-        w("    }")
-        w("  }")
-    w("}")
-    return "\n".join(L) + "\n"
+                L.append(f"        if ({col_ok}) {{ {store} }} }}")
+        L += ["    }", "  }"]
+    return L + ["}"]
 
 
 __all__ = ["MIN_WORK", "TILES", "Tile", "choose_tile", "plan_matmul", "render", "zero_uniform"]
