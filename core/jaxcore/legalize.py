@@ -188,6 +188,8 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
     assumes finite math; records whether the result is known, for the nodes above."""
     if t.assumes_finite_math and is_float(e.dtype) and e.op in _FOLDABLE:
         src = tuple(opaque(s) if known.get(s.key(), False) and not _finite_nonzero(s) else s for s in e.src)
+        if e.op == AluOp.Mul:
+            src = tuple(opaque(s) if _a_choice(s, known) else s for s in src)
         if src != e.src:
             e = AluExp(e.op, e.dtype, src, e.arg)
     if (
@@ -200,6 +202,17 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
     out = _guard_float_node(e, t) or e
     known[out.key()] = _is_known(out, known)
     return out
+
+
+def _a_choice(e: AluExp, known: dict[str, bool]) -> bool:
+    """A float the compiler knows up to a run-time choice: a bool cast to it (0 or 1), a select
+    between values it knows (through casts between floats). NVIDIA's Vulkan driver made
+    `x * f64(b)` a select of x and 0, so that NaN * 0 gave 0."""
+    while e.op == AluOp.Cast and is_float(e.src[0].dtype):
+        e = e.src[0]
+    if e.op == AluOp.Cast:
+        return e.src[0].dtype == DType.bool
+    return e.op == AluOp.Where and all(known.get(v.key(), False) for v in e.src[1:])
 
 
 def _finite_nonzero(e: AluExp) -> bool:
@@ -227,6 +240,8 @@ def _guard_float_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     if _const_over_const(op, a, b):
         return AluExp(op, dt, (opaque(a), b), e.arg)
     if a == b or _zero_const(b) or a in b.src:  # x - x, x / x, x * 0, x + 0, x - (x - y)
+        return AluExp(op, dt, (a, opaque(b)), e.arg)
+    if _shares_a_term(op, a, b):  # (c1 - x) - (c2 - x) -> c1 - c2 (NVIDIA, float64)
         return AluExp(op, dt, (a, opaque(b)), e.arg)
     if _zero_const(a) or b in a.src:  # 0 * x, 0 + x, 0 - x; (x + y) - y (reassociated)
         return AluExp(op, dt, (opaque(a), b), e.arg)
@@ -280,6 +295,13 @@ _FOLDABLE = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv})
 # Ops a driver reassociates with each other: (x - y) + c -> x - (y - c) (lavapipe gave 0, not 2.5,
 # for (x - x) + 2.5 at x = 3e38), (x * y) * c -> x * (y * c).
 _FAMILY = {AluOp.Add: "sum", AluOp.Sub: "sum", AluOp.Mul: "product", AluOp.Idiv: "quotient"}
+
+
+def _shares_a_term(op: AluOp, a: AluExp, b: AluExp) -> bool:
+    """A sum or difference of two sums or differences with a common operand, which a driver
+    cancels by reassociating: `(2.5 - x) - (c - x)` came back as `2.5 - c` at x = 2.2e7."""
+    sums = (AluOp.Add, AluOp.Sub)
+    return op in sums and a.op in sums and b.op in sums and bool(set(a.src) & set(b.src))
 
 
 def _const_over_const(op: AluOp, c: AluExp, other: AluExp) -> bool:

@@ -201,3 +201,39 @@ def test_sums_and_products_round_as_written(backend: Backend, dtype: str) -> Non
         want = oracle.binary(ops[1], oracle.binary(ops[0], x, y, dtype), cs, dtype)
         got = run_kernel(backend, kernel, [x, y])
         assert_close(got, want, ops[1], dtype, backend, inputs=[x, y], what=f"(a {ops[0]} b) {ops[1]} {c}")
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_products_with_a_cast_bool_keep_nan_and_inf(backend: Backend, dtype: str) -> None:
+    """x * Cast(b) and x * Where(c, 1, 0), with x NaN or ±Inf and the flag false: NaN, not 0 (a
+    compiler that assumes finite math turns the product into a select of x and 0)."""
+    x = oracle.array([NAN, INF, -INF, NAN, 2.5, -0.0], dtype)
+    flags = np.array([0, 0, 0, 1, 0, 0], np.int32)
+    dt = DType(dtype)
+    one, zero = _c(dtype, 1.0), _c(dtype, 0.0)
+    for what, fn in [
+        ("x * Cast(b)", lambda v, b: v * AluExp.cast(dt, b)),
+        ("x * Where(b, 1, 0)", lambda v, b: v * AluExp.where(b, one, zero)),
+    ]:
+        kernel = map_kernel([dtype, "bool"], len(x), fn)
+        skip_if_undeclared(backend, kernel)
+        want = oracle.binary("Mul", x, oracle.cast(flags, "int32", dtype), dtype)
+        got = run_kernel(backend, kernel, [x, flags])
+        assert_close(got, want, "Mul", dtype, backend, inputs=[x, flags], what=what)
+
+
+LARGE = {"float32": 2.2e7, "float16": 2000.0, "float64": 2.2e7}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_differences_sharing_a_term_round_as_written(backend: Backend, dtype: str) -> None:
+    """(2.5 - x) - (c - x): each difference rounds first; a driver that cancels the shared x
+    (NVIDIA, float64) returns 2.5 - c."""
+    c = 22376236.611642238 if dtype != "float16" else 2013.7
+    x = oracle.array([LARGE[dtype], -LARGE[dtype], 3.0, 1e-3], dtype)
+    kernel = map_kernel([dtype], len(x), lambda v: (_c(dtype, 2.5) - v) - (_c(dtype, c) - v))
+    skip_if_undeclared(backend, kernel)
+    left, right = (oracle.binary("Sub", oracle.array([k] * len(x), dtype), x, dtype) for k in (2.5, c))
+    want = oracle.binary("Sub", left, right, dtype)
+    got = run_kernel(backend, kernel, [x])
+    assert_close(got, want, "Sub", dtype, backend, inputs=[x], what="(2.5 - x) - (c - x)")
