@@ -5,23 +5,14 @@ The twiddles exp(∓2πi·t/n) come from a table pass that uses the dialect's ac
 helpers (WGSL's built-ins are only bounded to 2^-11); the constants inside a radix-R butterfly
 are Python's double-precision cos/sin, written as literals.
 
-A length L up to 4096 (2048 in float64) whose prime factors are at most 13 is one pass: each
-workgroup transforms C rows (C·L values) with Stockham stages of radix 2..16 (fewest stages: 4096
-is 16·16·16), each thread holding its butterflies' values in registers; stages exchange values
-through workgroup memory (one vec2 array when C·L values fit 16 KB, else the real and then the
-imaginary halves through one scalar array, so 4096 float32 values still fit), so a row is read and
-written once. The first stage reads global memory, the last writes it, with no bit reversal.
-
-A longer row n = n1·n2 is the four-step decomposition: one pass does the n2 strided FFTs of length
-n1 (C neighbouring columns per workgroup, so reads are coalesced) and multiplies by exp(∓2πi·j2·k1/n)
-on the way out; the n1 FFTs of length n2 follow, written transposed into place (recursing when n2
-is itself too long): 65536 is two passes, 2^24 three.
-
-Other lengths are Bluestein's chirp convolution over the smallest 7-smooth M >= 2n - 1, done with
-the same passes (the chirp multiplies and the pointwise product fused into their loads and
-stores); up to 64 they sum the DFT directly. The inverse scales by 1/n at the end, as numpy's
-ifft. Every shader keeps to WebGPU's default limits (16 KB of workgroup storage, 256 invocations,
-at most 6 storage buffers). Any factor list gives the same DFT, so `FftParams.factors` only has to
+A 13-smooth length up to 4096 (2048 in float64) is one pass (`_LocalFft`): stages of radix 2..16
+(4096 is 16·16·16) hold their butterflies in registers and exchange values through workgroup
+memory (the real and imaginary halves in turn where a vec2 array would not fit 16 KB), so a row is
+read and written once, with no bit reversal. A longer row n = n1·n2 is the four-step decomposition
+(`_fft_passes`): 65536 is two passes, 2^24 three. Other lengths are Bluestein's chirp convolution
+(`_bluestein`), up to 64 a direct sum. The inverse scales by 1/n at the end, as numpy's ifft.
+Every shader keeps to WebGPU's default limits (16 KB of workgroup storage, 256 invocations, at
+most 6 storage buffers). Any factor list gives the same DFT, so `FftParams.factors` only has to
 multiply to n.
 """
 
@@ -39,6 +30,7 @@ from jaxcore_webgpu.routines.common import (
     Buf,
     declare,
     elementwise_pass,
+    entry,
     fold,
     header,
     helpers,
@@ -66,7 +58,6 @@ class _Num:
     hdr: str
     sfx: str
     elem: int  # bytes of one complex work value
-    f16: bool
 
     @property
     def V(self) -> str:
@@ -76,10 +67,25 @@ class _Num:
         return f"{self.T}({x!r})"
 
     def cvt(self, x: str) -> str:
-        return f"f32({x})" if self.f16 else x
+        return f"f32({x})" if self.ty == "f16" else x
 
     def outc(self, x: str) -> str:
-        return f"f16({x})" if self.f16 else x
+        return f"f16({x})" if self.ty == "f16" else x
+
+
+@dataclass(frozen=True)
+class _Twiddles:
+    """A pass's twiddle table `buf[e]` = exp(sign'·2πi·e/ntab), conjugated on read when `conj`
+    (sign' = -sign); `sign` is the transform's direction."""
+
+    buf: Buf
+    ntab: int
+    sign: float
+    conj: bool = False
+
+    def at(self, V: str, e: str) -> str:
+        w = f"{self.buf.name}[{e}]"
+        return f"{V}({w}.x, -{w}.y)" if self.conj else w
 
 
 @dataclass(frozen=True)
@@ -203,15 +209,14 @@ class _LocalFft:
     Stage s (radix R, p = product of the radices before it) is Stockham's autosort step: butterfly
     i reads x[i + t·L/R], multiplies by W_(pR)^(t·(i mod p)), and writes y[(i/p)·pR + i mod p + t·p].
     A workgroup runs C such FFTs; thread `lid` owns butterflies lid + q·threads (its slots q),
-    whose values live in registers (`a{s}_{q}_{t}` in, `y{s}_{q}_{t}` out). `tw` holds
-    exp(sign'·2πi·e/ntab), conjugated on read when `conj` (sign' = -sign)."""
+    whose values live in registers (`a{s}_{q}_{t}` in, `y{s}_{q}_{t}` out)."""
 
     def __init__(
-        self, num: _Num, L: int, rows: int, cols: int, load: _Side, store: _Side, tw: Buf, ntab: int,
-        sign: float, conj: bool, scale: float | None,
+        self, num: _Num, L: int, rows: int, cols: int, load: _Side, store: _Side, tw: _Twiddles,
+        scale: float | None,
     ) -> None:  # fmt: skip
         self.num, self.L, self.cols, self.load, self.store = num, L, cols, load, store
-        self.ntab, self.sign, self.conj, self.scale, self.tw_name = ntab, sign, conj, scale, tw.name
+        self.tw, self.scale = tw, scale
         self.count = rows * cols
         vec_cap = LOCAL_BYTES // num.elem
         assert L <= 2 * vec_cap
@@ -224,7 +229,7 @@ class _LocalFft:
         self.across = self.C > 1 and (cols > 1 or load.across or store.across)
         self.grid = fold(-(-self.count // self.C))
         self.bufs: list[Buf] = []
-        for b in (*load.bufs, *store.bufs, tw):
+        for b in (*load.bufs, *store.bufs, tw.buf):
             if all(b.name != x.name for x in self.bufs):
                 self.bufs.append(b)
         self.regs: list[str] = []  # registers that outlive a slot's block
@@ -233,12 +238,11 @@ class _LocalFft:
         idx = f"({k}) * {self.C}u + {c}" if self.across else f"{c} * {self.L}u + {k}"
         return f"sh[swz({idx})]"
 
-    def tw(self, e: str) -> str:
-        w = f"{self.tw_name}[{e}]"
-        return f"{self.num.V}({w}.x, -{w}.y)" if self.conj else w
+    def slots(self, R: int) -> range:
+        return range(-(-self.size // R // self.threads))
 
-    def slot(self, q: int, R: int) -> tuple[str, str]:
-        """Opening and closing of slot q's block at a radix-R stage: it defines b, c and i."""
+    def each_slot(self, R: int, lines: Callable[[int], list[str]]) -> str:
+        """`lines(q)` in the block of each slot q of a radix-R stage, which defines b, c and i."""
         lr, bf = self.L // R, self.size // R
         if self.C == 1:
             ci = "let c = 0u; let i = b;"
@@ -246,88 +250,77 @@ class _LocalFft:
             ci = f"let c = b % {self.C}u; let i = b / {self.C}u;"
         else:
             ci = f"let c = b / {lr}u; let i = b % {lr}u;"
-        last = q == -(-bf // self.threads) - 1
-        guard = f" if (b < {bf}u) {{" if bf % self.threads and last else " {"
-        return f"  {{ let b = lid + {q * self.threads}u;{guard} {ci}\n", "  } }\n"
+        out = []
+        for q in self.slots(R):
+            last = q == -(-bf // self.threads) - 1
+            guard = f" if (b < {bf}u) {{" if bf % self.threads and last else " {"
+            out += [f"  {{ let b = lid + {q * self.threads}u;{guard} {ci}\n", *lines(q), "  } }\n"]
+        return "".join(out)
 
     def column(self, body: str) -> str:
         """`body` where this slot's FFT exists (the last workgroup may have fewer than C): it
         sees `row` and `col`."""
         cols = self.cols
-        rc = (
-            f"let row = sidx / {cols}u; let col = sidx % {cols}u;"
-            if cols > 1
-            else "let row = sidx; let col = 0u;"
-        )
+        rc = "let row = sidx; let col = 0u;"
+        if cols > 1:
+            rc = f"let row = sidx / {cols}u; let col = sidx % {cols}u;"
         whole = self.grid[0] * self.grid[1] * self.C == self.count
         check = "" if whole else f" if (sidx < {self.count}u)"
         return f"    {{ let sidx = wgi * {self.C}u + c;{check} {{ {rc}\n{body}    }} }}\n"
 
     def put(self, s: int, R: int, p: int, part: str) -> str:
         """Stage s's outputs (radix R, p before it) into workgroup memory (`part` .x/.y when split)."""
-        out = []
-        for q in range(-(-self.size // R // self.threads)):
-            op, cl = self.slot(q, R)
-            out.append(op + f"    let k = (i / {p}u) * {p * R}u + i % {p}u;\n")
-            out += [f"    {self.sh('c', f'k + {t * p}u')} = y{s}_{q}_{t}{part};\n" for t in range(R)]
-            out.append(cl)
-        return "".join(out)
+        return self.each_slot(
+            R,
+            lambda q: (
+                [f"    let k = (i / {p}u) * {p * R}u + i % {p}u;\n"]
+                + [f"    {self.sh('c', f'k + {t * p}u')} = y{s}_{q}_{t}{part};\n" for t in range(R)]
+            ),
+        )
 
     def get(self, s: int, R: int, part: str) -> str:
         """Stage s's inputs (radix R) from workgroup memory."""
-        out, lr = [], self.L // R
-        for q in range(-(-self.size // R // self.threads)):
-            op, cl = self.slot(q, R)
-            out.append(op)
-            out += [f"    a{s}_{q}_{t}{part} = {self.sh('c', f'i + {t * lr}u')};\n" for t in range(R)]
-            out.append(cl)
-        return "".join(out)
+        lr = self.L // R
+        return self.each_slot(
+            R, lambda q: [f"    a{s}_{q}_{t}{part} = {self.sh('c', f'i + {t * lr}u')};\n" for t in range(R)]
+        )
 
-    def stage(self, s: int, R: int, p: int) -> str:
-        """Stage s's butterflies: inputs from global memory at s = 0, outputs to it at the last."""
+    def butterflies(self, s: int, R: int, p: int, q: int) -> list[str]:
+        """Slot q's butterflies of stage s: inputs from global memory at s = 0, outputs to it at the last."""
         V, lr, cols = self.num.V, self.L // R, self.cols
-        last = s == len(self.radices) - 1
         out = []
-        for q in range(-(-self.size // R // self.threads)):
-            op, cl = self.slot(q, R)
-            out.append(op)
-            if s == 0:
-                out += [f"    var a_{t}: {V};\n" for t in range(R)]
-                pos = [f"col + (i + {t * lr}u) * {cols}u" for t in range(R)]
-                out.append(
-                    self.column(
-                        "".join(f"      {self.load.code('row', pos[t], f'a_{t}')}\n" for t in range(R))
-                    )
-                )
-                xs = [f"a_{t}" for t in range(R)]
-            else:
-                xs = [f"a{s}_{q}_{t}" for t in range(R)]
-            if p > 1:  # W_(pR)^(t·k) = tw[t·k·ntab/(pR)]
-                out.append(f"    let kk = i % {p}u;\n")
-                for t in range(1, R):
-                    w = self.tw(f"kk * {t * (self.ntab // (p * R))}u")
-                    out.append(f"    let w{t} = {w}; let u{t} = {_cmul(V, f'w{t}', xs[t])};\n")
-                xs = [xs[0]] + [f"u{t}" for t in range(1, R)]
-            dft = _Dft(self.num, self.sign)
-            ys = dft.run(xs)
-            out += [f"    {line}\n" for line in dft.lines]
-            if last:  # here p·R = L and i < p: output k = i + t·p
-                stores = []
-                for t in range(R):
-                    val = ys[t]
-                    if cols > 1:
-                        w = self.tw(f"col * (i + {t * p}u) * {self.ntab // (self.L * cols)}u")
-                        stores.append(f"      let z{t} = {_cmul(V, w, val)};\n")
-                        val = f"z{t}"
-                    if self.scale is not None:
-                        val = f"{val} * {self.num.lit(self.scale)}"
-                    stores.append(f"      {self.store.code('row', f'col + (i + {t * p}u) * {cols}u', val)}\n")
-                out.append(self.column("".join(stores)))
-            else:
-                self.regs += [f"var y{s}_{q}_{t}: {V};" for t in range(R)]
-                out += [f"    y{s}_{q}_{t} = {ys[t]};\n" for t in range(R)]
-            out.append(cl)
-        return "".join(out)
+        if s == 0:
+            out += [f"    var a_{t}: {V};\n" for t in range(R)]
+            pos = [f"col + (i + {t * lr}u) * {cols}u" for t in range(R)]
+            out.append(
+                self.column("".join(f"      {self.load.code('row', pos[t], f'a_{t}')}\n" for t in range(R)))
+            )
+            xs = [f"a_{t}" for t in range(R)]
+        else:
+            xs = [f"a{s}_{q}_{t}" for t in range(R)]
+        if p > 1:  # W_(pR)^(t·k) = tw[t·k·ntab/(pR)]
+            out.append(f"    let kk = i % {p}u;\n")
+            for t in range(1, R):
+                w = self.tw.at(V, f"kk * {t * (self.tw.ntab // (p * R))}u")
+                out.append(f"    let w{t} = {w}; let u{t} = {_cmul(V, f'w{t}', xs[t])};\n")
+            xs = [xs[0]] + [f"u{t}" for t in range(1, R)]
+        dft = _Dft(self.num, self.tw.sign)
+        ys = dft.run(xs)
+        out += [f"    {line}\n" for line in dft.lines]
+        if s < len(self.radices) - 1:
+            self.regs += [f"var y{s}_{q}_{t}: {V};" for t in range(R)]
+            return out + [f"    y{s}_{q}_{t} = {ys[t]};\n" for t in range(R)]
+        stores = []  # the last stage: here p·R = L and i < p: output k = i + t·p
+        for t in range(R):
+            val = ys[t]
+            if cols > 1:
+                w = self.tw.at(V, f"col * (i + {t * p}u) * {self.tw.ntab // (self.L * cols)}u")
+                stores.append(f"      let z{t} = {_cmul(V, w, val)};\n")
+                val = f"z{t}"
+            if self.scale is not None:
+                val = f"{val} * {self.num.lit(self.scale)}"
+            stores.append(f"      {self.store.code('row', f'col + (i + {t * p}u) * {cols}u', val)}\n")
+        return out + [self.column("".join(stores))]
 
     def body(self) -> str:
         """The stages, with the previous one's outputs moved through workgroup memory before each
@@ -337,8 +330,7 @@ class _LocalFft:
         for s, R in enumerate(self.radices):
             if s > 0:
                 pr = self.radices[s - 1]
-                slots = -(-self.size // R // self.threads)
-                self.regs += [f"var a{s}_{q}_{t}: {self.num.V};" for q in range(slots) for t in range(R)]
+                self.regs += [f"var a{s}_{q}_{t}: {self.num.V};" for q in self.slots(R) for t in range(R)]
                 if s > 1:  # stage s-1 read workgroup memory
                     code.append(barrier)
                 if self.split:
@@ -346,7 +338,7 @@ class _LocalFft:
                     code += [self.put(s - 1, pr, p // pr, ".y"), barrier, self.get(s, R, ".y")]
                 else:
                     code += [self.put(s - 1, pr, p // pr, ""), barrier, self.get(s, R, "")]
-            code.append(self.stage(s, R, p))
+            code.append(self.each_slot(R, functools.partial(self.butterflies, s, R, p)))
             p *= R
         return "".join(code)
 
@@ -357,17 +349,13 @@ class _LocalFft:
         decl += f"var<workgroup> sh: array<{num.T if self.split else num.V}, {self.size}>;\n"
         # An XOR swizzle inside each 128-byte span spreads strided accesses over the memory banks.
         span = 128 // (num.elem // 2 if self.split else num.elem)
+        swz = "x"
         if self.size % span == 0 and self.size > span:
-            decl += (
-                f"fn swz(x: u32) -> u32 {{ return x ^ ((x >> {span.bit_length() - 1}u) & {span - 1}u); }}\n"
-            )
-        else:
-            decl += "fn swz(x: u32) -> u32 { return x; }\n"
+            swz = f"x ^ ((x >> {span.bit_length() - 1}u) & {span - 1}u)"
+        decl += f"fn swz(x: u32) -> u32 {{ return {swz}; }}\n"
         text = (
             decl
-            + f"@compute @workgroup_size({self.threads}, 1, 1)\n"
-            + "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
-            + "".join(f"  _ = &{b.name};\n" for b in self.bufs)
+            + entry(self.threads, [b.name for b in self.bufs])
             + f"  let wgi = wid.x + wid.y * {self.grid[0]}u;\n"
             + "".join(f"  {v}\n" for v in self.regs)
             + body
@@ -387,20 +375,20 @@ def _split(n: int, lmax: int) -> int:
 
 
 def _fft_passes(
-    num: _Num, n: int, rows: int, load: _Side, store: _Side, tw: Buf, ntab: int, sign: float, conj: bool,
-    temps: tuple[Buf, Buf], scale: float | None = None,
+    num: _Num, n: int, rows: int, load: _Side, store: _Side, tw: _Twiddles, temps: tuple[Buf, Buf],
+    scale: float | None = None,
 ) -> list[Pass]:  # fmt: skip
     """Passes for `rows` FFTs of length n from `load` to `store`: one in workgroup memory, or the
     four-step (a column pass into temps[0], then the rows of that, recursively)."""
     lmax = 2 * LOCAL_BYTES // num.elem
     if n <= lmax:
-        return [_LocalFft(num, n, rows, 1, load, store, tw, ntab, sign, conj, scale).build()]
+        return [_LocalFft(num, n, rows, 1, load, store, tw, scale).build()]
     n1 = _split(n, lmax)
     n2 = n // n1
     t = temps[0]
     # column j2 of row r: x[r][j1·n2 + j2] -> t[r·n + k1·n2 + j2] (times W_n^(j2·k1))
     to_t = _Side((t,), lambda r, pos, v: f"{t.name}[({r}) * {n}u + {pos}] = {v};")
-    first = _LocalFft(num, n1, rows, n2, load, to_t, tw, ntab, sign, conj, None).build()
+    first = _LocalFft(num, n1, rows, n2, load, to_t, tw, None).build()
     # then row r·n1 + k1 of t (length n2) transforms into X[r][k1 + n1·k2]
     from_t = _Side((t,), lambda r, pos, v: f"{v} = {t.name}[({r}) * {n2}u + {pos}];")
     out = _Side(
@@ -408,23 +396,22 @@ def _fft_passes(
         lambda r, pos, v: store.code(f"({r}) / {n1}u", f"({r}) % {n1}u + {n1}u * ({pos})", v),
         True,
     )
-    return [first] + _fft_passes(num, n2, rows * n1, from_t, out, tw, ntab, sign, conj, (temps[1], t), scale)
+    return [first] + _fft_passes(num, n2, rows * n1, from_t, out, tw, (temps[1], t), scale)
 
 
-def _table(size: int, sgn: float, tw: Buf, num: _Num) -> Pass:
-    """tw[t] = (cos, sgn*sin)(2π t / size) through the dialect's accurate helpers."""
-    T, sfx = num.T, num.sfx
+def _table(tw: _Twiddles, num: _Num) -> Pass:
+    """The table: (cos, sign·sin)(2π e / ntab) through the dialect's accurate helpers."""
+    T, sfx, name = num.T, num.sfx, tw.buf.name
     body = (
-        f"  let th = {T}(gid) * ({T}({2 * math.pi!r}) / {T}({size}));\n"
-        f"  {tw.name}[gid] = {num.V}(jc_cos_{sfx}(th), {T}({sgn}) * jc_sin_{sfx}(th));\n"
+        f"  let th = {T}(gid) * ({T}({2 * math.pi!r}) / {T}({tw.ntab}));\n"
+        f"  {name}[gid] = {num.V}(jc_cos_{sfx}(th), {T}({tw.sign}) * jc_sin_{sfx}(th));\n"
     )
-    return elementwise_pass([tw], body, size, tail=helpers([f"jc_sin_{sfx}", f"jc_cos_{sfx}"]))
+    return elementwise_pass([tw.buf], body, tw.ntab, tail=helpers([f"jc_sin_{sfx}", f"jc_cos_{sfx}"]))
 
 
 def _planes_in(num: _Num, n: int) -> _Side:
-    bufs = (Buf("in0", num.ty, ("in", 0), True), Buf("in1", num.ty, ("in", 1), True))
     return _Side(
-        bufs,
+        (inp(0, num.ty), inp(1, num.ty)),
         lambda r, pos, v: (
             f"{{ let e = ({r}) * {n}u + {pos}; {v} = {num.V}({num.cvt('in0[e]')}, {num.cvt('in1[e]')}); }}"
         ),
@@ -432,9 +419,11 @@ def _planes_in(num: _Num, n: int) -> _Side:
 
 
 def _planes_out(num: _Num, n: int) -> _Side:
-    bufs = (Buf("out0", num.ty, ("out", 0)), Buf("out1", num.ty, ("out", 1)))
     put = f"out0[e] = {num.outc('z.x')}; out1[e] = {num.outc('z.y')};"
-    return _Side(bufs, lambda r, pos, v: f"{{ let e = ({r}) * {n}u + {pos}; let z = {v}; {put} }}")
+    return _Side(
+        (outp(0, num.ty), outp(1, num.ty)),
+        lambda r, pos, v: f"{{ let e = ({r}) * {n}u + {pos}; let z = {v}; {put} }}",
+    )
 
 
 def _smooth_size(m: int) -> int:
@@ -452,7 +441,8 @@ def _bluestein(num: _Num, n: int, batch: int, sign: float, inverse: bool) -> Pla
     big = _smooth_size(2 * n - 1)
     tw, cc, fb, a = (Buf(x, V, ("scratch", i)) for i, x in enumerate(("tw", "cc", "fb", "av")))
     temps = (Buf("t0", V, ("scratch", 4)), Buf("t1", V, ("scratch", 5)))
-    passes = [_table(big, -1.0, tw, num)]
+    fwd, inv = _Twiddles(tw, big, -1.0), _Twiddles(tw, big, 1.0, True)
+    passes = [_table(fwd, num)]
     # chirp c_j = exp(sign πi (j² mod 2n) / n), j² mod 2n without 32-bit overflow
     decl = helpers([f"jc_sin_{sfx}", f"jc_cos_{sfx}"]) + (
         "fn jc_mulmod(a: u32, b: u32, m: u32) -> u32 {\n"
@@ -475,7 +465,7 @@ def _bluestein(num: _Num, n: int, batch: int, sign: float, inverse: bool) -> Pla
         ),
     )
     to_fb = _Side((fb,), lambda r, pos, v: f"fb[{pos}] = {v};")
-    passes += _fft_passes(num, big, 1, chirp_b, to_fb, tw, big, -1.0, False, temps)
+    passes += _fft_passes(num, big, 1, chirp_b, to_fb, fwd, temps)
     # av = FFT(x c zero-padded to M) · fb
     planes = _planes_in(num, n)
     x_c = _Side(
@@ -492,7 +482,7 @@ def _bluestein(num: _Num, n: int, batch: int, sign: float, inverse: bool) -> Pla
             f"{{ let j = {pos}; let z = {v}; let f = fb[j]; av[({r}) * {big}u + j] = {_cmul(V, 'z', 'f')}; }}"
         ),
     )
-    passes += _fft_passes(num, big, batch, x_c, times_fb, tw, big, -1.0, False, temps)
+    passes += _fft_passes(num, big, batch, x_c, times_fb, fwd, temps)
     # the inverse FFT (conjugate twiddles), then c_k · r_k / M for k < n
     from_a = _Side((a,), lambda r, pos, v: f"{v} = av[({r}) * {big}u + {pos}];")
     out = _planes_out(num, n)
@@ -505,7 +495,7 @@ def _bluestein(num: _Num, n: int, batch: int, sign: float, inverse: bool) -> Pla
         ),
     )
     scale = 1.0 / big / (n if inverse else 1)
-    passes += _fft_passes(num, big, batch, from_a, times_c, tw, big, 1.0, True, temps, scale)
+    passes += _fft_passes(num, big, batch, from_a, times_c, inv, temps, scale)
     big_bytes = max(16, batch * big * num.elem)
     tmp_bytes = big_bytes if big > 2 * LOCAL_BYTES // num.elem else 16
     small = max(16, big * num.elem)
@@ -517,7 +507,7 @@ def _direct(num: _Num, n: int, batch: int, sign: float, inverse: bool) -> Plan:
     index advanced mod n (exact integer arithmetic)."""
     V = num.V
     tw = Buf("tw", V, ("scratch", 2))
-    passes = [_table(n, sign, tw, num)]
+    passes = [_table(_Twiddles(tw, n, sign), num)]
     body = f"  S[gid] = {V}({num.cvt('in0[gid]')}, {num.cvt('in1[gid]')});\n"
     passes.append(
         elementwise_pass([inp(0, num.ty), inp(1, num.ty), scratch("S", V, 0)], body, batch * n, num.hdr)
@@ -553,14 +543,8 @@ def plan_fft(routine: Routine, target: object = None) -> Plan:
     if batch == 0:
         return Plan(())
     wd = work_dtype(dtype)
-    num = _Num(
-        T=wgsl_type(wd),
-        ty=wgsl_type(dtype),
-        hdr=header([dtype]),
-        sfx="f64" if wd == DType.float64 else "f32",
-        elem=16 if wd == DType.float64 else 8,
-        f16=dtype == DType.float16,
-    )
+    f64 = wd == DType.float64
+    num = _Num(wgsl_type(wd), wgsl_type(dtype), header([dtype]), "f64" if f64 else "f32", 16 if f64 else 8)
     sign = 1.0 if params.inverse else -1.0
     if n == 1:  # the DFT of one value is itself
         bufs = [inp(0, num.ty), inp(1, num.ty), outp(0, num.ty), outp(1, num.ty)]
@@ -570,13 +554,11 @@ def plan_fft(routine: Routine, target: object = None) -> Plan:
         if n <= DIRECT_MAX:
             return _direct(num, n, batch, sign, params.inverse)
         return _bluestein(num, n, batch, sign, params.inverse)
-    tw = Buf("tw", num.V, ("scratch", 0))
-    temps = (Buf("t0", num.V, ("scratch", 1)), Buf("t1", num.V, ("scratch", 2)))
+    tw = _Twiddles(scratch("tw", num.V, 0), n, sign)
+    temps = (scratch("t0", num.V, 1), scratch("t1", num.V, 2))
     scale = 1.0 / n if params.inverse else None
-    passes = [_table(n, sign, tw, num)]
-    passes += _fft_passes(
-        num, n, batch, _planes_in(num, n), _planes_out(num, n), tw, n, sign, False, temps, scale
-    )
+    passes = [_table(tw, num)]
+    passes += _fft_passes(num, n, batch, _planes_in(num, n), _planes_out(num, n), tw, temps, scale)
     used = {b[1] for p in passes for b in p.bindings if b[0] == "scratch"}
     cbytes = max(16, batch * n * num.elem)
     return Plan(tuple(passes), (max(16, n * num.elem), *(cbytes if i in used else 16 for i in (1, 2))))
