@@ -52,6 +52,7 @@ _WG_SIZE = re.compile(r"@workgroup_size\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?(?:,\s*(\d+
 _F16 = re.compile(r"^\s*enable\s+f16\s*;", re.M)
 _SUBGROUPS = re.compile(r"\bsubgroup[A-Z]\w*\s*\(|@builtin\(\s*(?:subgroup_\w+|num_subgroups)\s*\)")
 _SUBGROUP_ID = re.compile(r"@builtin\(\s*(?:subgroup_id|num_subgroups)\s*\)")
+_FEATURES = {"shader-f16": _F16, "subgroups": _SUBGROUPS}  # the WebGPU feature a shader's text needs
 
 
 class ExportError(ValueError):
@@ -91,14 +92,14 @@ def _io(src: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str,
         outs = [{"bytes": src.bytes, "dtype": str(src.dtype)}]
         return ins, outs, {"kind": "kernel", "key": src.key()}
     t = src.type
-    ins = [
-        {"bytes": math.prod(s) * byte_width(d), "dtype": str(d), "shape": list(s)}
-        for s, d in zip(t.input_shapes, t.input_dtypes)
-    ]
-    outs = [
-        {"bytes": math.prod(s) * byte_width(d), "dtype": str(d), "shape": list(s)}
-        for s, d in zip(t.output_shapes, t.output_dtypes)
-    ]
+
+    def arrays(shapes: Any, dtypes: Any) -> list[dict[str, Any]]:
+        return [
+            {"bytes": math.prod(s) * byte_width(d), "dtype": str(d), "shape": list(s)}
+            for s, d in zip(shapes, dtypes)
+        ]
+
+    ins, outs = arrays(t.input_shapes, t.input_dtypes), arrays(t.output_shapes, t.output_dtypes)
     return ins, outs, {"kind": "routine", "name": str(src.name), "key": str(src.key())}
 
 
@@ -106,26 +107,18 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
     """The browser program for `exe`, prepared by the webgpu `backend` (see the module docstring)."""
     browser_plan = getattr(backend, "browser_plan", None)
     plan = browser_plan(exe) if browser_plan is not None else None
-    steps = _steps(plan) if plan is not None else _compiled_steps(backend, exe.data)
+    if plan is not None:
+        steps = [(p, p.code, p.uniform) for p in plan.passes]
+    else:
+        steps = _compiled_steps(backend, exe.data)
     ins, outs, desc = _io(exe.source)
     # input sizes as the dispatch check requires them (a kernel input may be larger; the runner
     # binds what it is given)
-    shaders: list[str] = []
-    index: dict[str, int] = {}
+    index: dict[str, int] = {}  # shader text -> its number
     passes = []
-    features: set[str] = set()
-    requires: set[str] = set()
     for p, native, uniform_bytes in steps:
         code = browser_wgsl(native)
-        if code not in index:
-            index[code] = len(shaders)
-            shaders.append(code)
-        if _F16.search(code):
-            features.add("shader-f16")
-        if _SUBGROUPS.search(code):
-            features.add("subgroups")
-        if _F64.search(code):
-            requires.add("f64")
+        index.setdefault(code, len(index))
         layout = _layout(code)
         bindings = []
         for b, (kind, i) in enumerate(p.bindings):
@@ -141,6 +134,8 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
                 "uniform": None if uniform_bytes is None else base64.b64encode(uniform_bytes).decode(),
             }
         )
+    shaders = list(index)
+    features = {name for name, pattern in _FEATURES.items() if any(pattern.search(c) for c in shaders)}
     scratch = (plan if plan is not None else exe.data).scratch
     sizes = [buffer_bytes(x["bytes"]) for x in ins + outs] + [buffer_bytes(n) for n in scratch]
     return {
@@ -148,7 +143,7 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
         "version": VERSION,
         "source": desc,
         "features": sorted(features),
-        "requires": sorted(requires),
+        "requires": ["f64"] if any(_F64.search(c) for c in shaders) else [],
         "limits": _limits(passes, shaders, sizes),
         "inputs": ins,
         "outputs": outs,
@@ -172,11 +167,6 @@ def _compiled_steps(backend: Any, plan: Any) -> list[tuple[Any, str, bytes | Non
             raise ExportError("a pass binds a uniform block whose bytes the compiled plan does not keep")
         steps.append((p, code, p.uniform if p.uniform_group is not None else None))
     return steps
-
-
-def _steps(plan: Any) -> list[tuple[Any, str, bytes | None]]:
-    """(pass, WGSL, uniform bytes) of an uncompiled `program.Plan`."""
-    return [(p, p.code, p.uniform) for p in plan.passes]
 
 
 def _limits(passes: list[dict[str, Any]], shaders: list[str], sizes: list[int]) -> dict[str, int]:
