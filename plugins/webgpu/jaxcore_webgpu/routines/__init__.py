@@ -7,6 +7,7 @@ have no WGSL). A routine not listed raises UnsupportedRoutineError at prepare, n
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from jaxcore.backend import UnsupportedRoutineError
@@ -14,18 +15,18 @@ from jaxcore.dtype import DType
 from jaxcore.routine import Routine, Routines
 from jaxcore_webgpu.program import Plan
 
-DECLARED: frozenset[Routines] = frozenset(
-    {
-        Routines.Sort,
-        Routines.Argsort,
-        Routines.Scatter,
-        Routines.TriangularSolve,
-        Routines.Cholesky,
-        Routines.LU,
-        Routines.JacobiEigh,
-        Routines.Fft,
-    }
-)
+# the module and function that plan each declared routine (imported on first use)
+_PLANNERS: dict[Routines, tuple[str, str]] = {
+    Routines.Sort: ("sort", "plan_sort"),
+    Routines.Argsort: ("sort", "plan_sort"),
+    Routines.Scatter: ("scatter", "plan_scatter"),
+    Routines.TriangularSolve: ("linalg", "plan_triangular_solve"),
+    Routines.Cholesky: ("linalg", "plan_cholesky"),
+    Routines.LU: ("linalg", "plan_lu"),
+    Routines.JacobiEigh: ("linalg", "plan_jacobi_eigh"),
+    Routines.Fft: ("fft", "plan_fft"),
+}
+DECLARED: frozenset[Routines] = frozenset(_PLANNERS)
 
 UNDECLARED_DTYPES: frozenset[tuple[Routines, DType]] = frozenset(
     {
@@ -37,21 +38,8 @@ UNDECLARED_DTYPES: frozenset[tuple[Routines, DType]] = frozenset(
 
 
 def plan_routine(routine: Routine, target: Any) -> Plan:
-    name = routine.name
-    if name not in DECLARED:
-        raise UnsupportedRoutineError(name, "webgpu")
-    if name in (Routines.Sort, Routines.Argsort):
-        from jaxcore_webgpu.routines.sort import plan_sort
-
-        return plan_sort(routine, target)
-    if name == Routines.Scatter:
-        from jaxcore_webgpu.routines.scatter import plan_scatter
-
-        return plan_scatter(routine)
-    if name == Routines.Fft:
-        from jaxcore_webgpu.routines.fft import plan_fft
-
-        return plan_fft(routine, target)
-    from jaxcore_webgpu.routines import linalg
-
-    return linalg.plan_linalg(routine)
+    if routine.name not in _PLANNERS:
+        raise UnsupportedRoutineError(routine.name, "webgpu")
+    module, function = _PLANNERS[routine.name]
+    plan: Plan = getattr(importlib.import_module(f"{__name__}.{module}"), function)(routine, target)
+    return plan

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 from jaxcore.dtype import DType, byte_width
-from jaxcore.routine import JacobiEighParams, Routine, Routines, TriangularSolveParams
+from jaxcore.routine import JacobiEighParams, Routine, TriangularSolveParams
 from jaxcore_webgpu.program import Binding, Pass, Plan
 from jaxcore_webgpu.routines.common import (
     Buf,
@@ -88,19 +88,6 @@ def _group_pass(bufs: list[Buf], body: str, batch: int, head: str, tail: str) ->
         + "}\n"
     )
     return Pass(code, grid, tuple(b.binding for b in bufs))
-
-
-def plan_linalg(routine: Routine, target: object = None) -> Plan:
-    name = routine.name
-    if name == Routines.Cholesky:
-        return _cholesky(routine)
-    if name == Routines.TriangularSolve:
-        return _triangular_solve(routine)
-    if name == Routines.LU:
-        return _lu(routine)
-    if name == Routines.JacobiEigh:
-        return _jacobi(routine)
-    raise ValueError(name)
 
 
 def _tiled_main(wg: int, batch: int, nn: int, body: str) -> str:
@@ -277,7 +264,7 @@ def _chol_update(T: str, n: int, batch: int, kc: int) -> str:
     return decls + _tiled_main(TILE * TILE // 16, batch, n * n, body)
 
 
-def _cholesky(routine: Routine) -> Plan:
+def plan_cholesky(routine: Routine, target: object = None) -> Plan:
     """float32/float64 work in place in the output (the first pass copies the lower triangle, zeros
     above), float16 in a float32 scratch that a last pass rounds into the output."""
     dtype = routine.type.input_dtypes[0]
@@ -321,7 +308,7 @@ def _cholesky(routine: Routine) -> Plan:
     return Plan(tuple(passes), (nbytes(wd, total),))
 
 
-def _triangular_solve(routine: Routine) -> Plan:
+def plan_triangular_solve(routine: Routine, target: object = None) -> Plan:
     params = routine.params
     assert isinstance(params, TriangularSolveParams)
     dtype = routine.type.input_dtypes[1]
@@ -349,7 +336,7 @@ def _triangular_solve(routine: Routine) -> Plan:
     return Plan((p,), (nbytes(wd, rows * n),))
 
 
-def _lu(routine: Routine) -> Plan:
+def plan_lu(routine: Routine, target: object = None) -> Plan:
     dtype = routine.type.input_dtypes[0]
     shape = routine.type.input_shapes[0]
     m, n = shape[-2:]
@@ -417,7 +404,7 @@ def _lit(v: float, T: str) -> str:
     return f"{T}({float(v)!r})"
 
 
-def _jacobi(routine: Routine) -> Plan:
+def plan_jacobi_eigh(routine: Routine, target: object = None) -> Plan:
     params = routine.params
     assert isinstance(params, JacobiEighParams)
     dtype = routine.type.input_dtypes[0]
