@@ -684,7 +684,7 @@ class BaseBackend:
                     f"kernel has {kernel.nargs} inputs; {self.name} takes at most {self.max_args}"
                 )
             self._check_ops(kernel)
-            return Executable(kernel, self._compile_kernel(kernel), self, _PREPARED)
+            return Executable(kernel, self._compile_kernel(kernel.live()), self, _PREPARED)
 
         return self._cached(self._kernel_cache, key, build)
 

@@ -192,6 +192,15 @@ class Kernel:
     def dtype(self) -> DType:
         return self.reduction.epilogue.dtype if self.reduction else self.exp.dtype
 
+    def live(self) -> Kernel:
+        """The kernel a device compiles: this one, or, when the epilogue never reads `acc`, the
+        epilogue alone as an elementwise kernel (same outputs). NVIDIA's GLSL compiler crashed
+        (SIGSEGV in the first draw) on a reduction loop whose accumulator is dead."""
+        red = self.reduction
+        if red is None or any(n.op == AluOp.Variable and n.arg == "acc" for n in red.epilogue.nodes()):
+            return self
+        return Kernel(self.nargs, self.size, red.epilogue)
+
     @property
     def bytes(self) -> int:
         return self.size * byte_width(self.dtype)

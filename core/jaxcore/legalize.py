@@ -232,6 +232,9 @@ def _guard_float_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     if not (t.folds_float_identities or t.assumes_finite_math):
         return out
     a, b = e.src
+    # what the driver sees through: a float16 held in float32 is cast for free (f16_in_f32)
+    ba, bb = _bare(a), _bare(b)
+    in_a, in_b = {_bare(s) for s in ba.src}, {_bare(s) for s in bb.src}
     # (x * c1) * c2 -> x * (c1 * c2), (x + c1) - c2 -> x + (c1 - c2): a constant folded into
     # another changes the rounding (x + 2^24 - 2^24 is no longer x rounded) and overflow
     # (0 * 3e38 * 10 becomes 0 * inf = NaN); so does one reassociated, (x - y) + c -> x - (y - c)
@@ -239,11 +242,11 @@ def _guard_float_node(e: AluExp, t: TargetTraits) -> AluExp | None:
         return AluExp(op, dt, (a, opaque(b)), e.arg)
     if _const_over_const(op, a, b):
         return AluExp(op, dt, (opaque(a), b), e.arg)
-    if a == b or _zero_const(b) or a in b.src:  # x - x, x / x, x * 0, x + 0, x - (x - y)
+    if ba == bb or _zero_const(b) or ba in in_b:  # x - x, x / x, x * 0, x + 0, x - (x - y)
         return AluExp(op, dt, (a, opaque(b)), e.arg)
-    if _shares_a_term(op, a, b):  # (c1 - x) - (c2 - x) -> c1 - c2 (NVIDIA, float64)
+    if _shares_a_term(op, ba, bb):  # (c1 - x) - (c2 - x) -> c1 - c2 (NVIDIA, float64)
         return AluExp(op, dt, (a, opaque(b)), e.arg)
-    if _zero_const(a) or b in a.src:  # 0 * x, 0 + x, 0 - x; (x + y) - y (reassociated)
+    if _zero_const(a) or bb in in_a:  # 0 * x, 0 + x, 0 - x; (x + y) - y, select(c, x, x) - x
         return AluExp(op, dt, (opaque(a), b), e.arg)
     return out
 
@@ -295,6 +298,13 @@ _FOLDABLE = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv})
 # Ops a driver reassociates with each other: (x - y) + c -> x - (y - c) (lavapipe gave 0, not 2.5,
 # for (x - x) + 2.5 at x = 3e38), (x * y) * c -> x * (y * c).
 _FAMILY = {AluOp.Add: "sum", AluOp.Sub: "sum", AluOp.Mul: "product", AluOp.Idiv: "quotient"}
+
+
+def _bare(e: AluExp) -> AluExp:
+    """`e` without the casts between floats on top of it."""
+    while e.op == AluOp.Cast and is_float(e.dtype) and is_float(e.src[0].dtype):
+        e = e.src[0]
+    return e
 
 
 def _shares_a_term(op: AluOp, a: AluExp, b: AluExp) -> bool:

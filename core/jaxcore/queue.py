@@ -416,17 +416,18 @@ class QueuedBackend(BaseBackend):
         pipelines), then prepare as usual: the executable, its cache and its checks stay the base's."""
         from jaxcore.backend import _in_thread
 
-        key = kernel.key() if isinstance(kernel, Kernel) else None
-        if key is not None and key not in self._kernel_cache and key not in self._precompiled:
+        live = kernel.live() if isinstance(kernel, Kernel) else None  # what prepare_kernel compiles
+        ahead = live is not None and kernel.key() not in self._kernel_cache
+        if live is not None and ahead and live.key() not in self._precompiled:
             try:
-                self._precompiled[key] = await self._compile_kernel_async(kernel)
+                self._precompiled[live.key()] = await self._compile_kernel_async(live)
             except Exception:
                 pass  # prepare_kernel below raises the error in its usual place and form
         try:
             return await _in_thread(self.prepare_kernel, kernel)
         finally:
-            if key is not None:
-                self._precompiled.pop(key, None)
+            if live is not None:
+                self._precompiled.pop(live.key(), None)
 
     def _take_precompiled(self, kernel: Kernel) -> Any | None:
         """What `prepare_kernel_async` compiled ahead for `kernel`, if anything (for `_compile_kernel`)."""

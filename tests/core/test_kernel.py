@@ -111,3 +111,13 @@ def test_kernel_says_its_inputs_dtypes() -> None:
     twice = Kernel(1, 4, as_f32 + AluExp.cast(DType.float32, as_i32))
     with pytest.raises(ValueError, match="reads input 0 as both float32 and int32"):
         _ = twice.input_dtypes
+
+
+def test_live_drops_a_reduction_whose_epilogue_ignores_acc() -> None:
+    g, r = AluVar.gidx, AluVar.ridx
+    item = AluExp.global_index(DType.float32, 0, 12, g * 4 + r)
+    dead = Kernel(1, 3, item, Reduction(DType.float32, AluOp.Add, 4, AluExp.cast(DType.float32, g)))
+    live = dead.live()
+    assert live.reduction is None and live.exp == AluExp.cast(DType.float32, g) and live.dtype == dead.dtype
+    used = Kernel(1, 3, item, Reduction(DType.float32, AluOp.Add, 4, AluVar.acc(DType.float32) * 2.0))
+    assert used.live() is used

@@ -310,6 +310,23 @@ def test_fuzz_regression_reduction_with_wrapping_item(backend: Backend) -> None:
     assert np.array_equal(got, want), f"got {got.tolist()}, expected {want.tolist()}"
 
 
+@pytest.mark.parametrize("op", [AluOp.Mul, AluOp.Min])
+def test_reduction_whose_epilogue_ignores_acc(backend: Backend, op: AluOp) -> None:
+    """A reduction whose epilogue never reads `acc` (fuzzed: `gidx * gidx + gidx`, `0`, `gidx != 0`)
+    is its epilogue: NVIDIA's GLSL compiler crashed the process on the dead loop."""
+    x = oracle.array([7, 3, 0, 9, 1, 5], "uint32")
+    gidx = AluVar.gidx
+    item = read(U32, 0, 6, gidx * 2 + AluVar.ridx)
+    for epilogue, want in [
+        (gidx * gidx + gidx, np.array([0, 2, 6], np.int32)),
+        (AluExp.cmpne(gidx, AluExp.i32(0)), np.array([0, 1, 1], np.int32)),
+    ]:
+        kernel = Kernel(1, 3, item, Reduction(U32, op, 2, epilogue))
+        skip_if_undeclared(backend, kernel)
+        got = run(backend, kernel, [x])
+        assert np.array_equal(got.astype(np.int64), want), f"{epilogue}: got {got.tolist()}"
+
+
 # ---- NaN bits: moved values keep them; computed NaNs are only NaN ---------------------------------
 
 NAN_PATTERNS = {

@@ -237,3 +237,15 @@ def test_differences_sharing_a_term_round_as_written(backend: Backend, dtype: st
     want = oracle.binary("Sub", left, right, dtype)
     got = run_kernel(backend, kernel, [x])
     assert_close(got, want, "Sub", dtype, backend, inputs=[x], what="(2.5 - x) - (c - x)")
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_a_select_of_one_value_minus_that_value(backend: Backend, dtype: str) -> None:
+    """Where(c, x, x) - x is x - x: NaN for NaN and ±Inf, not 0 (fuzzed on NVIDIA, float16)."""
+    x = oracle.array([NAN, INF, -INF, 2.5, -0.0, 0.0], dtype)
+    flags = np.array([1, 0, 1, 0, 1, 0], np.int32)
+    kernel = map_kernel([dtype, "bool"], len(x), lambda v, b: AluExp.where(b, v, v) - v)
+    skip_if_undeclared(backend, kernel)
+    want = oracle.binary("Sub", x, x, dtype)
+    got = run_kernel(backend, kernel, [x, flags])
+    assert_close(got, want, "Sub", dtype, backend, inputs=[x, flags], what="Where(c, x, x) - x")
