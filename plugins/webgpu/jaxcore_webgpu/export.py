@@ -7,24 +7,15 @@ and in a page, with `runner.js` (shipped in this package, `runner_js()` returns 
 
     const out = await JaxcoreWebGPU.run(program, [inputBytes0, ...]);   // [Uint8Array, ...]
 
-The program carries everything `runner.js` needs and nothing of the live device: the WGSL of every
-pass, the bind-group layout of group 0 (binding number, buffer, access), the buffer sizes, the uniform
-block of a pass (bytes), the scratch buffers and the dispatch sequence. It is read from what the
-backend compiled (`exe.data`, a `jaxcore_webgpu.program.CompiledPlan`), so the browser runs the
-shaders the native device runs, in the same order, with the same bindings; with one difference on
-a device that keeps float32 subnormals: a kernel is compiled again exact on subnormals for the
-browser, whose device may flush them (`WgslTarget.exact_subnormals`, `backend.browser_plan`):
-
-- every buffer is `STORAGE | COPY_SRC | COPY_DST`, `max(16, ceil4(bytes))` bytes, bound whole;
-- passes run in order in one compute pass, `dispatchWorkgroups(*grid)`; a grid with a 0 is skipped;
-- scratch buffers need no initialisation; the output is read back, `bytes` long.
-
-`features` lists the WebGPU features the shaders need (`shader-f16` for `enable f16;`, `subgroups`
-for a shader that uses subgroup builtins: naga takes those without a directive and rejects
-`enable subgroups;`, Tint needs it, so `browser_wgsl` adds it, and `requires subgroup_id;` for the
-subgroup_id/num_subgroups builtins, a WGSL language feature since Chrome 144); `requires`
-lists what no browser's WebGPU has (`f64`: WGSL has no float64 outside naga's extension), so a
-page can refuse such a program up front instead of failing to compile it.
+The program (its keys: docs/browser-export.md) carries everything `runner.js` needs and nothing
+of the live device. It is read from what the backend compiled (`exe.data`, a
+`jaxcore_webgpu.program.CompiledPlan`), so the browser runs the shaders the native device runs, in
+the same order, with the same bindings; but on a device that keeps float32 subnormals a kernel is
+compiled again exact on subnormals for the browser, whose device may flush them
+(`WgslTarget.exact_subnormals`, `backend.browser_plan`). A shader with subgroup builtins needs
+the `subgroups` feature and the directives naga rejects and Tint needs (`browser_wgsl`): `enable
+subgroups;`, and `requires subgroup_id;` for the subgroup_id/num_subgroups builtins (a WGSL
+language feature since Chrome 144).
 """
 
 from __future__ import annotations

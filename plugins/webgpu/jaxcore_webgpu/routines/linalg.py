@@ -4,14 +4,12 @@ Matrices are worked on in a copy in the work dtype (float16 runs in float32 and 
 as the host reference does): a scratch buffer, or for Cholesky in float32/float64 the output
 itself; each routine's passes write every output element.
 
-- Cholesky: blocked right-looking, by block columns of NB, three passes a block: the diagonal
-  block factored by one workgroup per matrix (a thread per row), the panel below it by forward
-  substitution (a thread per row), the trailing lower triangle updated in TILE x TILE tiles
-  (4 x 4 outputs a thread). Each element gets the reference column algorithm's formulas
+- Cholesky: blocked right-looking, by block columns of NB, three passes a block (`_chol_diag`,
+  `_chol_panel`, `_chol_update`). Each element gets the reference column algorithm's formulas
   (s = A[i,j] - sum_p L[i,p] L[j,p], L[j,j] = sqrt(s_jj), L[i,j] = s / L[j,j]) over the same
   dependencies, only the subtraction order differs, so a non-positive-definite pivot gives NaN in
-  the same places. The block's offset is the passes' uniform, so all diagonal passes share one
-  pipeline, as do the panels and the updates.
+  the same places. The block's offset is the passes' uniform, so the passes of a kind share one
+  pipeline.
 - TriangularSolve: one thread per right-hand-side row, back substitution over the upper triangle.
 - LU: one workgroup per matrix; per column, thread 0 finds the first largest |value| (a NaN never
   wins, a NaN diagonal stays), the rows swap in parallel, the multipliers and the trailing update

@@ -6,9 +6,8 @@ Each row is padded to the next power of two P with keys that sort last. Values b
 whose unsigned order is the contract's order (floats: sign-magnitude flipped, every NaN the
 largest key; Sort keeps -0 below +0, Argsort ties them). Argsort sorts (key, index) pairs, the
 index breaking ties, which makes the unstable network stable; its values are gathered from the
-input by index, bit for bit. Stages whose partner distance fits a workgroup block (2*256) run in
-workgroup memory in one dispatch (the first pass sorts every block outright); wider distances are
-one dispatch each. float64 keys need 64-bit bit access that naga lacks, so float64 is undeclared.
+input by index, bit for bit. float64 keys need 64-bit bit access that naga lacks, so float64 is
+undeclared.
 """
 
 from __future__ import annotations
@@ -36,9 +35,7 @@ from jaxcore_webgpu.routines.common import (
 )
 
 MULTI = 4  # partner distances handled per global pass (16 keys per thread in registers)
-LOCAL = (
-    1024  # threads of a workgroup-memory stage at most (block of 2*LOCAL keys), within the adapter's limits
-)
+LOCAL = 1024  # threads of a workgroup-memory stage at most (2*LOCAL keys), within the adapter's limits
 
 _UNI = uniform_block("k", "j")
 
@@ -125,7 +122,8 @@ def _compare_swap(keys: str, idx: str, ind: str, argsort: bool) -> str:
 
 def _network(work: list[Buf], p: int, batch: int, argsort: bool, target: object) -> list[Pass]:
     """The bitonic stages over rows of p keys: those whose partner distance fits a block of 2t
-    keys in workgroup memory, wider ones up to MULTI distances a global pass."""
+    keys run in workgroup memory, in one dispatch (the first sorts every block outright); wider
+    ones take a global pass for up to MULTI distances."""
     max_wg = getattr(target, "max_workgroup_size", 256)
     shared = getattr(target, "max_workgroup_storage", 16384)
     t = min(LOCAL, max_wg, shared // (16 if argsort else 8), p // 2)
