@@ -188,8 +188,7 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
     assumes finite math; records whether the result is known, for the nodes above."""
     if t.assumes_finite_math and is_float(e.dtype) and e.op in _FOLDABLE:
         src = tuple(opaque(s) if known.get(s.key(), False) and not _finite_nonzero(s) else s for s in e.src)
-        if e.op == AluOp.Mul:
-            src = tuple(opaque(s) if _a_choice(s, known) else s for s in src)
+        src = tuple(opaque(s) if _a_choice(s, known) else s for s in src)
         if src != e.src:
             e = AluExp(e.op, e.dtype, src, e.arg)
     if (
@@ -207,7 +206,7 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
 def _a_choice(e: AluExp, known: dict[str, bool]) -> bool:
     """A float the compiler knows up to a run-time choice: a bool cast to it (0 or 1), a select
     between values it knows (through casts between floats). NVIDIA's Vulkan driver made
-    `x * f64(b)` a select of x and 0, so that NaN * 0 gave 0."""
+    `x * f64(b)` a select of x and 0, so that NaN * 0 gave 0, and `select(b, 0, 0) / 0` 0."""
     while e.op == AluOp.Cast and is_float(e.src[0].dtype):
         e = e.src[0]
     if e.op == AluOp.Cast:
@@ -238,10 +237,12 @@ def _guard_float_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     # (x * c1) * c2 -> x * (c1 * c2), (x + c1) - c2 -> x + (c1 - c2): a constant folded into
     # another changes the rounding (x + 2^24 - 2^24 is no longer x rounded) and overflow
     # (0 * 3e38 * 10 becomes 0 * inf = NaN); so does one reassociated, (x - y) + c -> x - (y - c)
+    # The compound operand is hidden, not the constant: NVIDIA reassociated (-6 - x) - o(0.1) into
+    # -6 - (x + o(0.1)) (float64), an unknown being no obstacle to its algebra.
     if _const_over_const(op, b, a):
-        return AluExp(op, dt, (a, opaque(b)), e.arg)
-    if _const_over_const(op, a, b):
         return AluExp(op, dt, (opaque(a), b), e.arg)
+    if _const_over_const(op, a, b):
+        return AluExp(op, dt, (a, opaque(b)), e.arg)
     if ba == bb or _zero_const(b) or ba in in_b:  # x - x, x / x, x * 0, x + 0, x - (x - y)
         return AluExp(op, dt, (a, opaque(b)), e.arg)
     if _shares_a_term(op, ba, bb):  # (c1 - x) - (c2 - x) -> c1 - c2 (NVIDIA, float64)

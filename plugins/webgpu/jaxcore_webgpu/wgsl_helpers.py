@@ -466,6 +466,9 @@ PIO2_3 = float.fromhex("0x1.3198a2e037073p-69")
 LN2_HI = float.fromhex("0x1.62e42fefa3800p-1")
 LN2_LO = float.fromhex("0x1.ef35793c76730p-45")
 
+# Opaque-call site numbers of the float64 reductions, far above a program's own (numbered from 1).
+_CW_SITE = 4000000000
+
 # Two zero words in front: the window for |x| >= 2^20 starts up to 33 bits before the point.
 _TT64 = [0, 0, *two_over_pi_chunks(36)]
 _TT64_SRC = ", ".join(f"0x{w:08x}u" for w in _TT64)
@@ -529,7 +532,10 @@ fn jc_trig_reduce_f64(x: f64) -> JcTrig64 {{
   let ax = abs(x);
   if (ax < 1048576.0lf) {{
     let k = round(x * {_lf(2 / 3.141592653589793)});
-    let r = ((x - k * {_lf(PIO2_1)}) - k * {_lf(PIO2_2)}) - k * {_lf(PIO2_3)};
+    // each step opaque: NVIDIA reassociated the steps, x - k (P1 + P2 + P3), 4e-13 off at 1e4
+    let r1 = jc_o_f64(x - k * {_lf(PIO2_1)}, {_CW_SITE}u);
+    let r2 = jc_o_f64(r1 - k * {_lf(PIO2_2)}, {_CW_SITE + 1}u);
+    let r = r2 - k * {_lf(PIO2_3)};
     return JcTrig64(r, u32(i32(k) & 3i));
   }}
   let fx = jc_frexp_f64(ax);
@@ -555,7 +561,7 @@ fn jc_trig_reduce_f64(x: f64) -> JcTrig64 {{
   return JcTrig64(r, q & 3u);
 }}
 """,
-    ("jc_mul32", "jc_frexp_f64"),
+    ("jc_mul32", "jc_frexp_f64", "jc_o_f64"),
 )
 
 
@@ -588,14 +594,14 @@ fn jc_exp_f64(x: f64) -> f64 {{
   if (x > 709.782712893384lf) {{ return f64(jc_inf_f32()); }}
   if (x < -745.2lf) {{ return 0.0lf; }}
   let k = round(x * {_lf(1 / 0.6931471805599453)});
-  let r = (x - k * {_lf(LN2_HI)}) - k * {_lf(LN2_LO)};
+  let r = jc_o_f64(x - k * {_lf(LN2_HI)}, {_CW_SITE + 2}u) - k * {_lf(LN2_LO)};
   let p = {_horner("r", _EXP64)};
   let ki = i32(k);
   let k1 = ki / 2i;
   return ldexp(ldexp(p, k1), ki - k1);
 }}
 """,
-    ("jc_isnan_f64", "jc_inf_f32"),
+    ("jc_isnan_f64", "jc_inf_f32", "jc_o_f64"),
 )
 
 H["jc_log_f64"] = (
