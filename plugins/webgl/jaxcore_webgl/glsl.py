@@ -10,6 +10,11 @@ the double rounding is innocuous), int32 `int`, uint32 `uint`, bool `bool`.
 `GLSL_TRAITS` says what GLSL ES 3.00 defines, so `jaxcore.legalize` spells the rest of the
 contract; the transcendentals are the core's generated helpers. What the drivers force below the
 contract (denormal-exact float32, float16 on the bits, opaque identities) is `glsl_lib`.
+
+A kernel is a statement program of the core (`jaxcore.program`: a Grid over the outputs, the
+reduction's Define/Loop/Let/Accumulate, the Store) rendered by this dialect's statement hooks: the
+grid is the function `compute(gidx)`, which returns one output's word, and `program_shader` wraps it
+in the fragment whose main() calls it for each element of the texel.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from jaxcore.cstyle import OpRender
 from jaxcore.plugin import (
     INT32_MIN,
     NORMAL_RANGE,
     AluExp,
     AluOp,
+    AluVar,
     CStyleLanguage,
     DType,
     ExpRenderer,
@@ -36,6 +43,7 @@ from jaxcore.plugin import (
     legalize,
     strip_parens,
 )
+from jaxcore.program import Accumulate, Define, Grid, Let, Loop, Param, Program, Stmt, Store, combine
 from jaxcore_webgl import glsl_lib
 
 HEADER = "#version 300 es\nprecision highp float;\nprecision highp int;\nprecision highp usampler2D;\n"
@@ -44,6 +52,8 @@ FLOATS = (F32, F16)
 # llvmpipe ends a shader's loops after 65535 back-edges in all (one counter per invocation), so a
 # reduction unrolls until each of the four per fragment stays under this many iterations.
 LOOP_LIMIT = 12000
+F16_BITS = "f16 bits"  # the arg of a Cast float16 -> uint32 that is the value's bits (f16_bits)
+_LEAVES = (AluOp.Const, AluOp.Variable, AluOp.Special)
 
 # What GLSL ES 3.00 (sections 4.5.1 and 5.9 of its spec) defines; every rule it leaves open
 # (integer x/0, x%0 and INT_MIN/-1, NaN in min/max and compares, float -> int out of range, shifts
@@ -68,27 +78,17 @@ def lower(exp: AluExp) -> AluExp:
     return legalize(exp.rewrite_global_views(), GLSL_TRAITS)
 
 
-Render = Callable[[ExpRenderer, AluExp, list[str]], str]
-
-
 def _call(r: ExpRenderer, helper: str, a: list[str]) -> str:
     return f"{r.need(helper)}({', '.join(strip_parens(x) for x in a)})"
-
-
-def _f16(r: ExpRenderer, x: str) -> str:
-    """A float32 value rounded to float16 (nearest even; Inf, NaN and overflow spelled out)."""
-    return _call(r, "jx_f16", [x])
 
 
 def _opaque(r: ExpRenderer, x: str) -> str:
     return _call(r, "jx_o", [x])
 
 
-def _not_normal(e: AluExp) -> bool:
-    return e.arg != NORMAL_RANGE
-
-
-def _arith(sym: str, helper: str, exact: Callable[[AluExp], bool] = _not_normal) -> Render:
+def _arith(
+    sym: str, helper: str, exact: Callable[[AluExp], bool] = lambda e: e.arg != NORMAL_RANGE
+) -> OpRender:
     """+ - *: float32 through the denormal-exact helper where `exact` (by default: unless the
     operands and result are known to be normal), float16 rounded after."""
 
@@ -96,7 +96,7 @@ def _arith(sym: str, helper: str, exact: Callable[[AluExp], bool] = _not_normal)
         if e.dtype == F32 and exact(e):
             return _call(r, helper, a)
         text = f"({a[0]} {sym} {a[1]})"
-        return _f16(r, text) if e.dtype == F16 else text
+        return _call(r, "jx_f16", [text]) if e.dtype == F16 else text
 
     return render
 
@@ -106,7 +106,7 @@ def _normal_const(e: AluExp) -> bool:
     return e.op == AluOp.Const and math.isfinite(e.arg) and abs(e.arg) >= 2.0**-126
 
 
-def _f32_helper(helper: str, native: str, compare: bool = True) -> Render:
+def _f32_helper(helper: str, native: str, compare: bool = True) -> OpRender:
     """float32 through a denormal-exact helper; float16 and integers through the `native` spelling
     (float16 values are normal float32s). A float32 compare with a normal constant is native too:
     a flushed subnormal orders against it as the subnormal does."""
@@ -119,7 +119,7 @@ def _f32_helper(helper: str, native: str, compare: bool = True) -> Render:
     return render
 
 
-def _unary(helper: str, f16: str, normal: str | None = None) -> Render:
+def _unary(helper: str, f16: str, normal: str | None = None) -> OpRender:
     """A float32 helper (or `normal` where the operand is known normal); float16 by `f16`."""
 
     def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
@@ -197,7 +197,7 @@ class GLSLLanguage(CStyleLanguage):
                 x = _opaque(r, _call(r, "jx_u2f", [x]))
             elif src == I32:
                 x = _opaque(r, f"float({x})")
-            return _f16(r, x) if dst == F16 else x
+            return _call(r, "jx_f16", [x]) if dst == F16 else x
         if src == BOOL:  # 0/1 through an AND the compiler cannot drop (NVIDIA made true 0xffffffff)
             u = _call(r, "jx_b2u", [x])
             return u if dst == U32 else f"int({u})"
@@ -214,6 +214,8 @@ class GLSLLanguage(CStyleLanguage):
     def render_op(self, r: ExpRenderer, e: AluExp, args: list[str]) -> str:
         if e.dtype not in self.type_map:
             raise UnsupportedOpError(e.op, e.dtype, self.name)
+        if e.op == AluOp.Cast and e.arg == F16_BITS:
+            return _call(r, "jx_ph", args)
         if e.op == AluOp.Where and e.dtype in FLOATS and any(s.op == AluOp.Const for s in e.src[1:]):
             # compilers rewrite c ? -1.0 : 0.0 as -float(c), which is -0.0 when c is false; ANGLE on
             # SwiftShader (Chromium) did the same to c ? float(c) : 0.0 (one constant operand, browser
@@ -232,9 +234,18 @@ class GLSLLanguage(CStyleLanguage):
         loads = {F32: f"uintBitsToFloat({word})", I32: f"int({word})", BOOL: f"({word} != 0u)"}
         return loads.get(e.dtype, word)
 
-    def store_word(self, dtype: DType, v: str) -> str:
-        """A value as the 32-bit word its buffer holds (bool as 0/1)."""
-        return {F32: f"floatBitsToUint({v})", I32: f"uint({v})", U32: v, BOOL: f"({v} ? 1u : 0u)"}[dtype]
+    # The statements of a kernel's program (jaxcore.program): its grid is `compute(gidx)`, which
+    # returns the output word (a float16's bits); `program_shader` calls it in main.
+    def render_grid(self, var: str, size: int) -> tuple[str, str]:
+        return f"uint compute(int {var}) {{", "}"
+
+    def render_store(self, r: ExpRenderer, param: str, idx: str, value: str, dtype: DType) -> str:
+        v = strip_parens(value)
+        word = {F32: f"floatBitsToUint({v})", I32: f"uint({v})", U32: v, BOOL: f"({value} ? 1u : 0u)"}[dtype]
+        return f"return {word};"
+
+    def render_kernel(self, name: str, params: tuple[Param, ...], body: list[str]) -> str:
+        return "\n".join(body)
 
     def helper_source(self, name: str) -> tuple[str, tuple[str, ...]]:
         """The generated transcendentals (jc_*) are rendered with float32 arithmetic native."""
@@ -275,66 +286,104 @@ def float_literal(v: float) -> str:
     return text if ("e" in text or "." in text) else text + ".0"
 
 
-def _combine(op: AluOp, dtype: DType, x: AluExp) -> AluExp:
-    """One reduction step, `acc = op(acc, x)`, as the contract computes it (legalized: NaN in
-    min/max, bool as or/and)."""
-    return lower(AluExp(op, dtype, (AluExp.variable(dtype, "acc"), x)))
-
-
-def _hoist(top: ExpRenderer, exp: AluExp) -> None:
-    """Bind the loop-invariant subexpressions of a reduction body (those not reading ridx) in `top`,
-    before the loop, so the body looks them up instead of recomputing them every iteration."""
-    varies: dict[str, bool] = {}
-    for node in exp.nodes():
-        v = node.op == AluOp.Variable and node.arg == "ridx"
-        varies[node.key()] = v or any(varies[s.key()] for s in node.src)
-    leaves = (AluOp.Const, AluOp.Variable, AluOp.Special)
-    roots = []
-    for node in exp.nodes():
-        if varies[node.key()]:
-            roots += [s for s in node.src if not varies[s.key()] and s.op not in leaves]
-    for node in dict.fromkeys(roots):
-        top.count(node)
-        top.bind(node)
-
-
 def word_index(dtype: DType, idx: str) -> str:
     """A read's element index as the `int` the loaders take (a uint32 index keeps its bits; one past
     INT32_MAX is out of range either way)."""
     return strip_parens(idx) if dtype == I32 else f"int({strip_parens(idx)})"
 
 
-def f16_bits_literal(value: float) -> str:
-    return f"{int(np.array(value, np.float16).view(np.uint16))}u"
-
-
-def render_f16_bits(r: ExpRenderer, e: AluExp) -> str:
-    """The 16 bits of float16 expression `e`. Values that are only moved (loads, Where's branches,
-    constants, same-width bitcasts) stay on the raw bits, so NaN payloads survive drivers whose
-    unpackHalf2x16/packHalf2x16 canonicalise them; only computed values go through a float.
-    A node used more than once is bound to a `uint` let, like `ExpRenderer.render` does."""
-    key = "f16bits:" + e.key()
-    hit = r._lookup(key)
-    if hit is not None:
-        return hit
-    if e.op == AluOp.GlobalIndex and e.dtype == F16:
-        i = word_index(e.src[0].dtype, r.render(e.src[0]))
-        s = f"{r.need('jx_hb')}(ld{e.arg[0]}(({i}) >> 1), ({i}) & 1)"
-    elif e.op == AluOp.Where and e.dtype == F16:
-        c = r.render(e.src[0])
-        s = f"({c} ? {render_f16_bits(r, e.src[1])} : {render_f16_bits(r, e.src[2])})"
-    elif e.op == AluOp.Const and e.dtype == F16:
-        return f16_bits_literal(float(e.arg))
+def f16_bits(e: AluExp, memo: dict[str, AluExp] | None = None) -> AluExp:
+    """The 16 bits of float16 `e` as a uint32 expression. Values that are only moved (loads, Where's
+    branches, constants, same-width bitcasts) stay on the raw bits, so NaN payloads survive drivers
+    whose unpackHalf2x16/packHalf2x16 canonicalise them; only computed values go through a float,
+    and `jx_ph` (a Cast marked F16_BITS)."""
+    memo = {} if memo is None else memo
+    k = e.key()
+    if k in memo:
+        return memo[k]
+    if e.op == AluOp.GlobalIndex:  # half (i & 1) of word i >> 1
+        i = e.src[0]
+        word = AluExp.global_index(U32, e.arg[0], -(-e.arg[1] // 2), AluExp.shr(i, 1))
+        memo[k] = AluExp.bit_and(AluExp.shr(word, AluExp.shl(AluExp.bit_and(i, 1), 4)), 0xFFFF)
+    elif e.op == AluOp.Where:
+        memo[k] = AluExp.where(e.src[0], f16_bits(e.src[1], memo), f16_bits(e.src[2], memo))
+    elif e.op == AluOp.Const:
+        memo[k] = AluExp.u32(int(np.array(e.arg, np.float16).view(np.uint16)))
     elif e.op in (AluOp.Bitcast, AluOp.Cast) and e.src[0].dtype == F16:
-        return render_f16_bits(r, e.src[0])
+        memo[k] = f16_bits(e.src[0], memo)
     else:
-        s = f"{r.need('jx_ph')}({strip_parens(r.render(e))})"
-    if r.uses.get(e.key(), 0) > 1:
-        name = r.fresh()
-        r.lines.append(f"uint {name} = {strip_parens(s)};")
-        r.names[key] = name
-        s = name
-    return s
+        memo[k] = AluExp(AluOp.Cast, U32, (e,), F16_BITS)
+    return memo[k]
+
+
+def _hoist(items: AluExp) -> tuple[list[Stmt], AluExp]:
+    """The loop-invariant parts of a reduction's items (those not reading ridx) as lets before the
+    loop, and the items reading them, so no trip computes them again."""
+    varies: dict[str, bool] = {}
+    roots: set[str] = set()
+    for node in items.nodes():
+        varies[node.key()] = node == AluVar.ridx or any(varies[s.key()] for s in node.src)
+        if varies[node.key()]:
+            roots |= {s.key() for s in node.src if not varies[s.key()] and s.op not in _LEAVES}
+    names: dict[str, AluExp] = {}
+    lets: list[Stmt] = []
+    for node in items.nodes():  # operands first: a root inside another is read by it
+        if node.key() in roots:
+            value = node.rewrite(lambda n: names.get(n.key()))
+            names[value.key()] = AluExp.variable(node.dtype, f"h{len(lets)}")
+            lets.append(Let(f"h{len(lets)}", value))
+    return lets, items.rewrite(lambda n: names.get(n.key()))
+
+
+def _fold(items: AluExp, red: Reduction) -> list[Stmt]:
+    """`acc` from the identity over the items in order: k a trip, k the least that keeps each of a
+    fragment's loops within llvmpipe's budget, the last size % k written out after the loop."""
+    lets, items = _hoist(items)
+    acc, k = AluExp.variable(red.dtype, "acc"), max(1, -(-red.size // LOOP_LIMIT))
+    main = red.size - red.size % k
+
+    def item(j: int, ridx: AluExp) -> list[Stmt]:
+        x = AluExp.variable(red.dtype, f"x{j}")
+        step = combine(red.op, acc, x, GLSL_TRAITS)
+        return [Let(x.arg, items.substitute({"ridx": ridx})), Accumulate("acc", red.op, step)]
+
+    trip = [s for j in range(k) for s in item(j, AluVar.ridx + j if j else AluVar.ridx)]
+    rest = [s for j in range(main, red.size) for s in item(j, AluExp.i32(j))]
+    loop = Loop("ridx", main, tuple(trip), k)
+    return [Define("acc", AluExp.const(red.dtype, red.identity)), *lets, loop, *rest]
+
+
+def output_program(nargs: int, dtype: DType, size: int, value: AluExp, body: list[Stmt]) -> Program:
+    """The grid over `size` outputs of `dtype`, reading `nargs` inputs: `body`, then the lowered
+    `value` stored (float16 as its bits)."""
+    params = [Param(f"in{i}", i, (U32,), 0) for i in range(nargs)]
+    store = Store("out0", AluVar.gidx, f16_bits(value) if dtype == F16 else value)
+    grid = Grid("gidx", size, (*body, store))
+    return Program("compute", (*params, Param("out0", 0, (dtype,), size, True)), (grid,))
+
+
+def kernel_shader(kernel: Kernel, out_shift: int, written_out: bool = False) -> str:
+    """The fragment shader computing `kernel` into an output texture of width 2^out_shift
+    (`written_out`: the per-word calls written out, as exported for browsers; see `_per_element`)."""
+    red = kernel.reduction
+    body = _fold(lower(AluExp.cast(red.dtype, kernel.exp)), red) if red else []
+    value = lower(red.epilogue if red else kernel.exp)
+    program = output_program(kernel.nargs, kernel.dtype, kernel.size, value, body)
+    return program_shader(program, out_shift, (), written_out)
+
+
+def program_shader(
+    program: Program, out_shift: int, decls: tuple[str, ...] = (), written_out: bool = False
+) -> str:
+    """The whole fragment shader: the program's `compute(gidx)` (after the inputs and `decls`),
+    evaluated for the four words of this fragment's output texel (float16: eight halves)."""
+    out = program.params[-1]
+    n = 8 if out.dtype == F16 else 4  # float16: `compute` returns 16 bits, two elements a word
+    word = "r[c >> 1] |= compute(g) << uint(16 * (c & 1))" if n == 8 else "r[c] = compute(g)"
+    store = f"int g = {n} * t + c; if (g < {out.elements}) {word};"
+    head = [*input_decls(len(program.params) - 1), *decls, LANG.render_program(program)]
+    main = ("  uvec4 r = uvec4(0u);", *_per_element(n, store, written_out))
+    return fragment("\n".join(head) + "\n", out_shift, "r", main)
 
 
 def _per_element(n: int, statement: str, written_out: bool) -> list[str]:
@@ -347,58 +396,6 @@ def _per_element(n: int, statement: str, written_out: bool) -> list[str]:
     if not written_out:
         return [f"  for (int c = 0; c < {n}; c++) {{", f"    {statement}", "  }"]
     return [f"  {{ const int c = {c}; {statement} }}" for c in range(n)]
-
-
-def kernel_shader(kernel: Kernel, out_shift: int, written_out: bool = False) -> str:
-    """The fragment shader computing `kernel` into an output texture of width 2^out_shift
-    (`written_out`: the per-word calls written out, as exported for browsers; see `_per_element`)."""
-    out_dt, red = kernel.dtype, kernel.reduction
-    for dt in (out_dt, *((red.dtype,) if red else ())):
-        if dt not in LANG.type_map:
-            raise UnsupportedOpError(None, dt, LANG.name)
-    top = ExpRenderer(LANG)
-    body: list[str] = []
-    result = kernel.exp
-    if red is not None:  # the items, cast to the reduction's dtype (as tuner.tune_nullopt does)
-        body += _reduction(top, AluExp.cast(red.dtype, kernel.exp), red.op, red.dtype, red.size)
-        result = red.epilogue
-    exp = lower(result)
-    out = top.child()
-    out.count(exp)
-    text = strip_parens(render_f16_bits(out, exp) if out_dt == F16 else out.render(exp))
-    body += [f"  {line}" for line in out.lines]
-    return assemble(
-        kernel.nargs, body, text, out_dt, kernel.size, out_shift, top.used_helpers, (), written_out
-    )
-
-
-def _reduction(top: ExpRenderer, items: AluExp, op: AluOp, dtype: DType, size: int) -> list[str]:
-    """`acc` from the identity, folding the items in a loop (unrolled k times where llvmpipe's
-    loop budget needs it); loop-invariant parts of the items are bound before it."""
-    identity = Reduction(dtype, op, size).identity
-    lines = [f"  {LANG.type_name(dtype)} acc = {LANG.render_const(top, identity, dtype)};"]
-    exp = lower(items)
-    _hoist(top, exp)
-    lines += [f"  {line}" for line in top.lines]
-    top.lines.clear()
-    inner = top.child()
-    inner.count(exp)
-    step = _combine(op, dtype, AluExp.variable(dtype, inner.bind(exp, "x")))
-    inner.count(step)
-    step_lines = [*inner.lines, f"acc = {strip_parens(inner.render(step))};"]
-    k = max(1, -(-size // LOOP_LIMIT))
-    if k == 1:
-        return [
-            *lines,
-            f"  for (int ridx = 0; ridx < {size}; ridx++) {{",
-            *(f"    {x}" for x in step_lines),
-            "  }",
-        ]
-    lines.append(f"  for (int rb = 0; rb < {size}; rb += {k}) {{")
-    guard = f" if (ridx < {size})" if size % k else ""
-    for j in range(k):
-        lines += [f"    {{ int ridx = rb + {j};{guard} {{", *(f"      {x}" for x in step_lines), "    }}"]
-    return [*lines, "  }"]
 
 
 def input_decls(nargs: int) -> list[str]:
@@ -419,27 +416,3 @@ def fragment(decls: str, shift: int, store: str, body: tuple[str, ...] = ()) -> 
     t = f"  int t = (int(gl_FragCoord.y) << {shift}) + (int(gl_FragCoord.x) & {(1 << shift) - 1});"
     main = ["layout(location = 0) out uvec4 o;", "void main() {", t, *body, f"  o = {store};", "}"]
     return HEADER + decls + "\n".join(main) + "\n"
-
-
-def assemble(
-    nargs: int,
-    body: list[str],
-    result: str,
-    out_dt: DType,
-    size: int,
-    out_shift: int,
-    helpers: set[str],
-    extra_decls: tuple[str, ...] = (),
-    written_out: bool = False,
-) -> str:
-    """The whole fragment shader: `compute(gidx)` (body lines, then `return result`) evaluated for
-    the four words of this fragment's output texel (float16: `compute` returns 16 bits)."""
-    ret = "uint" if out_dt == F16 else LANG.type_name(out_dt)
-    fn = [f"{ret} compute(int gidx) {{", *body, f"  return {result};", "}"]
-    if out_dt == F16:  # `compute` returns each element's 16 bits: eight per texel, two per word
-        n, store = 8, f"int g = 8 * t + c; if (g < {size}) r[c >> 1] |= compute(g) << uint(16 * (c & 1));"
-    else:
-        n, store = 4, f"int g = 4 * t + c; if (g < {size}) r[c] = {LANG.store_word(out_dt, 'compute(g)')};"
-    decls = "\n".join([*input_decls(nargs), *extra_decls, *fn]) + "\n"
-    main = ("  uvec4 r = uvec4(0u);", *_per_element(n, store, written_out))
-    return fragment(LANG.render_helpers(helpers) + decls, out_shift, "r", main)

@@ -26,10 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jaxcore.cstyle import ExpRenderer, strip_parens
+from jaxcore.alu import AluExp, AluVar
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel
 from jaxcore.matmul_shape import MatmulShape, Operand, detect
+from jaxcore.program import Let
 from jaxcore_webgl import glsl
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture
 
@@ -191,26 +192,22 @@ def block_shader(kernel: Kernel, mm: MatmulShape, tile: Tile = BASE_TILE) -> str
 
 
 def gather_shader(kernel: Kernel, mm: MatmulShape, out_shift: int, tile: Tile = BASE_TILE) -> str:
-    """The epilogue pass: the output buffer's own fragment shader, `acc` read from the blocks."""
+    """The epilogue pass: the output buffer's own fragment shader, `acc` read from the blocks as one
+    more input (its loader `ld{nargs}` maps element g of C to its word of a block texture)."""
     M, N = mm.m, mm.n
     R, V, C = tile.rows, tile.vecs, tile.cols
     mq, n0, nt = -(-M // R), kernel.nargs, tile.targets
     fetch = " : ".join(f"t == {t} ? texelFetch(in{n0 + t}, p, 0)" for t in range(nt - 1))
-    acc_fn = (
-        f"float jc_acc(int g) {{ int b = g / {M * N}; int q = g - b * {M * N}; int i = q / {N};"
+    loader = (
+        f"uint ld{n0}(int g) {{ int b = g / {M * N}; int q = g - b * {M * N}; int i = q / {N};"
         f" int j = q - i * {N}; ivec2 p = ivec2(j / {C}, b * {mq} + i / {R});"
         f" int t = (i % {R}) * {V} + (j % {C}) / 4;"
-        f" uvec4 u = {fetch} : texelFetch(in{n0 + nt - 1}, p, 0); return uintBitsToFloat(u[j & 3]); }}"
+        f" uvec4 u = {fetch} : texelFetch(in{n0 + nt - 1}, p, 0); return u[j & 3]; }}"
     )
-    extra = tuple(f"uniform highp usampler2D in{n0 + t};" for t in range(nt)) + (acc_fn,)
-    epi = glsl.lower(mm.epilogue)
-    r = ExpRenderer(glsl.LANG)
-    r.count(epi)
-    result = glsl.render_f16_bits(r, epi) if kernel.dtype == DType.float16 else r.render(epi)
-    body = ["  float acc = jc_acc(gidx);", *(f"  {ln}" for ln in r.lines)]
-    return glsl.assemble(
-        kernel.nargs, body, strip_parens(result), kernel.dtype, kernel.size, out_shift, r.used_helpers, extra
-    )
+    decls = (*(f"uniform highp usampler2D in{n0 + t};" for t in range(nt)), loader)
+    acc = Let("acc", AluExp.global_index(F32, n0, mm.batch * M * N, AluVar.gidx))
+    program = glsl.output_program(n0, kernel.dtype, kernel.size, glsl.lower(mm.epilogue), [acc])
+    return glsl.program_shader(program, out_shift, decls)
 
 
 @dataclass
