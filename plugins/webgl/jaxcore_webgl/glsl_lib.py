@@ -6,7 +6,7 @@ the transcendentals are generated from `jaxcore.expansions`. What is left here, 
 a driver gave:
 
 - an opaque identity (`jx_o`) and a 0/1 bool (`jx_b2u`) that compilers cannot fold;
-- float16 on the bits (`jx_ph`, `jx_h`, `jx_hb`): packHalf2x16/unpackHalf2x16 of Inf, NaN and
+- float16 on the bits (`jx_ph`, `jx_h`): packHalf2x16/unpackHalf2x16 of Inf, NaN and
   overflow are the implementation's (ANGLE on SwiftShader corrupts the other half-word; NVIDIA
   drops a NaN's sign), so specials are spelled out and moved values never leave their bits;
 - float32 that is exact with denormals: llvmpipe flushes subnormal operands and results (GLSL ES
@@ -16,30 +16,23 @@ a driver gave:
 - `jx_fmod`: exact fmodf (GLSL's mod() is floored and rounds), which no AluExp spells;
 - `jx_threefry`, written out: llvmpipe caps the loop iterations of a shader.
 
-Each helper is a named block; a shader includes only the ones it calls (found in the text).
+The library is one GLSL text; each definition (from an unindented line to the next) is a helper,
+and a shader includes only the ones it calls (found in the text). Lines starting `//` are notes
+for this file's readers and stay out of the shaders.
 """
 
 from __future__ import annotations
 
 import re
 
-LIB: dict[str, str] = {}
-
-
-def _def(name: str, src: str) -> None:
-    LIB[name] = src.strip("\n") + "\n"
-
-
-# jx_z is a uniform that is always 0: adding it to the bits is an identity no compiler can see
-# through, and twice is not once (x | z | z and x ^ z ^ z folded back to one value, then x - x to 0).
-_def("jx_z", "uniform uint jx_z;")
-# Without it GLSL compilers fold x * 0.0 to 0.0, x - x to 0.0 and c ? -1.0 : 0.0 to -float(c).
-_def("jx_o", "float jx_o(float x) { return uintBitsToFloat(floatBitsToUint(x) + jx_z); }")
-# NVIDIA's compiler (GLES 3.2, driver 580) made uint(true) 0xffffffff inside max(acc, uint(b)).
-_def("jx_b2u", "uint jx_b2u(bool b) { return uint(b) & (1u ^ jx_z); }")
-_def(
-    "jx_ph",
-    """
+_LIBRARY = """
+// jx_z is a uniform that is always 0: adding it to the bits is an identity no compiler can see
+// through, and twice is not once (x | z | z and x ^ z ^ z folded back to one value, then x - x to 0).
+uniform uint jx_z;
+// Without it GLSL compilers fold x * 0.0 to 0.0, x - x to 0.0 and c ? -1.0 : 0.0 to -float(c).
+float jx_o(float x) { return uintBitsToFloat(floatBitsToUint(x) + jx_z); }
+// NVIDIA's compiler (GLES 3.2, driver 580) made uint(true) 0xffffffff inside max(acc, uint(b)).
+uint jx_b2u(bool b) { return uint(b) & (1u ^ jx_z); }
 uint jx_ph(float x) {  // float32 -> float16 bits, nearest even; NaN, Inf and overflow by hand
   uint b = floatBitsToUint(x);
   uint s = (b >> 16) & 0x8000u;
@@ -48,87 +41,52 @@ uint jx_ph(float x) {  // float32 -> float16 bits, nearest even; NaN, Inf and ov
   if (a >= 0x477ff000u) return s | 0x7c00u;
   return packHalf2x16(vec2(x, 0.0)) & 0xffffu;
 }
-""",
-)
-_def("jx_f16", "float jx_f16(float x) { return unpackHalf2x16(jx_ph(x)).x; }")
-_def("jx_hb", "uint jx_hb(uint w, int k) { return (w >> uint(k << 4)) & 0xffffu; }")
-_def(
-    "jx_h",
-    """
+float jx_f16(float x) { return unpackHalf2x16(jx_ph(x)).x; }
 float jx_h(uint w, int k) {  // a NaN from its bits: NVIDIA's unpackHalf2x16 drops the sign
-  uint h = jx_hb(w, k);
+  uint h = (w >> uint(k << 4)) & 0xffffu;
   if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0u)
     return uintBitsToFloat(((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13));
   return unpackHalf2x16(h).x;
 }
-""",
-)
-_def("jx_u2f", "float jx_u2f(uint x) { return float(x >> 16u) * 65536.0 + float(x & 0xffffu); }")
+float jx_u2f(uint x) { return float(x >> 16u) * 65536.0 + float(x & 0xffffu); }
 
-# ---- float32 exact with denormals -------------------------------------------------------------
-_def(
-    "jx_isden",
-    "bool jx_isden(float x) { uint b = floatBitsToUint(x) & 0x7fffffffu; return b - 1u < 0x007fffffu; }",
-)
-_def("jx_neg", "float jx_neg(float x) { return uintBitsToFloat(floatBitsToUint(x) ^ 0x80000000u); }")
-# Order on the bits, ±0 equal. NaN operands are the legalizer's (it tests them beside these).
-_def(
-    "jx_lt",
-    """
+// ---- float32 exact with denormals
+bool jx_isden(float x) { uint b = floatBitsToUint(x) & 0x7fffffffu; return b - 1u < 0x007fffffu; }
+float jx_neg(float x) { return uintBitsToFloat(floatBitsToUint(x) ^ 0x80000000u); }
+// Order on the bits, ±0 equal. NaN operands are the legalizer's (it tests them beside these).
 uint jx_key(uint b) { return (b & 0x80000000u) != 0u ? ~b : (b | 0x80000000u); }
 bool jx_lt(float a, float b) {
   uint ua = floatBitsToUint(a), ub = floatBitsToUint(b);
   return ((ua | ub) & 0x7fffffffu) != 0u && jx_key(ua) < jx_key(ub);
 }
-""",
-)
-_def(
-    "jx_ne",
-    """
 bool jx_ne(float a, float b) {
   uint ua = floatBitsToUint(a), ub = floatBitsToUint(b);
   return ua != ub && ((ua | ub) & 0x7fffffffu) != 0u;
 }
-""",
-)
-_def("jx_min", "float jx_min(float a, float b) { return jx_lt(b, a) ? b : a; }")
-_def("jx_max", "float jx_max(float a, float b) { return jx_lt(a, b) ? b : a; }")
-for _fn, _neg, _pos in (("floor", "0x3f800000u", "0u"), ("ceil", "0u", "0x3f800000u")):
-    _def(
-        f"jx_{_fn}",
-        f"""
-float jx_{_fn}(float x) {{  // of a subnormal: ±0 or ±1 from its sign
+float jx_min(float a, float b) { return jx_lt(b, a) ? b : a; }
+float jx_max(float a, float b) { return jx_lt(a, b) ? b : a; }
+float jx_floor(float x) {  // of a subnormal: ±0 or ±1 from its sign
   uint sg = floatBitsToUint(x) & 0x80000000u;
-  if (jx_isden(x)) return uintBitsToFloat(sg | (sg != 0u ? {_neg} : {_pos}));
-  return {_fn}(x);
-}}
-""",
-    )
-_def(
-    "jx_sqrt",
-    """
+  if (jx_isden(x)) return uintBitsToFloat(sg | (sg != 0u ? 0x3f800000u : 0u));
+  return floor(x);
+}
+float jx_ceil(float x) {  // of a subnormal: ±0 or ±1 from its sign
+  uint sg = floatBitsToUint(x) & 0x80000000u;
+  if (jx_isden(x)) return uintBitsToFloat(sg | (sg != 0u ? 0u : 0x3f800000u));
+  return ceil(x);
+}
 float jx_sqrt(float x) {  // of a subnormal from its integer; of a negative NaN (GLSL: undefined)
   uint b = floatBitsToUint(x);
   if (b > 0x80000000u) return uintBitsToFloat(0x7fc00000u);
   if (jx_isden(x)) return sqrt(float(b) * 2.0) * 2.6469779601696886e-23;  // sqrt(2m) * 2^-75
   return sqrt(x);
 }
-""",
-)
-_def(
-    "jx_msb",
-    """
 int jx_msb(uint u) {
   int m = int(floatBitsToUint(float(u)) >> 23) - 127;
   if (m > 31 || (u >> uint(m)) == 0u) m -= 1;
   return m;
 }
-""",
-)
-# x = m * 2^(e - 23), m in [2^23, 2^24), for finite nonzero x (subnormals normalised on the bits).
-_def(
-    "jx_unpack",
-    """
+// x = m * 2^(e - 23), m in [2^23, 2^24), for finite nonzero x (subnormals normalised on the bits).
 uint jx_unpack(float x, out int e) {
   uint b = floatBitsToUint(x) & 0x7fffffffu;
   uint m = b & 0x007fffffu;
@@ -136,13 +94,8 @@ uint jx_unpack(float x, out int e) {
   e = int(b >> 23) - 127;
   return m | 0x00800000u;
 }
-""",
-)
-# sign * (v.x:v.y, a 64-bit integer) * 2^e rounded to float32 (nearest even, subnormals and
-# overflow included), built on the bits: nothing here can be flushed.
-_def(
-    "jx_pack",
-    """
+// sign * (v.x:v.y, a 64-bit integer) * 2^e rounded to float32 (nearest even, subnormals and
+// overflow included), built on the bits: nothing here can be flushed.
 uvec2 jx_shr64(uvec2 v, int n) {
   if (n <= 0) return v;
   if (n >= 64) return uvec2(0u);
@@ -174,12 +127,7 @@ float jx_pack(uint sign, uvec2 v, int e) {
   if (E > 127) return uintBitsToFloat(sign | 0x7f800000u);
   return uintBitsToFloat(sign | (uint(E + 127) << 23) | (q & 0x007fffffu));
 }
-""",
-)
-# The exact slow paths, taken only when an operand or the result is subnormal (or zero, Inf, NaN).
-_def(
-    "jx_mul",
-    """
+// The exact slow paths, taken only when an operand or the result is subnormal (or zero, Inf, NaN).
 uvec2 jx_umul64(uint a, uint b) {  // 32x32 -> 64 bits from 16-bit halves (umulExtended is ES 3.10)
   uint al = a & 0xffffu, ah = a >> 16, bl = b & 0xffffu, bh = b >> 16;
   uint ll = al * bl, lh = al * bh, hl = ah * bl, hh = ah * bh;
@@ -199,11 +147,6 @@ float jx_mul(float a, float b) {
   uint ma = jx_unpack(a, ea), mb = jx_unpack(b, eb);
   return jx_pack(sign, jx_umul64(ma, mb), ea + eb - 46);
 }
-""",
-)
-_def(
-    "jx_div",
-    """
 float jx_div(float a, float b) {
   float r = a / jx_o(b);
   uint aa = floatBitsToUint(a) & 0x7fffffffu, ab = floatBitsToUint(b) & 0x7fffffffu;
@@ -225,14 +168,9 @@ float jx_div(float a, float b) {
   }
   return jx_pack(sign, uvec2(0u, (q << 1) | (rem != 0u ? 1u : 0u)), ea - eb - 26);
 }
-""",
-)
-_def("jx_rcp", "float jx_rcp(float x) { return jx_div(1.0, x); }")
-# a + b with a subnormal operand or sum: scaled by 2^24 (exact), added, scaled back; sums in the
-# subnormal range are multiples of 2^-149, so exact, and built from bits.
-_def(
-    "jx_add",
-    """
+float jx_rcp(float x) { return jx_div(1.0, x); }
+// a + b with a subnormal operand or sum: scaled by 2^24 (exact), added, scaled back; sums in the
+// subnormal range are multiples of 2^-149, so exact, and built from bits.
 float jx_up24(float x) {
   uint b = floatBitsToUint(x);
   if (!jx_isden(x)) return x * 16777216.0;
@@ -256,16 +194,9 @@ float jx_add(float a, float b) {
   uint m = uint(abs(s) * 4.253529586511731e+37);  // |s| * 2^125, an exact integer
   return uintBitsToFloat((sb & 0x80000000u) | m);
 }
-""",
-)
-_def("jx_sub", "float jx_sub(float a, float b) { return jx_add(a, jx_neg(b)); }")
-
-# C's fmodf, exact, with the sign of x: shift-subtract over the exponent difference, eight steps an
-# iteration (llvmpipe caps the loop iterations of a whole shader).
-_STEP = "    if (ex > ey) { if (mx >= my) { mx -= my; if (mx == 0u) break; } mx <<= 1; ex--; }\n"
-_def(
-    "jx_fmod",
-    """
+float jx_sub(float a, float b) { return jx_add(a, jx_neg(b)); }
+// C's fmodf, exact, with the sign of x: shift-subtract over the exponent difference, eight steps an
+// iteration (llvmpipe caps the loop iterations of a whole shader).
 float jx_fmod(float x, float y) {
   uint ux = floatBitsToUint(x), uy = floatBitsToUint(y);
   uint sx = ux & 0x80000000u;
@@ -287,12 +218,14 @@ float jx_fmod(float x, float y) {
   uint bits = ey > 0 ? (uint(ey) << 23) | (mx & 0x007fffffu) : mx >> uint(1 - ey);
   return uintBitsToFloat(sx | bits);
 }
-""".replace("@STEPS@", _STEP * 8),
-)
+uint jx_xor2(uvec2 v) { return v.x ^ v.y; }
+"""
+_STEP = "    if (ex > ey) { if (mx >= my) { mx -= my; if (mx == 0u) break; } mx <<= 1; ex--; }\n"
+_NAME = re.compile(r"\bjx_[a-z0-9_]+\b")
 
 
-def _threefry_src() -> str:
-    """Threefry-2x32, 20 rounds, written out."""
+def _threefry() -> str:
+    """Threefry-2x32, 20 rounds, written out (llvmpipe caps the loop iterations of a shader)."""
     rot = ((13, 15, 26, 6), (17, 29, 16, 24))
     lines = [
         "uvec2 jx_threefry(uint k0, uint k1, uint c0, uint c1) {",
@@ -303,14 +236,23 @@ def _threefry_src() -> str:
         for r in rot[(g - 1) % 2]:
             lines.append(f"  x0 += x1; x1 = ((x1 << {r}u) | (x1 >> {32 - r}u)) ^ x0;")
         lines.append(f"  x0 += ks{g % 3}; x1 += ks{(g + 1) % 3} + {g}u;")
-    lines += ["  return uvec2(x0, x1);", "}"]
-    return "\n".join(lines)
+    return "\n".join([*lines, "  return uvec2(x0, x1);", "}"])
 
 
-_def("jx_threefry", _threefry_src())
-_def("jx_xor2", "uint jx_xor2(uvec2 v) { return v.x ^ v.y; }")
+def _definitions(text: str) -> dict[str, str]:
+    """Each definition of the library by its name: an unindented line and those after it up to
+    the next (blank and `//` lines left out)."""
+    defs: dict[str, list[str]] = {}
+    name = ""
+    for line in text.splitlines():
+        if line and not line.startswith("//"):
+            if not (line[0].isspace() or line == "}"):
+                name = _NAME.findall(line)[0]
+            defs.setdefault(name, []).append(line)
+    return {n: "\n".join(lines) + "\n" for n, lines in defs.items()}
 
-_NAME = re.compile(r"\bjx_[a-z0-9_]+\b")
+
+LIB = _definitions(_LIBRARY.replace("@STEPS@", _STEP * 8) + _threefry())
 # name -> (source, helpers it uses): the form `jaxcore.cstyle.CStyleLanguage.helpers` takes.
 HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
     n: (src, tuple(sorted({d for d in _NAME.findall(src) if d in LIB and d != n}))) for n, src in LIB.items()
