@@ -6,23 +6,12 @@ and in a page, with `runner.js` (shipped in this package, `runner_js()` returns 
 
     const out = await JaxcoreWebGL.run(program, [inputBytes0, ...]);   // [Uint8Array, ...]
 
-What the backend runs is a sequence of full-screen draws, each a fragment shader over RGBA32UI
-textures that hold the buffers' raw bytes (16 per texel, see jaxcore_webgl.device). The export
-replays the executable's own run against a recording stand-in for the device, so the program is
-exactly the draws the native device makes, in order, read from `exe.data` and the sources of the
-programs it links (no GL call is made). A kernel's shader is the one the device compiled with its
-per-word calls written out instead of looped (`glsl.kernel_shader(written_out=True)`: ANGLE on
-SwiftShader takes minutes on some long loop bodies; llvmpipe compiles the loop 6x faster):
-
-- `vertex` and `shaders`: the GLSL ES 3.00 sources (one vertex shader, a fragment shader per
-  program); each pass names its shader, the textures it samples (unit i is uniform `in{i}`, and
-  `sh{i}` is log2 of that texture's width), the texture it renders into, how many texels it covers
-  (the first `ceil(texels / width)` rows) and its integer uniforms; a pass with `targets` writes
-  colour attachment r into texture `targets[r]` (several render targets, all the same size);
-- `textures`: every texture by id: the inputs and outputs of the executable (`role`, `index`) and
-  the temporaries of a routine (`width` x `height`). Input textures take the size of the bytes given
-  (a width of 2^ceil(log2 ceil(sqrt(texels))), as the plugin lays them out); outputs and
-  temporaries have the dimensions the shaders were written for, which `runner.js` keeps.
+The program (its keys: docs/browser-export.md) is exactly the draws the native device makes, in
+order: the export replays the executable's own run against a recording stand-in for the device
+(no GL call is made), reading the sources of the programs it links. A kernel's shader is the one
+the device compiled with its per-word calls written out instead of looped
+(`glsl.kernel_shader(written_out=True)`: ANGLE on SwiftShader takes minutes on some long loop
+bodies; llvmpipe compiles the loop 6x faster).
 """
 
 from __future__ import annotations
@@ -70,11 +59,11 @@ class _Replay:
 
     def texture(self, nbytes: int, role: str, index: int | None = None) -> _Tex:
         w, h, shift = texture_dims(nbytes, self.max_size)
-        t = _Tex(len(self.textures), w, h, shift, nbytes)
-        entry: dict[str, Any] = {"id": t.id, "role": role, "bytes": nbytes, "width": w, "height": h}
-        if index is not None:
-            entry["index"] = index
-        self.textures.append(entry)
+        return self._add(_Tex(len(self.textures), w, h, shift, nbytes), role, index)
+
+    def _add(self, t: _Tex, role: str, index: int | None = None) -> _Tex:
+        entry: dict[str, Any] = {"id": t.id, "role": role, "bytes": t.nbytes, "width": t.w, "height": t.h}
+        self.textures.append(entry if index is None else {**entry, "index": index})
         return t
 
     # ---- the Device methods an executable's run calls --------------------------------------
@@ -82,9 +71,7 @@ class _Replay:
         return self.texture(nbytes, "temp")
 
     def alloc_grid(self, w: int, h: int) -> _Tex:
-        t = _Tex(len(self.textures), w, h, 0, w * h * TEXEL_BYTES)
-        self.textures.append({"id": t.id, "role": "temp", "bytes": t.nbytes, "width": w, "height": h})
-        return t
+        return self._add(_Tex(len(self.textures), w, h, 0, w * h * TEXEL_BYTES), "temp")
 
     def free(self, t: _Tex) -> None:
         pass  # the runner frees every texture at the end
@@ -99,53 +86,31 @@ class _Replay:
         return b"\x01" * count
 
     def draw(self, prog: Any, inputs: list[_Tex], out: _Tex, texels: int, ints: dict[str, int] | None = None):
-        self.passes.append(
-            {
-                "shader": self._shader(prog),
-                "inputs": [t.id for t in inputs],
-                "output": out.id,
-                "texels": int(texels),
-                "ints": {k: int(v) for k, v in (ints or {}).items()},
-            }
-        )
+        ints = {k: int(v) for k, v in (ints or {}).items()}
+        self._record(prog, inputs, {"output": out.id, "texels": int(texels), "ints": ints})
 
     def draw_targets(self, prog: Any, inputs: list[_Tex], targets: list[_Tex]) -> None:
         """A pass writing colour attachment r into `targets[r]` over all their w x h fragments."""
-        self.passes.append(
-            {
-                "shader": self._shader(prog),
-                "inputs": [t.id for t in inputs],
-                "output": targets[0].id,
-                "targets": [t.id for t in targets],
-                "texels": targets[0].w * targets[0].h,
-                "ints": {},
-            }
-        )
+        ids, texels = [t.id for t in targets], targets[0].w * targets[0].h
+        self._record(prog, inputs, {"output": ids[0], "targets": ids, "texels": texels, "ints": {}})
 
-    def _shader(self, prog: Any) -> int:
+    def _record(self, prog: Any, inputs: list[_Tex], draw: dict[str, Any]) -> None:
         src = self.sources.get(id(prog))
         if src is None:
             raise ExportError("a draw uses a program whose source the backend does not hold")
-        if src not in self._index:
-            self._index[src] = len(self.shaders)
+        shader = self._index.setdefault(src, len(self.shaders))
+        if shader == len(self.shaders):
             self.shaders.append(src)
-        return self._index[src]
+        self.passes.append({"shader": shader, "inputs": [t.id for t in inputs], **draw})
 
 
 def _io(src: Any) -> tuple[list[tuple[int, str | None]], list[tuple[int, str]], dict[str, Any]]:
+    ins: list[tuple[int, str | None]]
     if isinstance(src, Kernel):
-        return (
-            [(n, None) for n in src.input_bytes()],
-            [(src.bytes, str(src.dtype))],
-            {
-                "kind": "kernel",
-                "key": src.key(),
-            },
-        )
+        ins = [(n, None) for n in src.input_bytes()]
+        return ins, [(src.bytes, str(src.dtype))], {"kind": "kernel", "key": src.key()}
     t = src.type
-    ins: list[tuple[int, str | None]] = [
-        (math.prod(s) * byte_width(d), str(d)) for s, d in zip(t.input_shapes, t.input_dtypes)
-    ]
+    ins = [(math.prod(s) * byte_width(d), str(d)) for s, d in zip(t.input_shapes, t.input_dtypes)]
     outs = [(math.prod(s) * byte_width(d), str(d)) for s, d in zip(t.output_shapes, t.output_dtypes)]
     return ins, outs, {"kind": "routine", "name": str(src.name), "key": str(src.key())}
 
