@@ -159,9 +159,7 @@ def block_shader(kernel: Kernel, mm: MatmulShape, tile: Tile = BASE_TILE) -> str
         w(f"  int ar{r} = ab + min(i0 + {r}, {M - 1}) * {mm.a.s_outer};")
     for c in range(C):
         w(f"  int bc{c} = bbase + min(j0 + {c}, {N - 1}) * {mm.b.s_outer};")
-    for r in range(R):
-        for v in range(V):
-            w(f"  vec4 c{r}_{v} = vec4(0.0);")
+    L += [f"  vec4 c{r}_{v} = vec4(0.0);" for r in range(R) for v in range(V)]
 
     k4 = K - K % 4
     if k4:
@@ -184,11 +182,8 @@ def block_shader(kernel: Kernel, mm: MatmulShape, tile: Tile = BASE_TILE) -> str
                 cs = ", ".join(f"t{4 * v + c}" for c in range(4))
                 w(f"    c{r}_{v} += a{r} * vec4({cs});")
         w("  }")
-    for r in range(R):
-        for v in range(V):
-            w(f"  o{r * V + v} = floatBitsToUint(c{r}_{v});")
-    w("}")
-    return glsl.HEADER + "\n".join(L) + "\n"
+    L += [f"  o{r * V + v} = floatBitsToUint(c{r}_{v});" for r in range(R) for v in range(V)]
+    return glsl.HEADER + "\n".join([*L, "}"]) + "\n"
 
 
 def gather_shader(kernel: Kernel, mm: MatmulShape, out_shift: int, tile: Tile = BASE_TILE) -> str:
@@ -238,11 +233,9 @@ def plan(kernel: Kernel, dev: Device, max_units: int, out_shift: int) -> MatmulE
     mm = detect(kernel)
     if mm is None or mm.batch * mm.m * mm.n * mm.k < MIN_WORK or min(mm.m, mm.n) < MIN_SIDE:
         return None
-    if (mm.product, mm.acc, mm.a.dtype, mm.b.dtype) != (F32,) * 4:
+    if (mm.product, mm.acc, mm.a.dtype, mm.b.dtype) != (F32,) * 4 or dev.max_draw_buffers < BASE_TILE.targets:
         return None
     if any(n.dtype == DType.float64 for n in mm.epilogue.nodes()):
-        return None
-    if dev.max_draw_buffers < BASE_TILE.targets:
         return None
     tile = choose_tile(mm.m, mm.n, min(dev.max_draw_buffers, max_units - kernel.nargs))
     grid = (-(-mm.n // tile.cols), mm.batch * -(-mm.m // tile.rows))
@@ -250,33 +243,10 @@ def plan(kernel: Kernel, dev: Device, max_units: int, out_shift: int) -> MatmulE
         return None
     if (mm.k // 4) > glsl.LOOP_LIMIT:  # llvmpipe's loop budget per fragment
         return None
-    block = block_shader(kernel, mm, tile)
-    gather = gather_shader(kernel, mm, out_shift, tile)
-    texels = -(-kernel.bytes // TEXEL_BYTES)
-    return MatmulExe(
-        mm,
-        dev.program(block, kernel.nargs),
-        dev.program(gather, kernel.nargs + tile.targets),
-        tile,
-        grid,
-        texels,
-        block + "\n" + gather,
-    )
+    block, gather = block_shader(kernel, mm, tile), gather_shader(kernel, mm, out_shift, tile)
+    programs = dev.program(block, kernel.nargs), dev.program(gather, kernel.nargs + tile.targets)
+    return MatmulExe(mm, *programs, tile, grid, -(-kernel.bytes // TEXEL_BYTES), block + "\n" + gather)
 
 
 def uses_blocks(exe: Any) -> bool:
     return isinstance(getattr(exe, "data", exe), MatmulExe)
-
-
-__all__ = [
-    "MIN_SIDE",
-    "MIN_WORK",
-    "TILES",
-    "MatmulExe",
-    "Tile",
-    "block_shader",
-    "choose_tile",
-    "gather_shader",
-    "plan",
-    "uses_blocks",
-]
