@@ -13,12 +13,11 @@ are copied, ping-ponging between two textures; no shader loops longer than a mat
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from jaxcore.plugin import DType, FftParams, JacobiEighParams, Routine, Routines, TriangularSolveParams
-from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, scratch, texture_dims
+from jaxcore_webgl.device import TEXEL_BYTES, Device, Texture, scratch, texture_dims
 from jaxcore_webgl.glsl import LANG, fragment, input_decls
+from jaxcore_webgl.routines import Pass, PassPlan
 
 F16 = DType.float16
 COMMON = """bool isnan_(float x) { return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u; }
@@ -29,17 +28,6 @@ PAIR = """vec2 c(int e) { int t = e >> 1;
   uvec4 v = texelFetch(in0, ivec2(t & ((1 << sh0) - 1), t >> sh0), 0);
   return uintBitsToFloat((e & 1) == 0 ? v.xy : v.zw); }
 """
-
-
-@dataclass
-class Pass:
-    """A compiled pass and how many texels of its target it covers."""
-
-    program: Program
-    texels: int
-
-    def __call__(self, dev: Device, inputs: list[Texture], out: Texture, **ints: int) -> None:
-        dev.draw(self.program, inputs, out, self.texels, ints)
 
 
 class Passes:
@@ -88,16 +76,6 @@ class Passes:
         return self(1, -(-count // 2), body, decls=decls)
 
 
-@dataclass
-class PassPlan:
-    """A routine's schedule of passes (`steps`), run on the device or on export's replay."""
-
-    steps: Callable[[Device, list[Texture], list[Texture]], None]
-
-    def run(self, dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
-        self.steps(dev, inputs, outputs)
-
-
 def triangular_solve_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
     """x a^T = b row by row of b: x_i = (b_i - sum_{j>i} a_ij x_j) / a_ii, i = n-1 .. 0."""
     t = routine.type
@@ -113,12 +91,8 @@ def triangular_solve_plan(dev: Device, routine: Routine, max_size: int) -> PassP
         f"  return floatBitsToUint(s{div});"
     )
     p = Passes(dev, max_size)
-    widen_a, widen_b, step, out = (
-        p.widen(dtype, wa),
-        p.widen(dtype, wb),
-        p(3, wb, body, ("u_i",)),
-        p.narrow(dtype, wb),
-    )
+    widen_a, widen_b = p.widen(dtype, wa), p.widen(dtype, wb)
+    step, out = p(3, wb, body, ("u_i",)), p.narrow(dtype, wb)
 
     def steps(dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
         if wb == 0:
@@ -150,12 +124,8 @@ def cholesky_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
         "  return floatBitsToUint(v / p);"
     )
     p = Passes(dev, max_size)
-    widen, zero, step, out = (
-        p.widen(dtype, w),
-        p(0, w, "  return 0u;"),
-        p(2, w, body, ("u_j",)),
-        p.narrow(dtype, w),
-    )
+    widen, zero = p.widen(dtype, w), p(0, w, "  return 0u;")
+    step, out = p(2, w, body, ("u_j",)), p.narrow(dtype, w)
 
     def steps(dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
         if w == 0:
@@ -197,11 +167,8 @@ def lu_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
     p = Passes(dev, max_size)
     widen, step, out = p.widen(dtype, w), p(1, w, body, ("u_j",), pivot), p.narrow(dtype, w)
     perm0, perm_step = p(0, wp, f"  return uint(e % {m});"), p(2, wp, perm, ("u_j",), pivot)
-    piv_step, copy_p, copy_v = (
-        p(2, wv, piv, ("u_j",), pivot),
-        p(1, wp, "  return ld0(e);"),
-        p(1, wv, "  return ld0(e);"),
-    )
+    piv_step = p(2, wv, piv, ("u_j",), pivot)
+    copy_p, copy_v = p(1, wp, "  return ld0(e);"), p(1, wv, "  return ld0(e);")
 
     def steps(dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
         if w == 0:

@@ -1,4 +1,5 @@
-"""Routines as sequences of render passes: Sort and Argsort as a bitonic network.
+"""Routines as sequences of render passes (`Pass`, `PassPlan`; linalg has the rest): Sort and
+Argsort as a bitonic network.
 
 Each row of n elements is padded to N = 2^ceil(log2 n) and turned into (key, index) pairs, two
 pairs per RGBA32UI texel: `key` is an unsigned integer whose order is the contract's order
@@ -14,10 +15,11 @@ any shader.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from jaxcore.plugin import DType, Routine, Routines
-from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
+from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, scratch, texture_dims
 from jaxcore_webgl.glsl import fragment, input_decls
 
 # the order key of an element's bits (a 16-bit key for float16)
@@ -49,6 +51,27 @@ uvec2 cas(int e) {
 """
 
 
+@dataclass
+class Pass:
+    """A compiled pass and how many texels of its target it covers."""
+
+    program: Program
+    texels: int
+
+    def __call__(self, dev: Device, inputs: list[Texture], out: Texture, **ints: int) -> None:
+        dev.draw(self.program, inputs, out, self.texels, ints)
+
+
+@dataclass
+class PassPlan:
+    """A routine's schedule of passes (`steps`), run on the device or on export's replay."""
+
+    steps: Callable[[Device, list[Texture], list[Texture]], None]
+
+    def run(self, dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
+        self.steps(dev, inputs, outputs)
+
+
 def _element(dtype: DType, gid: int, i: str) -> str:
     """The bits of element `i` of input `gid` (a float16's 16 bits from its half of the word)."""
     if dtype == DType.float16:
@@ -56,61 +79,22 @@ def _element(dtype: DType, gid: int, i: str) -> str:
     return f"ld{gid}({i})"
 
 
-def _shader(body: str, shift: int, store: str) -> str:
-    """A pass over texel t with inputs 0 and 1 and the functions in `body`: `o = store`."""
-    return fragment("\n".join(input_decls(2)) + "\n" + body, shift, store)
-
-
-@dataclass
-class SortPlan:
-    """Programs and sizes for one (batch, n, dtype) sort."""
-
-    batch: int
-    n: int
-    big_n: int
-    dtype: DType
-    init: Program
-    step: Program
-    values: Program
-    indices: Program | None
-
-    def run(self, dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
-        if self.batch == 0 or self.n == 0:
-            return
-        texels = -(-self.batch * self.big_n // 2)
-        a, b = dev.alloc(self.batch * self.big_n * 8), dev.alloc(self.batch * self.big_n * 8)
-        try:
-            dev.draw(self.init, inputs, a, texels)
-            k = 2
-            while k <= self.big_n:
-                s = k >> 1
-                while s >= 1:
-                    dev.draw(self.step, [a], b, texels, {"u_k": k, "u_s": s})
-                    a, b = b, a
-                    s >>= 1
-                k <<= 1
-            out_n = self.batch * self.n
-            width = 2 if self.dtype == DType.float16 else 4
-            dev.draw(self.values, [a, inputs[0]], outputs[0], -(-out_n * width // TEXEL_BYTES))
-            if self.indices is not None:
-                dev.draw(self.indices, [a], outputs[1], -(-out_n * 4 // TEXEL_BYTES))
-        finally:
-            dev.free(a)
-            dev.free(b)
-
-
-def sort_plan(dev: Device, routine: Routine, max_texture_size: int) -> SortPlan:
-    """Compile the shaders of a Sort/Argsort routine: pairs, one comparator column, the outputs."""
+def sort_plan(dev: Device, routine: Routine, max_texture_size: int) -> PassPlan:
+    """Sort/Argsort: the (key, index) pairs, one pass per comparator column, then the outputs."""
     t = routine.type
     shape, dtype = t.input_shapes[0], t.input_dtypes[0]
     n, batch = shape[-1], math.prod(shape[:-1])
     big_n = 1 << max(0, math.ceil(math.log2(n))) if n > 1 else 1
     f16 = dtype == DType.float16
 
-    def shift(nbytes: int) -> int:
-        return texture_dims(nbytes, max_texture_size)[2]
+    def make_pass(nbytes: int, nargs: int, body: str, store: str, uniforms: tuple[str, ...] = ()) -> Pass:
+        """A pass writing `nbytes` (texel t: `o = store`), inputs 0 and 1 and the functions in `body`."""
+        src = fragment(
+            "\n".join(input_decls(2)) + "\n" + body, texture_dims(nbytes, max_texture_size)[2], store
+        )
+        return Pass(dev.program(src, nargs, uniforms), -(-nbytes // TEXEL_BYTES))
 
-    pairs = shift(batch * big_n * 8)
+    pairs = batch * big_n * 8
     # init: (key, index) pairs from the input; padding = (max key, j >= n)
     make = (
         f"{_KEYS[dtype]}\nuvec2 make(int e) {{\n"
@@ -118,10 +102,9 @@ def sort_plan(dev: Device, routine: Routine, max_texture_size: int) -> SortPlan:
         f"  if (j >= {n}) return uvec2(0xffffffffu, uint(j));\n"
         f"  return uvec2(key({_element(dtype, 0, f'row * {n} + j')}), uint(j));\n}}\n"
     )
-    init = _shader(make, pairs, "uvec4(make(2 * t), make(2 * t + 1))")
-    step = _shader(
-        _PAIR + _STEP.replace("@MASK@", str(big_n - 1)), pairs, "uvec4(cas(2 * t), cas(2 * t + 1))"
-    )
+    init = make_pass(pairs, 1, make, "uvec4(make(2 * t), make(2 * t + 1))")
+    cas = _PAIR + _STEP.replace("@MASK@", str(big_n - 1))
+    step = make_pass(pairs, 1, cas, "uvec4(cas(2 * t), cas(2 * t + 1))", ("u_k", "u_s"))
     out_n = batch * n
     # output element e (row * n + j) sits at pair row * N + j
     where = f"pair((e / {n}) * {big_n} + e % {n})"
@@ -133,19 +116,24 @@ def sort_plan(dev: Device, routine: Routine, max_texture_size: int) -> SortPlan:
         words = ", ".join(f"val(8 * t + {2 * c}) | (val(8 * t + {2 * c + 1}) << 16)" for c in range(4))
     else:
         words = ", ".join(f"val(4 * t + {c})" for c in range(4))
-    values = _shader(_PAIR + val, shift(out_n * (2 if f16 else 4)), f"uvec4({words})")
+    values = make_pass(out_n * (2 if f16 else 4), 2, _PAIR + val, f"uvec4({words})")
     indices = None
     if routine.name == Routines.Argsort:
         idx = f"uint idx(int e) {{ return e >= {out_n} ? 0u : {where}.y; }}\n"
         store = "uvec4(idx(4 * t), idx(4 * t + 1), idx(4 * t + 2), idx(4 * t + 3))"
-        indices = dev.program(_shader(_PAIR + idx, shift(out_n * 4), store), 1)
-    return SortPlan(
-        batch,
-        n,
-        big_n,
-        dtype,
-        dev.program(init, 1),
-        dev.program(step, 1, ("u_k", "u_s")),
-        dev.program(values, 2),
-        indices,
-    )
+        indices = make_pass(out_n * 4, 1, _PAIR + idx, store)
+
+    def steps(dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
+        if out_n == 0:
+            return
+        with scratch(dev, pairs, pairs) as (a, b):
+            init(dev, inputs, a)
+            for j in range(1, big_n.bit_length()):  # comparator columns: k = 2^j, s = k/2 .. 1
+                for i in reversed(range(j)):
+                    step(dev, [a], b, u_k=1 << j, u_s=1 << i)
+                    a, b = b, a
+            values(dev, [a, inputs[0]], outputs[0])
+            if indices is not None:
+                indices(dev, [a], outputs[1])
+
+    return PassPlan(steps)
