@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -86,14 +85,12 @@ def _opaque(r: ExpRenderer, x: str) -> str:
     return _call(r, "jx_o", [x])
 
 
-def _arith(
-    sym: str, helper: str, exact: Callable[[AluExp], bool] = lambda e: e.arg != NORMAL_RANGE
-) -> OpRender:
-    """+ - *: float32 through the denormal-exact helper where `exact` (by default: unless the
-    operands and result are known to be normal), float16 rounded after."""
+def _arith(sym: str, helper: str, exact: bool = True) -> OpRender:
+    """+ - *: float32 through the denormal-exact helper where `exact` unless the operands and result
+    are known to be normal, float16 rounded after."""
 
     def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-        if e.dtype == F32 and exact(e):
+        if e.dtype == F32 and exact and e.arg != NORMAL_RANGE:
             return _call(r, helper, a)
         text = f"({a[0]} {sym} {a[1]})"
         return _call(r, "jx_f16", [text]) if e.dtype == F16 else text
@@ -227,7 +224,9 @@ class GLSLLanguage(CStyleLanguage):
         return super().render_op(r, e, args)
 
     def render_load(self, r: ExpRenderer, e: AluExp, idx: str) -> str:
-        gid, i = e.arg[0], word_index(e.src[0].dtype, idx)
+        # the element index as the `int` the loaders take (a uint32 index keeps its bits; one past
+        # INT32_MAX is out of range either way)
+        gid, i = e.arg[0], strip_parens(idx) if e.src[0].dtype == I32 else f"int({strip_parens(idx)})"
         if e.dtype == F16:
             return f"{r.need('jx_h')}(ld{gid}(({i}) >> 1), ({i}) & 1)"
         word = f"ld{gid}({i})"
@@ -265,9 +264,9 @@ class _ApproximateGLSL(GLSLLanguage):
     traits = replace(GLSL_TRAITS, contracts_mul_add=False)
     code_for_op = {
         **GLSLLanguage.code_for_op,
-        AluOp.Add: _arith("+", "jx_add", lambda e: False),
-        AluOp.Sub: _arith("-", "jx_sub", lambda e: False),
-        AluOp.Mul: _arith("*", "jx_mul", lambda e: False),
+        AluOp.Add: _arith("+", "jx_add", exact=False),
+        AluOp.Sub: _arith("-", "jx_sub", exact=False),
+        AluOp.Mul: _arith("*", "jx_mul", exact=False),
         AluOp.Reciprocal: lambda r, e, a: f"(1.0 / {a[0]})",
     }
 
@@ -284,12 +283,6 @@ def float_literal(v: float) -> str:
         return f"uintBitsToFloat(0x{bits:08x}u)"
     text = repr(float(f))
     return text if ("e" in text or "." in text) else text + ".0"
-
-
-def word_index(dtype: DType, idx: str) -> str:
-    """A read's element index as the `int` the loaders take (a uint32 index keeps its bits; one past
-    INT32_MAX is out of range either way)."""
-    return strip_parens(idx) if dtype == I32 else f"int({strip_parens(idx)})"
 
 
 def f16_bits(e: AluExp, memo: dict[str, AluExp] | None = None) -> AluExp:
@@ -364,7 +357,7 @@ def output_program(nargs: int, dtype: DType, size: int, value: AluExp, body: lis
 
 def kernel_shader(kernel: Kernel, out_shift: int, written_out: bool = False) -> str:
     """The fragment shader computing `kernel` into an output texture of width 2^out_shift
-    (`written_out`: the per-word calls written out, as exported for browsers; see `_per_element`)."""
+    (`written_out`: the per-word calls written out, as exported for browsers; see `program_shader`)."""
     red = kernel.reduction
     body = _fold(lower(AluExp.cast(red.dtype, kernel.exp)), red) if red else []
     value = lower(red.epilogue if red else kernel.exp)
@@ -376,26 +369,22 @@ def program_shader(
     program: Program, out_shift: int, decls: tuple[str, ...] = (), written_out: bool = False
 ) -> str:
     """The whole fragment shader: the program's `compute(gidx)` (after the inputs and `decls`),
-    evaluated for the four words of this fragment's output texel (float16: eight halves)."""
+    called for each element of this fragment's output texel (four words; float16: eight halves).
+
+    In a loop by default: GLSL compilers inline every call, so n written-out calls compile compute()
+    (and every helper it inlines) n times, ~6x longer on llvmpipe. Written out for browsers: ANGLE
+    on SwiftShader takes minutes on some long compute() bodies inside the loop (one 9 KB fuzzed
+    kernel: past 100 s in the loop, 1.1 s written out; tests/browser/FINDINGS.md F5)."""
     out = program.params[-1]
     n = 8 if out.dtype == F16 else 4  # float16: `compute` returns 16 bits, two elements a word
     word = "r[c >> 1] |= compute(g) << uint(16 * (c & 1))" if n == 8 else "r[c] = compute(g)"
-    store = f"int g = {n} * t + c; if (g < {out.elements}) {word};"
+    each = f"int g = {n} * t + c; if (g < {out.elements}) {word};"
+    if written_out:
+        main = [f"  {{ const int c = {c}; {each} }}" for c in range(n)]
+    else:
+        main = [f"  for (int c = 0; c < {n}; c++) {{", f"    {each}", "  }"]
     head = [*input_decls(len(program.params) - 1), *decls, LANG.render_program(program)]
-    main = ("  uvec4 r = uvec4(0u);", *_per_element(n, store, written_out))
-    return fragment("\n".join(head) + "\n", out_shift, "r", main)
-
-
-def _per_element(n: int, statement: str, written_out: bool) -> list[str]:
-    """`statement` (of `c`, the element of this fragment) for c = 0 .. n-1: a loop, or written out.
-
-    A loop by default: GLSL compilers inline every call, so n written-out calls compile compute()
-    (and every helper it inlines) n times, ~6x longer on llvmpipe. Written out for browsers:
-    ANGLE on SwiftShader takes minutes on some long compute() bodies inside the loop (one 9 KB
-    fuzzed kernel: past 100 s in the loop, 1.1 s written out; tests/browser/FINDINGS.md F5)."""
-    if not written_out:
-        return [f"  for (int c = 0; c < {n}; c++) {{", f"    {statement}", "  }"]
-    return [f"  {{ const int c = {c}; {statement} }}" for c in range(n)]
+    return fragment("\n".join(head) + "\n", out_shift, "r", ("  uvec4 r = uvec4(0u);", *main))
 
 
 def input_decls(nargs: int) -> list[str]:
