@@ -12,7 +12,9 @@ are copied, ping-ponging between two textures; no shader loops longer than a mat
 
 from __future__ import annotations
 
+import itertools
 import math
+from dataclasses import dataclass
 
 from jaxcore.plugin import DType, FftParams, JacobiEighParams, Routine, Routines, TriangularSolveParams
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Texture, scratch, texture_dims
@@ -30,13 +32,14 @@ PAIR = """vec2 c(int e) { int t = e >> 1;
 """
 
 
+@dataclass
 class Passes:
     """Compiles the passes of one routine on `dev`, each writing `count` words (or pairs) of a
     texture laid out for `max_size`: value e = `f(e)`, whose body reads `ld{i}`/`r{i}` (word e of
     input i as bits or float), the uniforms and `decls`."""
 
-    def __init__(self, dev: Device, max_size: int) -> None:
-        self.dev, self.max_size = dev, max_size
+    dev: Device
+    max_size: int
 
     def __call__(
         self,
@@ -220,11 +223,9 @@ def fft_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
     n = shape[-1]
     total = math.prod(shape[:-1]) * n
     p = Passes(dev, max_size)
-    if dtype == F16:
-        load = "  return vec2(unpackHalf2x16(ld0(e >> 1))[e & 1], unpackHalf2x16(ld1(e >> 1))[e & 1]);"
-    else:
-        load = "  return vec2(r0(e), r1(e));"
-    pack = p(2, total, load, pairs=True)
+    half = "unpackHalf2x16(ld{}(e >> 1))[e & 1]"
+    load = f"vec2({half.format(0)}, {half.format(1)})" if dtype == F16 else "vec2(r0(e), r1(e))"
+    pack = p(2, total, f"  return {load};", pairs=True)
     trig = LANG.render_helpers(["jc_cos_f32", "jc_sin_f32"]) + CIS + PAIR
     stages, ns = [], 1
     for r in params.factors:
@@ -260,33 +261,27 @@ def _jacobi_passes(p: Passes, n: int, batch: int, tol: float) -> dict[str, Pass]
     """The passes of a cyclic Jacobi sweep over `batch` symmetric n x n float32 matrices."""
     nn, w = n * n, batch * n * n
     head = f"  int c = e % {n}; int r = (e / {n}) % {n}; int b = e / {nn}; int base = b * {nn};\n"
-    rot = (
-        f"  float apq = r0(base + u_q * {n} + u_p);\n"
-        "  if (ld1(b) == 0u || apq == 0.0) return ld{src}(e);\n"
-        f"  float app = r0(base + u_p * {n} + u_p), aqq = r0(base + u_q * {n} + u_q);\n"
-        "  float tau = (aqq - app) / (2.0 * apq);\n"
-        "  float t = (tau >= 0.0 ? 1.0 : -1.0) / (abs(tau) + sqrt(tau * tau + 1.0));\n"
-        "  float cs = 1.0 / sqrt(t * t + 1.0), sn = t * cs;\n"
-    )
-    a_body = (
-        head
-        + rot.replace("{src}", "0")
-        + "  if ((r == u_p && c == u_q) || (r == u_q && c == u_p)) return 0u;\n"
-        + "  float k = 2.0 * sn * cs * apq;\n"
-        + "  if (r == u_p && c == u_p) return floatBitsToUint(cs * cs * app - k + sn * sn * aqq);\n"
-        + "  if (r == u_q && c == u_q) return floatBitsToUint(sn * sn * app + k + cs * cs * aqq);\n"
-        + "  int o = r == u_p || r == u_q ? c : r;  // the index along the rotated row or column\n"
-        + "  bool isp = r == u_p || c == u_p;\n  if (!(isp || r == u_q || c == u_q)) return ld0(e);\n"
-        + f"  float xp = r0(base + u_p * {n} + o), xq = r0(base + u_q * {n} + o);\n"
-        + "  return floatBitsToUint(isp ? cs * xp - sn * xq : sn * xp + cs * xq);"
-    )
-    v_body = (
-        head
-        + rot.replace("{src}", "2")
-        + "  if (c != u_p && c != u_q) return ld2(e);\n"
-        + f"  float vp = r2(base + r * {n} + u_p), vq = r2(base + r * {n} + u_q);\n"
-        + "  return floatBitsToUint(c == u_p ? cs * vp - sn * vq : sn * vp + cs * vq);"
-    )
+    rot = f"""  float apq = r0(base + u_q * {n} + u_p);
+  if (ld1(b) == 0u || apq == 0.0) return ld{{src}}(e);
+  float app = r0(base + u_p * {n} + u_p), aqq = r0(base + u_q * {n} + u_q);
+  float tau = (aqq - app) / (2.0 * apq);
+  float t = (tau >= 0.0 ? 1.0 : -1.0) / (abs(tau) + sqrt(tau * tau + 1.0));
+  float cs = 1.0 / sqrt(t * t + 1.0), sn = t * cs;
+"""
+    a_body = f"""{head}{rot.replace("{src}", "0")}\
+  if ((r == u_p && c == u_q) || (r == u_q && c == u_p)) return 0u;
+  float k = 2.0 * sn * cs * apq;
+  if (r == u_p && c == u_p) return floatBitsToUint(cs * cs * app - k + sn * sn * aqq);
+  if (r == u_q && c == u_q) return floatBitsToUint(sn * sn * app + k + cs * cs * aqq);
+  int o = r == u_p || r == u_q ? c : r;  // the index along the rotated row or column
+  bool isp = r == u_p || c == u_p;
+  if (!(isp || r == u_q || c == u_q)) return ld0(e);
+  float xp = r0(base + u_p * {n} + o), xq = r0(base + u_q * {n} + o);
+  return floatBitsToUint(isp ? cs * xp - sn * xq : sn * xp + cs * xq);"""
+    v_body = f"""{head}{rot.replace("{src}", "2")}\
+  if (c != u_p && c != u_q) return ld2(e);
+  float vp = r2(base + r * {n} + u_p), vq = r2(base + r * {n} + u_q);
+  return floatBitsToUint(c == u_p ? cs * vp - sn * vq : sn * vp + cs * vq);"""
 
     def max_abs(first: str, last: str, at: str) -> str:
         """max |x| over a row (NaN wins): per row of a matrix, or of the per-row maxima."""
@@ -327,16 +322,6 @@ def jacobi_eigh_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
     widen, out = p.widen(dtype, w), p.narrow(dtype, w)
     ps = _jacobi_passes(p, n, batch, float(params.tolerance))
 
-    def sweep(
-        dev: Device, a: Texture, a2: Texture, v: Texture, v2: Texture, f0: Texture
-    ) -> tuple[Texture, ...]:
-        for i in range(n - 1):
-            for j in range(i + 1, n):
-                ps["rot_v"](dev, [a, f0, v], v2, u_p=i, u_q=j)
-                ps["rot_a"](dev, [a, f0], a2, u_p=i, u_q=j)
-                a, a2, v, v2 = a2, a, v2, v
-        return a, a2, v, v2
-
     def steps(dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
         if w == 0:
             return
@@ -355,7 +340,10 @@ def jacobi_eigh_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
                     f0, f1 = f1, f0
                     if sweeps == params.max_sweeps or not any(dev.download(f0, 0, batch * 4)):
                         break
-                    a, a2, v, v2 = sweep(dev, a, a2, v, v2, f0)
+                    for i, j in itertools.combinations(range(n), 2):  # a sweep: rotate (i, j), i < j
+                        ps["rot_v"](dev, [a, f0, v], v2, u_p=i, u_q=j)
+                        ps["rot_a"](dev, [a, f0], a2, u_p=i, u_q=j)
+                        a, a2, v, v2 = a2, a, v2, v
             ps["tril"](dev, [a], a2)
             out(dev, [a2], outputs[0])
             out(dev, [v], outputs[1])
