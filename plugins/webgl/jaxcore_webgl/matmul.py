@@ -3,17 +3,12 @@
 Two draws. The block pass covers a (ceil(N/cols)) x (batch * ceil(M/rows)) grid: the fragment at
 (jq, b * Mq + iq) computes the `Tile` of C at rows rows*iq.., columns cols*jq.. as vec4
 accumulators and writes row r's vec v to colour attachment r * vecs + v (RGBA32UI textures holding
-float bits). The tile is the largest the context's draw buffers allow and the product fills (8x4
-into eight targets; 4x8 when M < 8 <= N; 4x4 into the four WebGL2 guarantees): texture fetches
-bound fragment shaders, and a bigger tile reuses each fetched texel for more outputs. The k loop
-walks four at a time, reading A and B as whole texels where the layout allows: A contiguous along
-k (row-major: one texel per block row) or along m (transposed: one texel per four rows and k), B
-contiguous along n (row-major: one texel per four columns and k) or along k (transposed: one texel
-per block column); any other layout reads words.
-Rows and columns past the edge of a partial block read the last valid ones (always in bounds) and
-are never stored. A k remainder (K % 4) runs as up to three word steps.
+float bits); `choose_tile` says which tile. The k loop walks four at a time, reading A and B as
+whole texels where the layout allows (`_mode`), words otherwise. Rows and columns past the edge of
+a partial block read the last valid ones (always in bounds) and are never stored. A k remainder
+(K % 4) runs as up to three word steps.
 
-The gather pass is the plugin's ordinary fragment shader for the output buffer, with `acc` fetched
+The gather pass is the plugin's ordinary fragment shader for the output buffer, with `acc` read
 from the block textures: it renders the epilogue (bias adds, casts, reads of other inputs) through
 the GLSL dialect and stores the output dtype, so every epilogue the generic path supports works.
 
@@ -70,7 +65,8 @@ def choose_tile(m: int, n: int, max_targets: int) -> Tile:
 
 
 def _mode(op: Operand, outer: int, k: int) -> str:
-    """ "k4" (texels along k), "o4" (texels along m or n) or "s" (words) for one operand."""
+    """ "k4" (texels along k: A row-major, B transposed), "o4" (texels along m or n: A transposed, B
+    row-major) or "s" (words) for one operand."""
     if op.base % 4 or op.s_batch % 4:
         return "s"
     if op.s_k == 1 and k % 4 == 0 and op.s_outer % 4 == 0 and op.s_outer > 0:
