@@ -41,7 +41,6 @@ class _Tex:
     id: int
     w: int
     h: int
-    shift: int
     nbytes: int
 
 
@@ -58,8 +57,8 @@ class _Replay:
     notes: list[str] = field(default_factory=list)
 
     def texture(self, nbytes: int, role: str, index: int | None = None) -> _Tex:
-        w, h, shift = texture_dims(nbytes, self.max_size)
-        return self._add(_Tex(len(self.textures), w, h, shift, nbytes), role, index)
+        w, h, _ = texture_dims(nbytes, self.max_size)
+        return self._add(_Tex(len(self.textures), w, h, nbytes), role, index)
 
     def _add(self, t: _Tex, role: str, index: int | None = None) -> _Tex:
         entry: dict[str, Any] = {"id": t.id, "role": role, "bytes": t.nbytes, "width": t.w, "height": t.h}
@@ -71,7 +70,7 @@ class _Replay:
         return self.texture(nbytes, "temp")
 
     def alloc_grid(self, w: int, h: int) -> _Tex:
-        return self._add(_Tex(len(self.textures), w, h, 0, w * h * TEXEL_BYTES), "temp")
+        return self._add(_Tex(len(self.textures), w, h, w * h * TEXEL_BYTES), "temp")
 
     def free(self, t: _Tex) -> None:
         pass  # the runner frees every texture at the end

@@ -18,11 +18,7 @@ I32 = DType.int32
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return out[::-1]
+    return [math.prod(shape[i + 1 :]) for i in range(len(shape))]
 
 
 def scatter_kernel(routine: Routine) -> Kernel:
@@ -40,10 +36,10 @@ def scatter_kernel(routine: Routine) -> Kernel:
     n_upd = math.prod(upd_shape)
     out_strides = _strides(shape)
     u = AluVar.ridx
-    # coordinates of update element u
-    pos = []
-    for d, st in zip(upd_shape, _strides(upd_shape)):
-        pos.append(AluExp.mod(AluExp.idiv(u, AluExp.i32(st)), AluExp.i32(d)) if d > 1 else AluExp.i32(0))
+    pos = [  # coordinates of update element u
+        AluExp.mod(AluExp.idiv(u, AluExp.i32(st)), AluExp.i32(d)) if d > 1 else AluExp.i32(0)
+        for d, st in zip(upd_shape, _strides(upd_shape))
+    ]
     target = AluExp.i32(0)
     for axis, dim in zip(free_axes, free_dims):
         target = AluExp.add(target, AluExp.mul(pos[dim], AluExp.i32(out_strides[axis])))
