@@ -101,8 +101,8 @@ class QueuedBackend(BaseBackend):
     max_in_flight: int = 8  # submitted batches the host may run ahead of the device
     max_cached_bytes: int = 1 << 30  # freed buffers the pool keeps for reuse
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, cache_size: int | None = None) -> None:
+        super().__init__(cache_size)
         # One lock for the slot table and the queue: the fast paths below (malloc, dispatch, dec_ref)
         # each take it once for all they touch, where two locks would need two acquisitions.
         self._qlock = self._lock

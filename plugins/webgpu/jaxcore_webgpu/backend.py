@@ -116,7 +116,9 @@ class WebGpuBackend(QueuedBackend):
         if "shader-f16" not in feat:  # the routines' float16 is WGSL's f16
             gaps |= {(r, DType.float16) for r in self.capabilities.routines}
         self.capabilities = replace(self.capabilities, unsupported_ops=gaps)
-        super().__init__()
+        # A compiled kernel holds its pipelines (~185 KiB each on lavapipe): at most 2,048 of them
+        # keep the process near 0.5 GiB however many distinct kernels pass through.
+        super().__init__(cache_size=min(current_settings().kernel_cache, 2048))
         self.pipelines = PipelineCache(self.device, dump_dir_from_env())
         self.staging: BufferPool[Any] = BufferPool(
             self._create_staging, lambda b: b.destroy(), max_cached_bytes=64 << 20
