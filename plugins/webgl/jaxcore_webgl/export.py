@@ -79,9 +79,8 @@ class _Replay:
         """A host-side test in a routine's schedule (JacobiEigh: "any matrix still rotating?").
         Answered "yes", so the export holds every iteration up to the routine's bound; the plan's
         passes are no-ops for a matrix whose flag is clear, so the result is the same."""
-        self.notes.append(
-            f"a read of texture {t.id} in the schedule was answered nonzero (every iteration kept)"
-        )
+        note = f"a read of texture {t.id} in the schedule was answered nonzero (every iteration kept)"
+        self.notes.append(note)
         return b"\x01" * count
 
     def draw(self, prog: Any, inputs: list[_Tex], out: _Tex, texels: int, ints: dict[str, int] | None = None):
@@ -123,8 +122,7 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
     if programs is None:
         name = getattr(backend, "name", backend)
         raise ExportError(f"{name!r} is not a webgl backend (it holds no linked programs)")
-    max_size = backend.info.max_texture_size
-    replay = _Replay(max_size, {id(p): s for s, p in programs.items()})
+    replay = _Replay(backend.info.max_texture_size, {id(p): s for s, p in programs.items()})
     ins, outs, desc = _io(exe.source)
     in_tex = [replay.texture(max(n, 1), "in", i) for i, (n, _) in enumerate(ins)]
     out_tex = [replay.texture(max(n, 1), "out", i) for i, (n, _) in enumerate(outs)]

@@ -389,14 +389,11 @@ def program_shader(
 
 def input_decls(nargs: int) -> list[str]:
     """The input samplers and their word loaders `ld{i}(word index)`."""
-    decls = []
-    for i in range(nargs):
-        decls.append(f"uniform highp usampler2D in{i};\nuniform int sh{i};")
-        decls.append(
-            f"uint ld{i}(int w) {{ int t = w >> 2; "
-            f"return texelFetch(in{i}, ivec2(t & ((1 << sh{i}) - 1), t >> sh{i}), 0)[w & 3]; }}"
-        )
-    return decls
+    return [
+        f"uniform highp usampler2D in{i};\nuniform int sh{i};\nuint ld{i}(int w) {{ int t = w >> 2; "
+        f"return texelFetch(in{i}, ivec2(t & ((1 << sh{i}) - 1), t >> sh{i}), 0)[w & 3]; }}"
+        for i in range(nargs)
+    ]
 
 
 def fragment(decls: str, shift: int, store: str, body: tuple[str, ...] = ()) -> str:

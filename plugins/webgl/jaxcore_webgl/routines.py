@@ -89,9 +89,8 @@ def sort_plan(dev: Device, routine: Routine, max_texture_size: int) -> PassPlan:
 
     def make_pass(nbytes: int, nargs: int, body: str, store: str, uniforms: tuple[str, ...] = ()) -> Pass:
         """A pass writing `nbytes` (texel t: `o = store`), inputs 0 and 1 and the functions in `body`."""
-        src = fragment(
-            "\n".join(input_decls(2)) + "\n" + body, texture_dims(nbytes, max_texture_size)[2], store
-        )
+        decls = "\n".join(input_decls(2)) + "\n" + body
+        src = fragment(decls, texture_dims(nbytes, max_texture_size)[2], store)
         return Pass(dev.program(src, nargs, uniforms), -(-nbytes // TEXEL_BYTES))
 
     pairs = batch * big_n * 8
