@@ -398,10 +398,6 @@ def plan_lu(routine: Routine, target: object = None) -> Plan:
     return Plan((p,), (nbytes(wd, batch * mn),))
 
 
-def _lit(v: float, T: str) -> str:
-    return f"{T}({float(v)!r})"
-
-
 def plan_jacobi_eigh(routine: Routine, target: object = None) -> Plan:
     params = routine.params
     assert isinstance(params, JacobiEighParams)
@@ -451,7 +447,7 @@ def _jacobi_body(dtype: DType, T: str, n: int, params: JacobiEighParams, isnan: 
       }}
     }}
   }}
-  let thr = {_lit(params.tolerance, T)} * max({T}(1), largest);
+  let thr = {T}({float(params.tolerance)!r}) * max({T}(1), largest);
   for (var sweep = 0; sweep < {params.max_sweeps} && {n} >= 2 && !nan; sweep = sweep + 1) {{
     let o = off(base);
     if ({isnan}(o) || !(o > thr)) {{ break; }}

@@ -135,11 +135,14 @@ def _network(work: list[Buf], p: int, batch: int, argsort: bool, target: object)
         return Pass(lcode, grid, tuple(b.binding for b in work), uniform=u32s(k_lo, k_hi))
 
     def step(k: int, j: int, levels: int) -> Pass:
-        body = _multi_body(p, argsort, levels) if levels > 1 else (
-            "  let j = u.j; let k = u.k;\n"
-            "  let i = ((gid & ~(j - 1u)) << 1u) | (gid & (j - 1u)); let l = i + j;\n"
-            f"  let asc = ((i & {p - 1}u) & k) == 0u;\n" + _compare_swap("K", "I", "  ", argsort)
-        )  # fmt: skip
+        if levels > 1:
+            body = _multi_body(p, argsort, levels)
+        else:
+            body = (
+                "  let j = u.j; let k = u.k;\n"
+                "  let i = ((gid & ~(j - 1u)) << 1u) | (gid & (j - 1u)); let l = i + j;\n"
+                f"  let asc = ((i & {p - 1}u) & k) == 0u;\n" + _compare_swap("K", "I", "  ", argsort)
+            )
         return elementwise_pass(work, body, batch * p >> levels, tail=_UNI, uniform=u32s(k, j))
 
     passes = [local(2, min(blk, p))]
