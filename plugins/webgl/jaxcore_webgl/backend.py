@@ -8,6 +8,8 @@ ones that read it. All GL work runs on the context's own thread (`GLThread`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, SupportsIndex
 
@@ -22,9 +24,9 @@ from jaxcore.plugin import (
     Routines,
     current_settings,
 )
-from jaxcore_webgl import glsl, linalg, matmul, routines, scatter
+from jaxcore_webgl import canary, glsl, linalg, matmul, routines, scatter
 from jaxcore_webgl.context import REQUIRED_EXTENSIONS, ContextError, GLThread
-from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, Texture, texture_dims
+from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, ShaderError, Texture, texture_dims
 
 DTYPES = frozenset({DType.float32, DType.float16, DType.int32, DType.uint32, DType.bool})
 # Every routine, as render passes (Scatter as a gather kernel).
@@ -46,6 +48,21 @@ class KernelExe:
     def run(self, dev: Device, inputs: list[Texture], outputs: list[Texture]) -> None:
         if self.texels:
             dev.draw(self.program, inputs, outputs[0], self.texels)
+
+
+@contextmanager
+def _naming(source: Kernel | Routine) -> Iterator[None]:
+    """A ShaderError raised while preparing `source` names it (once: Scatter prepares a kernel)."""
+    try:
+        yield
+    except ShaderError as e:
+        if getattr(e, "source", None) is not None:
+            raise
+        err = ShaderError(
+            f"webgl: preparing {type(source).__name__.lower()} {source}: {str(e).removeprefix('webgl: ')}"
+        )
+        err.source = source  # type: ignore[attr-defined]
+        raise err from e
 
 
 class WebGLBackend(BaseBackend):
@@ -70,7 +87,14 @@ class WebGLBackend(BaseBackend):
         cfg = current_settings()
         binaries = cfg.cache_dir / "webgl" if cfg.plugin_flag("webgl", "disk_cache", True) else None
         driver = f"{info.vendor}|{info.renderer}|{info.version}"
-        self.device: Device = self.thread.call(lambda: Device(info.max_texture_size, dump, binaries, driver))
+        guard = (
+            canary.Canary(info.platform.split("-")[0])
+            if canary.enabled(env.get("validate", ""), info.renderer)
+            else None
+        )
+        self.device: Device = self.thread.call(
+            lambda: Device(info.max_texture_size, dump, binaries, driver, guard)
+        )
         max_texels = info.max_texture_size * info.max_texture_size
         self.capabilities = Capabilities(
             dtypes=DTYPES,
@@ -126,6 +150,10 @@ class WebGLBackend(BaseBackend):
     # ---- kernels -------------------------------------------------------------------------------
     def _compile_kernel(self, kernel: Kernel) -> KernelExe | matmul.MatmulExe:
         """(BaseBackend has refused whatever the capabilities do not declare, float64 included.)"""
+        with _naming(kernel):
+            return self._kernel_exe(kernel)
+
+    def _kernel_exe(self, kernel: Kernel) -> KernelExe | matmul.MatmulExe:
         w, _, shift = texture_dims(kernel.bytes, self.info.max_texture_size)
         if current_settings().plugin_flag("webgl", "matmul", True):
             units = self.info.max_texture_units
@@ -138,6 +166,10 @@ class WebGLBackend(BaseBackend):
         return KernelExe(prog, texels, src, kernel, shift)
 
     def _compile_routine(self, routine: Routine) -> Any:
+        with _naming(routine):
+            return self._routine_exe(routine)
+
+    def _routine_exe(self, routine: Routine) -> Any:
         if routine.name in (Routines.Sort, Routines.Argsort):
             size = self.info.max_texture_size
             return self.thread.call(lambda: routines.sort_plan(self.device, routine, size))

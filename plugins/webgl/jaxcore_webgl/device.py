@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from jaxcore_webgl.canary import Canary
 
 TEXEL_BYTES = 16
 _TIME_ELAPSED = 0x88BF  # GL_TIME_ELAPSED_EXT
@@ -79,12 +83,16 @@ class Device:
         dump_dir: str | None = None,
         binary_dir: Path | None = None,
         driver: str = "",
+        canary: Canary | None = None,
     ) -> None:
         from OpenGL import GLES3 as gl
 
         self.gl = gl
         self.max_size = max_texture_size
         self.dump_dir = Path(dump_dir) if dump_dir else None
+        # dumps numbered on from the directory's: the last one written before a crash is the highest
+        self._dumps = itertools.count(len(list(self.dump_dir.glob("*.frag"))) if self.dump_dir else 0)
+        self.canary = canary  # new programs drawn first in a child process (canary.py)
         # program binaries on disk (GL_OES_get_program_binary), keyed by driver and shader text
         if binary_dir is not None and int(gl.glGetIntegerv(gl.GL_NUM_PROGRAM_BINARY_FORMATS)) < 1:
             binary_dir = None
@@ -246,7 +254,9 @@ class Device:
         if self.dump_dir is not None:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
             name = hashlib.blake2b(fs.encode(), digest_size=8).hexdigest()
-            (self.dump_dir / f"{name}.frag").write_text(fs)
+            (self.dump_dir / f"{next(self._dumps):06d}-{name}.frag").write_text(fs)
+        if self.canary is not None:
+            self.canary.check(fs, nargs, uniforms, self.dump_dir)
         p = self._load_binary(fs)
         if p is None:
             s = self._shader(gl.GL_FRAGMENT_SHADER, fs)
@@ -415,6 +425,8 @@ class Device:
         self.gl.glFinish()
 
     def close(self) -> None:
+        if self.canary is not None:
+            self.canary.close()
         self.trim()
         gl = self.gl
         for p in self._programs.values():
