@@ -108,9 +108,10 @@ def fold(n_wg: int, max_dim: int = 65535) -> tuple[int, int, int]:
 def main(wg: int, grid: tuple[int, int, int], names: Sequence[str], body: str) -> str:
     """A compute entry point with `wgi` (linear workgroup index), `lid`, and `gid = wgi*wg + lid`."""
     return (
-        entry(wg, names) + f"  let wgi: u32 = wid.x + wid.y * {grid[0]}u;\n"
-        f"  let gid: u32 = wgi * {wg}u + lid;\n"
-        f"{body}\n}}\n"
+        entry(wg, names)
+        + f"  let wgi: u32 = wid.x + wid.y * {grid[0]}u;\n"
+        + f"  let gid: u32 = wgi * {wg}u + lid;\n"
+        + f"{body}\n}}\n"
     )
 
 

@@ -263,8 +263,10 @@ def _chol_update(T: str, n: int, batch: int, kc: int) -> str:
 
 
 def plan_cholesky(routine: Routine, target: object = None) -> Plan:
-    """float32/float64 work in place in the output (the first pass copies the lower triangle, zeros
-    above), float16 in a float32 scratch that a last pass rounds into the output."""
+    """Per block: the diagonal block (a workgroup per matrix), the panel below it (row tiles x
+    batch), the trailing lower triangle (tiles x batch). Row-major throughout; float32/float64 work
+    in place in the output (the first pass copies the lower triangle, zeros above), float16 in a
+    float32 scratch that a last pass rounds into the output."""
     dtype = routine.type.input_dtypes[0]
     shape = routine.type.input_shapes[0]
     n = shape[-1]

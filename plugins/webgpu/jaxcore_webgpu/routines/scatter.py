@@ -86,7 +86,7 @@ def _update(dtype: DType, ty: str, accumulate: bool) -> tuple[str, str]:
             "    let nw = bitcast<u32>(bitcast<f32>(old) + v);\n"
             "    if (atomicCompareExchangeWeak(&out0[t], old, nw).exchanged) { break; }\n  }\n"
         )
-    if accumulate or dtype == DType.float16:
+    if accumulate or dtype == DType.float16:  # float16 (a float64 add: undeclared)
         return "atomic<u32>", "  let v = in0[gid];\n" + _half_cas("v", accumulate)
     return ty, "  out0[t] = in0[gid];\n"
 
