@@ -70,6 +70,7 @@ class WebGLBackend(BaseBackend):
 
     def __init__(self, platform: str | None = None) -> None:
         super().__init__()
+        self.closed = False
         env = current_settings().plugin("webgl")
         if platform is None:
             platform = env.get("platform", "").strip() or None
@@ -115,15 +116,21 @@ class WebGLBackend(BaseBackend):
         return export(self, exe)
 
     def close(self) -> None:
-        self.thread.call(self.device.close)
-        self.thread.close()
+        """Idempotent; frees during and after it are no-ops (the context takes its textures along)."""
+        if not self.closed:
+            self.closed = True
+            try:
+                self.thread.call(self.device.close)
+            finally:
+                self.thread.close()
 
     # ---- memory ------------------------------------------------------------------------------
     def _alloc(self, size: int) -> Texture:
         return self.thread.call(lambda: self.device.alloc(size))
 
     def _free(self, handle: Texture) -> None:
-        self.thread.call(lambda: self.device.free(handle))
+        if not self.closed:  # at exit a finalizer may free after close: never a wait then
+            self.thread.call(lambda: self.device.free(handle))
 
     def _copyin(self, handle: Texture, data: memoryview) -> None:
         self.thread.call(lambda: self.device.upload(handle, data))

@@ -250,6 +250,7 @@ class GLThread:
     def __init__(self, platform: str | None) -> None:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._posted_error: BaseException | None = None
+        self.closed = False
         ready = threading.Event()
         self._start: list[Any] = []
         self._thread = threading.Thread(
@@ -335,13 +336,15 @@ class GLThread:
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run `fn()` on the GL thread (directly when already there); exceptions propagate, and so
-        does the first failure of a job `post`ed before it."""
+        does the first failure of a job `post`ed before it. After `close`, a RuntimeError at once."""
         if threading.current_thread() is self._thread:
             return fn()
         box: list[Any] = []
         done = threading.Event()
-        self._jobs.put((fn, box, done))
-        done.wait()
+        self._put((fn, box, done))
+        while not done.wait(0.25):  # a job queued behind close's end never runs: never wait for it
+            if not self._thread.is_alive() and not done.is_set():
+                raise RuntimeError("webgl: the backend is closed")
         self._raise_posted()
         if len(box) == 2:
             raise box[0]
@@ -353,7 +356,12 @@ class GLThread:
             fn()
             return
         self._raise_posted()
-        self._jobs.put((fn, None, None))
+        self._put((fn, None, None))
+
+    def _put(self, job: Any) -> None:
+        if self.closed or not self._thread.is_alive():
+            raise RuntimeError("webgl: the backend is closed")
+        self._jobs.put(job)
 
     def _raise_posted(self) -> None:
         err = self._posted_error
@@ -362,6 +370,6 @@ class GLThread:
             raise RuntimeError(f"webgl: an earlier dispatch failed on the GL thread: {err}") from err
 
     def close(self) -> None:
-        if self._thread.is_alive():
-            self._jobs.put(None)
-            self._thread.join(timeout=10)
+        self.closed = True
+        self._jobs.put(None)
+        self._thread.join(timeout=10)
