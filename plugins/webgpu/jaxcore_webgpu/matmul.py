@@ -96,11 +96,9 @@ def _vec_mode(op: Operand, outer: int, k: int) -> str:
 def plan_matmul(kernel: Kernel, target: object, tile: str | None = None) -> Plan | None:
     """A one-pass plan for a matmul-shaped kernel, or None to leave it to the generic compiler."""
     mm = detect(kernel)
-    if (
-        mm is None
-        or (mm.m * mm.n * mm.k * mm.batch < MIN_WORK or min(mm.m, mm.n) < MIN_SIDE)
-        and tile is None
-    ):
+    if mm is None:
+        return None
+    if (mm.m * mm.n * mm.k * mm.batch < MIN_WORK or min(mm.m, mm.n) < MIN_SIDE) and tile is None:
         return None
     # every dtype the shader declares (render's `enable f16;` and f64 come from all of these, not
     # only the product): a float16 operand widened to float32 or an epilogue's cast needs them too
