@@ -44,6 +44,11 @@ class ShaderError(RuntimeError):
     """A shader failed to compile or link (a codegen bug: the message carries the log and source)."""
 
 
+def _seal(key: bytes, body: bytes) -> bytes:
+    """A cache entry's checksum: of its body (format word and binary) under its key."""
+    return hashlib.blake2b(body, digest_size=16, key=hashlib.blake2b(key).digest()).digest()
+
+
 def texture_dims(nbytes: int, max_size: int) -> tuple[int, int, int]:
     """(width, height, log2 width) of the texture for a buffer of `nbytes` bytes."""
     texels = max(1, -(-nbytes // TEXEL_BYTES))
@@ -281,35 +286,41 @@ class Device:
         self._programs[fs] = prog
         return prog
 
-    def _binary_path(self, fs: str) -> Path | None:
+    def _binary_path(self, fs: str) -> tuple[Path, bytes] | None:
+        """The disk-cache entry of `fs`, and the key (driver and shader texts) its checksum covers."""
         if self.binary_dir is None:
             return None
-        key = hashlib.blake2b(f"{self.driver}\0{VERTEX_SHADER}\0{fs}".encode(), digest_size=16).hexdigest()
-        return self.binary_dir / f"{key}.bin"
+        key = f"{self.driver}\0{VERTEX_SHADER}\0{fs}".encode()
+        return self.binary_dir / f"{hashlib.blake2b(key, digest_size=16).hexdigest()}.bin", key
 
     def _load_binary(self, fs: str) -> int | None:
-        """A program from its cached binary, or None (no cache, no file, or the driver refused it)."""
-        path = self._binary_path(fs)
-        if path is None or not path.exists():
+        """A program from its cached binary, or None: no entry, or one that is not this program's
+        intact binary (a checksum of key, format and binary), or one the driver refuses (a later
+        compile writes it again). The cache directory is as trusted as the Python environment."""
+        entry = self._binary_path(fs)
+        try:
+            blob = entry[0].read_bytes() if entry is not None else b""
+        except OSError:  # none (or unreadable)
+            return None
+        if len(blob) < 21 or entry is None or blob[:16] != _seal(entry[1], blob[16:]):
             return None
         gl = self.gl
-        blob = path.read_bytes()
-        if len(blob) < 5:
-            return None
-        fmt = int.from_bytes(blob[:4], "little")
-        data = (ctypes.c_ubyte * (len(blob) - 4)).from_buffer_copy(blob[4:])
         p = gl.glCreateProgram()
-        gl.glProgramBinary(p, fmt, data, len(blob) - 4)
-        if gl.glGetError() != gl.GL_NO_ERROR or not gl.glGetProgramiv(p, gl.GL_LINK_STATUS):
+        try:  # PyOpenGL raises the driver's GL error (a format it does not know: invalid enumerant)
+            data = (ctypes.c_ubyte * (len(blob) - 20)).from_buffer_copy(blob[20:])
+            gl.glProgramBinary(p, int.from_bytes(blob[16:20], "little"), data, len(blob) - 20)
+            ok = gl.glGetError() == gl.GL_NO_ERROR and gl.glGetProgramiv(p, gl.GL_LINK_STATUS)
+        except Exception:  # noqa: BLE001 - any refusal is a miss
+            ok = False
+        if not ok:
             gl.glDeleteProgram(p)
-            path.unlink(missing_ok=True)
             return None
         self.binary_hits += 1
         return int(p)
 
     def _save_binary(self, fs: str, p: int) -> None:
-        path = self._binary_path(fs)
-        if path is None:
+        entry = self._binary_path(fs)
+        if entry is None:
             return
         gl = self.gl
         size = int(gl.glGetProgramiv(p, gl.GL_PROGRAM_BINARY_LENGTH))
@@ -320,11 +331,12 @@ class Device:
         gl.glGetProgramBinary(p, size, ctypes.byref(length), ctypes.byref(fmt), buf)
         if gl.glGetError() != gl.GL_NO_ERROR or length.value <= 0:
             return
+        body = fmt.value.to_bytes(4, "little") + bytes(buf)[: length.value]
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(fmt.value.to_bytes(4, "little") + bytes(buf)[: length.value])
-            os.replace(tmp, path)
+            entry[0].parent.mkdir(parents=True, exist_ok=True)
+            tmp = entry[0].with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(_seal(entry[1], body) + body)
+            os.replace(tmp, entry[0])
         except OSError:  # a read-only or full cache dir only costs the next process a compile
             pass
 
