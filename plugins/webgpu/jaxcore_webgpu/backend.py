@@ -111,6 +111,9 @@ class WebGpuBackend(QueuedBackend):
             inexact_nan_constants=frozenset({DType.float64}) & frozenset(dtypes),
             description=f"WGSL compute shaders on {gpu.description} through wgpu",
             quirks=tuple(sorted(quirks)),
+            # the driver inlines every helper (a sin is ~350 ops): at 3,000 (8 float32 sines) the
+            # costliest split part takes lavapipe about a second to compile, where 50 sines took 6 s
+            max_kernel_cost=3000,
         )
         gaps = self._compiler_gaps() | _undeclared_routine_dtypes()
         if "shader-f16" not in feat:  # the routines' float16 is WGSL's f16
@@ -251,8 +254,7 @@ class WebGpuBackend(QueuedBackend):
         if current_settings().plugin_flag("webgpu", "matmul", default=True):
             from jaxcore_webgpu.matmul import plan_matmul
 
-            # its tiles are WGSL f16 where float16 is involved: never on this device's float16
-            tiled = plan_matmul(kernel, replace(target, has_f16=False))
+            tiled = plan_matmul(kernel, target)
             if tiled is not None:
                 return tiled
         shader_plan = codegen.compile_kernel(kernel, target)

@@ -11,13 +11,13 @@ Global loads are vec4 where the layout allows: A contiguous along k (row-major A
 (transposed A), B contiguous along n (row-major B) or along k (transposed B), with the strides and
 sizes in whole vec4s; anything else (odd sizes, strided views) loads scalars through the affine
 index. Partial tiles load zeros out of bounds and store only in-bounds outputs. The epilogue (an
-expression in `acc` and `gidx`, e.g. a bias add or a cast to float16) is rendered by the WGSL
-dialect into a function called once per output.
+expression in `acc` and `gidx`, e.g. a bias add) is rendered by the WGSL dialect into a function
+called once per output.
 
 Tile shapes: 128x128 (BK 16, 8x8 per thread) when the problem has enough such tiles to fill a big
 GPU, else 64x64 (BK 16, 4x4), else 32x32 (BK 16, 4x4 over 64 threads) — bounded by the adapter's
-workgroup size and workgroup storage. float16 products are rounded in float16 and summed in
-float32; float64 runs on smaller tiles.
+workgroup size and workgroup storage. float64 runs on smaller tiles. A kernel that touches float16
+is left to the generic compiler, which holds float16 in float32 (`WGSL_TRAITS.f16_in_f32`).
 """
 
 from __future__ import annotations
@@ -100,11 +100,9 @@ def plan_matmul(kernel: Kernel, target: object, tile: str | None = None) -> Plan
         return None
     if (mm.m * mm.n * mm.k * mm.batch < MIN_WORK or min(mm.m, mm.n) < MIN_SIDE) and tile is None:
         return None
-    # every dtype the shader declares (render's `enable f16;` and f64 come from all of these, not
-    # only the product): a float16 operand widened to float32 or an epilogue's cast needs them too
+    # every dtype the shader declares: an operand widened to float32 or an epilogue's cast counts
     dtypes = {mm.product, mm.acc, mm.out, mm.a.dtype, mm.b.dtype} | {e.dtype for e in mm.epilogue.nodes()}
-    needs = {DType.float16: "has_f16", DType.float64: "has_f64"}
-    if any(d in dtypes and not getattr(target, flag, False) for d, flag in needs.items()):
+    if DType.float16 in dtypes or DType.float64 in dtypes and not getattr(target, "has_f64", False):
         return None
     t = choose_tile(mm, target, tile)
     if t is None:
@@ -140,7 +138,6 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile, exact_subnormals: bool = Tr
     lang.exact_subnormals = exact_subnormals  # the epilogue's ops (the inner products are fma)
     epi = legalize(mm.epilogue, WGSL_TRAITS)
     epi_dtypes = {n.dtype for n in epi.nodes()}
-    uses_f16 = DType.float16 in {mm.product, mm.a.dtype, mm.b.dtype, mm.out} | epi_dtypes
     lang.features = {"f64"} if DType.float64 in {mm.product, mm.acc, mm.out} | epi_dtypes else set()
     P, ACC, out_ty = lang.type_name(mm.product), lang.type_name(mm.acc), lang.storage_type(mm.out)
     # Which inputs the epilogue reads (they must stay scalar arrays), and each one's dtype.
@@ -152,7 +149,7 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile, exact_subnormals: bool = Tr
     mb = "s" if mm.b.gid in scalar else mb
     vec_in = {op.gid for op, mode in ((mm.a, ma), (mm.b, mb)) if mode != "s"}
     vec_out = mm.n % 4 == 0  # each thread's 4 adjacent columns are one aligned vec4 store
-    L = ["enable f16;"] if uses_f16 else []
+    L: list[str] = []
     dtypes = {mm.a.gid: mm.a.dtype, mm.b.gid: mm.b.dtype, **epi_reads}
     for g in range(kernel.nargs):
         ty = lang.storage_type(dtypes.get(g, DType.uint32))
