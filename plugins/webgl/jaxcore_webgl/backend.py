@@ -14,16 +14,9 @@ from dataclasses import dataclass
 from typing import Any, SupportsIndex
 
 from jaxcore import tracing
-from jaxcore.plugin import (
-    BaseBackend,
-    Capabilities,
-    DType,
-    Executable,
-    Kernel,
-    Routine,
-    Routines,
-    current_settings,
-)
+from jaxcore.kernel import Kernel
+from jaxcore.plugin import BaseBackend, Capabilities, DType, Executable, current_settings
+from jaxcore.routine import Routine, Routines
 from jaxcore_webgl import canary, glsl, linalg, matmul, routines, scatter
 from jaxcore_webgl.context import REQUIRED_EXTENSIONS, ContextError, GLThread
 from jaxcore_webgl.device import TEXEL_BYTES, Device, Program, ShaderError, Texture, texture_dims
@@ -52,17 +45,14 @@ class KernelExe:
 
 @contextmanager
 def _naming(source: Kernel | Routine) -> Iterator[None]:
-    """A ShaderError raised while preparing `source` names it (once: Scatter prepares a kernel)."""
+    """A ShaderError while preparing `source` names it (once: Scatter prepares a kernel inside)."""
     try:
         yield
     except ShaderError as e:
-        if getattr(e, "source", None) is not None:
+        if str(e).startswith("webgl: preparing "):
             raise
-        err = ShaderError(
-            f"webgl: preparing {type(source).__name__.lower()} {source}: {str(e).removeprefix('webgl: ')}"
-        )
-        err.source = source  # type: ignore[attr-defined]
-        raise err from e
+        what = f"{type(source).__name__.lower()} {source}"
+        raise ShaderError(f"webgl: preparing {what}: {str(e).removeprefix('webgl: ')}") from e
 
 
 class WebGLBackend(BaseBackend):
@@ -88,14 +78,10 @@ class WebGLBackend(BaseBackend):
         cfg = current_settings()
         binaries = cfg.cache_dir / "webgl" if cfg.plugin_flag("webgl", "disk_cache", True) else None
         driver = f"{info.vendor}|{info.renderer}|{info.version}"
-        guard = (
-            canary.Canary(info.platform.split("-")[0])
-            if canary.enabled(env.get("validate", ""), info.renderer)
-            else None
-        )
-        self.device: Device = self.thread.call(
-            lambda: Device(info.max_texture_size, dump, binaries, driver, guard)
-        )
+        check = canary.enabled(env.get("validate", ""), info.renderer)  # new programs in a child first
+        guard = canary.Canary(info.platform.split("-")[0]) if check else None
+        self.device: Device = self.thread.call(lambda: Device(info.max_texture_size, dump, binaries, driver))
+        self.device.canary = guard
         max_texels = info.max_texture_size * info.max_texture_size
         self.capabilities = Capabilities(
             dtypes=DTYPES,
@@ -158,36 +144,29 @@ class WebGLBackend(BaseBackend):
     def _compile_kernel(self, kernel: Kernel) -> KernelExe | matmul.MatmulExe:
         """(BaseBackend has refused whatever the capabilities do not declare, float64 included.)"""
         with _naming(kernel):
-            return self._kernel_exe(kernel)
-
-    def _kernel_exe(self, kernel: Kernel) -> KernelExe | matmul.MatmulExe:
-        w, _, shift = texture_dims(kernel.bytes, self.info.max_texture_size)
-        if current_settings().plugin_flag("webgl", "matmul", True):
-            units = self.info.max_texture_units
-            blocked = self.thread.call(lambda: matmul.plan(kernel, self.device, units, shift))
-            if blocked is not None:
-                return blocked
-        src = glsl.kernel_shader(kernel, shift)
-        texels = -(-kernel.bytes // TEXEL_BYTES) if kernel.size else 0
-        prog = self.thread.call(lambda: self.device.program(src, kernel.nargs))
-        return KernelExe(prog, texels, src, kernel, shift)
+            w, _, shift = texture_dims(kernel.bytes, self.info.max_texture_size)
+            if current_settings().plugin_flag("webgl", "matmul", True):
+                units = self.info.max_texture_units
+                blocked = self.thread.call(lambda: matmul.plan(kernel, self.device, units, shift))
+                if blocked is not None:
+                    return blocked
+            src = glsl.kernel_shader(kernel, shift)
+            texels = -(-kernel.bytes // TEXEL_BYTES) if kernel.size else 0
+            prog = self.thread.call(lambda: self.device.program(src, kernel.nargs))
+            return KernelExe(prog, texels, src, kernel, shift)
 
     def _compile_routine(self, routine: Routine) -> Any:
+        size = self.info.max_texture_size
         with _naming(routine):
-            return self._routine_exe(routine)
-
-    def _routine_exe(self, routine: Routine) -> Any:
-        if routine.name in (Routines.Sort, Routines.Argsort):
-            size = self.info.max_texture_size
-            return self.thread.call(lambda: routines.sort_plan(self.device, routine, size))
-        if routine.name == Routines.Scatter:
-            kernel = scatter.scatter_kernel(routine)
-            self._check_ops(kernel)
-            return self._compile_kernel(kernel)
-        plan = linalg.PLANS.get(routine.name)
-        if plan is not None:
-            size = self.info.max_texture_size
-            return self.thread.call(lambda: plan(self.device, routine, size))
+            if routine.name in (Routines.Sort, Routines.Argsort):
+                return self.thread.call(lambda: routines.sort_plan(self.device, routine, size))
+            if routine.name == Routines.Scatter:
+                kernel = scatter.scatter_kernel(routine)
+                self._check_ops(kernel)
+                return self._compile_kernel(kernel)
+            plan = linalg.PLANS.get(routine.name)
+            if plan is not None:
+                return self.thread.call(lambda: plan(self.device, routine, size))
         raise NotImplementedError(routine.name)  # not declared: BaseBackend refuses it first
 
     def _run(self, exe: Executable, inputs: list[Any], outputs: list[Any]) -> float | None:

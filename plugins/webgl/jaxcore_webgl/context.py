@@ -15,6 +15,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -251,43 +252,31 @@ class GLThread:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._posted_error: BaseException | None = None
         self.closed = False
-        ready = threading.Event()
-        self._start: list[Any] = []
-        self._thread = threading.Thread(
-            target=self._main, args=(platform, ready), name="jaxcore-webgl", daemon=True
-        )
+        started: Future[GLInfo] = Future()
+        self._thread = threading.Thread(target=self._main, args=(platform, started), name="jaxcore-webgl")
+        self._thread.daemon = True
         self._thread.start()
-        ready.wait()
-        if isinstance(self._start[0], BaseException):
-            raise self._start[0]
-        self.info: GLInfo = self._start[0]
+        self.info = started.result()
 
-    def _main(self, platform: str | None, ready: threading.Event) -> None:
+    def _main(self, platform: str | None, started: Future[GLInfo]) -> None:
         try:
             self._ctx = self._open(platform)
-            self._start.append(self._query())
-        except BaseException as e:  # handed to the constructor, which raises it
-            self._start.append(e)
-            ready.set()
+            started.set_result(self._query())
+        except BaseException as e:  # raised by the constructor
+            started.set_exception(e)
             return
-        ready.set()
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                break
-            fn, box, done = job
+        while (job := self._jobs.get()) is not None:
+            fn, result = job
             try:
-                result = fn()
-                if box is not None:
-                    box.append(result)
+                value = fn()
             except BaseException as e:
-                if box is None:  # a posted job: the next call() raises it
+                if result is None:  # a posted job: the next call() raises it
                     self._posted_error = self._posted_error or e
                 else:
-                    box.append(e)
-                    box.append(True)
-            if done is not None:
-                done.set()
+                    result.set_exception(e)
+            else:
+                if result is not None:
+                    result.set_result(value)
         try:
             self._ctx.close()
         except Exception:  # the process may be tearing the driver down already
@@ -339,24 +328,20 @@ class GLThread:
         does the first failure of a job `post`ed before it. After `close`, a RuntimeError at once."""
         if threading.current_thread() is self._thread:
             return fn()
-        box: list[Any] = []
-        done = threading.Event()
-        self._put((fn, box, done))
-        while not done.wait(0.25):  # a job queued behind close's end never runs: never wait for it
-            if not self._thread.is_alive() and not done.is_set():
+        result: Future[T] = Future()
+        self._put((fn, result))
+        while not wait([result], 0.25).done:  # a job queued behind close's end never runs
+            if not self._thread.is_alive() and not result.done():
                 raise RuntimeError("webgl: the backend is closed")
         self._raise_posted()
-        if len(box) == 2:
-            raise box[0]
-        return box[0]
+        return result.result()
 
     def post(self, fn: Callable[[], Any]) -> None:
         """Queue `fn()` without waiting (jobs run in order, so later calls see its effects)."""
         if threading.current_thread() is self._thread:
-            fn()
-            return
+            return fn()
         self._raise_posted()
-        self._put((fn, None, None))
+        self._put((fn, None))
 
     def _put(self, job: Any) -> None:
         if self.closed or not self._thread.is_alive():

@@ -88,7 +88,6 @@ class Device:
         dump_dir: str | None = None,
         binary_dir: Path | None = None,
         driver: str = "",
-        canary: Canary | None = None,
     ) -> None:
         from OpenGL import GLES3 as gl
 
@@ -97,7 +96,7 @@ class Device:
         self.dump_dir = Path(dump_dir) if dump_dir else None
         # dumps numbered on from the directory's: the last one written before a crash is the highest
         self._dumps = itertools.count(len(list(self.dump_dir.glob("*.frag"))) if self.dump_dir else 0)
-        self.canary = canary  # new programs drawn first in a child process (canary.py)
+        self.canary: Canary | None = None  # new programs drawn in a child process first (canary.py)
         # program binaries on disk (GL_OES_get_program_binary), keyed by driver and shader text
         if binary_dir is not None and int(gl.glGetIntegerv(gl.GL_NUM_PROGRAM_BINARY_FORMATS)) < 1:
             binary_dir = None
@@ -109,10 +108,8 @@ class Device:
         self._vs = self._shader(gl.GL_VERTEX_SHADER, VERTEX_SHADER)
         self.vao = int(gl.glGenVertexArrays(1))
         gl.glBindVertexArray(self.vao)
-        gl.glDisable(gl.GL_BLEND)
-        gl.glDisable(gl.GL_DITHER)
-        gl.glDisable(gl.GL_DEPTH_TEST)
-        gl.glDisable(gl.GL_SCISSOR_TEST)
+        for cap in (gl.GL_BLEND, gl.GL_DITHER, gl.GL_DEPTH_TEST, gl.GL_SCISSOR_TEST):
+            gl.glDisable(cap)
         gl.glPixelStorei(gl.GL_PACK_ALIGNMENT, 4)
         gl.glPixelStorei(gl.GL_UNPACK_ALIGNMENT, 4)
         self.live_textures = 0
@@ -135,10 +132,9 @@ class Device:
         gl = self.gl
         tex = int(gl.glGenTextures(1))
         gl.glBindTexture(gl.GL_TEXTURE_2D, tex)
+        # integer textures are complete only with NEAREST filters (texelFetch ignores wrap modes)
         gl.glTexParameteri(gl.GL_TEXTURE_2D, gl.GL_TEXTURE_MIN_FILTER, gl.GL_NEAREST)
         gl.glTexParameteri(gl.GL_TEXTURE_2D, gl.GL_TEXTURE_MAG_FILTER, gl.GL_NEAREST)
-        gl.glTexParameteri(gl.GL_TEXTURE_2D, gl.GL_TEXTURE_WRAP_S, gl.GL_CLAMP_TO_EDGE)
-        gl.glTexParameteri(gl.GL_TEXTURE_2D, gl.GL_TEXTURE_WRAP_T, gl.GL_CLAMP_TO_EDGE)
         gl.glTexStorage2D(gl.GL_TEXTURE_2D, 1, gl.GL_RGBA32UI, w, h)
         err = gl.glGetError()
         if err == gl.GL_OUT_OF_MEMORY:
@@ -222,8 +218,6 @@ class Device:
         return r != gl.GL_TIMEOUT_EXPIRED
 
     def download_end(self, pending: tuple[Any, ...]) -> bytes:
-        import ctypes
-
         gl = self.gl
         pbo, sync, nbytes, off, count = pending
         gl.glBindBuffer(gl.GL_PIXEL_PACK_BUFFER, pbo)
