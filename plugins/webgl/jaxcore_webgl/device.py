@@ -254,10 +254,10 @@ class Device:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
             name = hashlib.blake2b(fs.encode(), digest_size=8).hexdigest()
             (self.dump_dir / f"{next(self._dumps):06d}-{name}.frag").write_text(fs)
-        if self.canary is not None:
-            self.canary.check(fs, nargs, uniforms, self.dump_dir)
-        p = self._load_binary(fs)
+        p = self._load_binary(fs)  # with validation on, a binary was validated when it was compiled
         if p is None:
+            if self.canary is not None:
+                self.canary.check(fs, nargs, uniforms, self.dump_dir)
             s = self._shader(gl.GL_FRAGMENT_SHADER, fs)
             p = gl.glCreateProgram()
             gl.glAttachShader(p, self._vs)
@@ -281,10 +281,11 @@ class Device:
         return prog
 
     def _binary_path(self, fs: str) -> tuple[Path, bytes] | None:
-        """The disk-cache entry of `fs`, and the key (driver and shader texts) its checksum covers."""
+        """The disk-cache entry of `fs`, and the key (driver, shader texts, whether validated) its
+        checksum covers."""
         if self.binary_dir is None:
             return None
-        key = f"{self.driver}\0{VERTEX_SHADER}\0{fs}".encode()
+        key = f"{self.driver}\0{self.canary is not None}\0{VERTEX_SHADER}\0{fs}".encode()
         return self.binary_dir / f"{hashlib.blake2b(key, digest_size=16).hexdigest()}.bin", key
 
     def _load_binary(self, fs: str) -> int | None:

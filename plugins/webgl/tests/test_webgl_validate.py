@@ -88,3 +88,29 @@ def test_a_driver_crash_is_a_shader_error_naming_the_kernel(
     k2 = map_kernel(["float32"], 64, lambda v: AluExp.mul(v, AluExp.f32(2)))
     assert run_kernel(validating, k2, [x]).tolist() == (x * 2).tolist()
     np.testing.assert_allclose(run_kernel(validating, k, [x]), np.exp(x) + 1, rtol=1e-6)
+
+
+def test_a_cached_binary_was_validated_when_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program loaded from the disk cache is not checked again: entries written with validation
+    on are kept apart from those written with it off (which no check has seen)."""
+    from jaxcore_webgl.backend import WebGLBackend
+
+    monkeypatch.setenv("JAXCORE_CACHE_DIR", str(tmp_path))
+    k = map_kernel(["float32"], 64, lambda v: AluExp.mul(v, AluExp.f32(5)))
+    x = np.arange(64, dtype=np.float32)
+    seen = []
+    for mode in ("on", "on", "off", "on"):
+        monkeypatch.setenv("JAXCORE_WEBGL_VALIDATE", mode)
+        settings.reload()
+        b = WebGLBackend(platform="egl")
+        try:
+            if b.device.binary_dir is None:
+                pytest.skip("the driver offers no program binary format")
+            assert run_kernel(b, k, [x]).tolist() == (x * 5).tolist()
+            guard = b.device.canary
+            seen.append((b.device.binary_hits, guard.checked if guard else None))
+        finally:
+            b.close()
+    monkeypatch.undo()
+    settings.reload()
+    assert seen == [(0, 1), (1, 0), (0, None), (1, 0)], seen
