@@ -48,6 +48,8 @@ class Canary:
 
         if self.skipped:
             return
+        if self.proc is not None and self.proc.poll() is not None:
+            self.close()  # it ended between checks (killed from outside): not this program's doing
         if self.proc is None:
             self.proc = subprocess.Popen(
                 child_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env

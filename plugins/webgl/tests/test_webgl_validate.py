@@ -65,6 +65,11 @@ def test_validated_programs_compute_the_same(validating, gl) -> None:
     assert got.tolist() == sorted(x.tolist())
     assert validating.device.canary.proc is child and child.poll() is None  # one child for all
     assert validating.device.canary.checked >= 2
+    child.kill()  # a child that ends between checks is replaced, not blamed on the next program
+    child.wait()
+    k2 = map_kernel(["float32"], x.size, lambda v: AluExp.sub(v, AluExp.f32(3)))
+    assert run_kernel(validating, k2, [x]).tolist() == (x - 3).tolist()
+    child = validating.device.canary.proc
     validating.close()
     assert child.poll() is not None  # closed with the backend
 
