@@ -21,7 +21,7 @@ from dataclasses import InitVar, dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, Protocol, SupportsIndex, TypeVar, runtime_checkable
 
-from jaxcore import settings, tracing
+from jaxcore import settings, split, tracing
 from jaxcore.alu import AluExp, AluGroup, AluOp
 from jaxcore.dtype import DType, byte_width
 from jaxcore.kernel import Kernel
@@ -104,6 +104,8 @@ class Executable(Generic[T]):
     # it was first dispatched (for errors reported later), and what a queued device's fast path needs.
     _site: str | None = field(init=False, default=None, repr=False)
     _fast_path: Any = field(init=False, default=None, repr=False)
+    # A part of a kernel split within Capabilities.max_kernel_cost: that kernel, which errors name.
+    _part_of: Kernel | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self, owner: BaseBackend, token: object) -> None:
         if token is not _PREPARED:
@@ -249,6 +251,13 @@ class Capabilities:
     the plugin works around, probed where it can be (names from `QUIRKS`, or the plugin's own in
     the same style). For people reading `jaxcore devices` and the suite's summary: nothing in the
     core decides by it.
+
+    `max_kernel_cost`: the most one kernel may cost (`jaxcore.split.kernel_cost`: distinct nodes
+    weighted by how long a GPU dialect spells them, a float32 sin 350, plain float arithmetic 12)
+    for this device's compiler to take it in about a second; None (the default) is unlimited.
+    `prepare_kernel` splits a costlier kernel into a chain of kernels through temporary buffers
+    (`jaxcore.split`: bit for bit the same result), and raises UnsupportedOpError for one that
+    cannot be split to within four times the budget (an epilogue that reads `acc` is not cut).
     """
 
     dtypes: frozenset[DType]
@@ -263,6 +272,7 @@ class Capabilities:
     inexact_nan_constants: frozenset[DType] = frozenset()
     description: str = ""
     quirks: tuple[str, ...] = ()
+    max_kernel_cost: int | None = None
 
     def __post_init__(self) -> None:
         quirks = (self.quirks,) if isinstance(self.quirks, str) else tuple(self.quirks)
@@ -270,6 +280,9 @@ class Capabilities:
         if bad:
             raise TypeError(f"Capabilities.quirks must be non-empty strings, got {bad!r}")
         object.__setattr__(self, "quirks", quirks)
+        cost = self.max_kernel_cost
+        if cost is not None and (type(cost) is not int or cost < 1):
+            raise TypeError(f"Capabilities.max_kernel_cost must be a positive int or None, got {cost!r}")
 
     def supports_op(self, op: AluOp, dtype: DType) -> bool:
         return dtype in self.dtypes and (op, dtype) not in self.unsupported_ops
@@ -684,7 +697,12 @@ class BaseBackend:
                     f"kernel has {kernel.nargs} inputs; {self.name} takes at most {self.max_args}"
                 )
             self._check_ops(kernel)
-            return Executable(kernel, self._compile_kernel(kernel.live()), self, _PREPARED)
+            live = kernel.live()
+            if self._over_budget(live):
+                plan = self._kernel_split_plan(kernel, live)
+                if plan is not None:
+                    return self._prepare_kernel_split(kernel, plan)
+            return Executable(kernel, self._compile_kernel(live), self, _PREPARED)
 
         return self._cached(self._kernel_cache, key, build)
 
@@ -735,6 +753,9 @@ class BaseBackend:
                 if slot in inputs:
                     aliased = [i for i, s in enumerate(outputs) if s in inputs and exe._io_bytes[1][i]]
                     break
+        if type(exe.data) is _SplitRun:
+            self._dispatch_kernel_split(exe, in_handles, out_handles, aliased)
+            return
         if not tracing.is_tracing():
             if aliased:
                 self._run_aliased(exe, in_handles, out_handles, aliased)
@@ -763,6 +784,83 @@ class BaseBackend:
             for tmp in temps.values():
                 self._release(tmp)
         return device_time
+
+    # ---- kernels split within the device's budget (Capabilities.max_kernel_cost) -----------------
+    def _over_budget(self, live: Kernel) -> bool:
+        """Whether `prepare_kernel` splits `live` (a kernel as compiled): it costs more than the
+        device's `max_kernel_cost`. (A compile ahead of prepare should not take it whole.)"""
+        budget = self.capabilities.max_kernel_cost
+        return budget is not None and split.kernel_cost(live) > budget
+
+    def _kernel_split_plan(self, kernel: Kernel, live: Kernel) -> split.Split | None:
+        """How to run `kernel` (compiled as `live`, over the budget) as a chain of kernels within
+        it. None: compile it whole (no cut is possible, and it is within four times the budget or
+        over it by one costly node alone); else UnsupportedOpError."""
+        caps = self.capabilities
+        budget = caps.max_kernel_cost
+        assert budget is not None
+        plan = split.split_kernel(
+            live, budget, max_args=self.max_args, dtypes=caps.dtypes, max_buffer_bytes=caps.max_buffer_bytes
+        )
+        if plan is not None and any(caps.undeclared(p.kernel) is not None for p in plan.parts):
+            plan = None  # a cut the declarations do not cover (defensive: split keeps to them)
+        for part in plan.parts if plan is not None else (split.Part(live, (), split.kernel_cost(live)),):
+            if part.cost > 4 * budget and part.cost - max(map(split.node_cost, part.kernel.nodes())) > budget:
+                why = f"costs {part.cost}, over max_kernel_cost={budget}, and no cut brings it within"
+                raise UnsupportedOpError("Kernel", kernel.dtype, self.name, why)
+        return plan
+
+    def _prepare_kernel_split(self, kernel: Kernel, plan: split.Split) -> Executable:
+        """The executable of `kernel` as `plan`'s parts, each distinct part compiled once."""
+        made: dict[str, Executable] = {}
+        parts = []
+        for p in plan.parts:
+            exe = made.get(p.kernel.key())
+            if exe is None:
+                data = self._compile_kernel(p.kernel.live())
+                exe = made[p.kernel.key()] = Executable(p.kernel, data, self, _PREPARED)
+                object.__setattr__(exe, "_part_of", kernel)
+            parts.append(exe)
+        run = _SplitRun(tuple(parts), tuple(p.reads for p in plan.parts), plan.frees, plan.nargs)
+        whole = Executable(kernel, run, self, _PREPARED)
+        object.__setattr__(whole, "_fast_path", False)  # a queued device records its parts, never it
+        return whole
+
+    def _dispatch_kernel_split(
+        self, exe: Executable, ins: list[Any], outs: list[Any], aliased: list[int] | None
+    ) -> None:
+        """Run a split kernel's parts in order, each temporary from `_alloc` and given back with
+        `_release` (a queued device defers that past the work that uses it) after its last reader.
+        Only the last part writes the output, after every input was read, so an output that is
+        also an input works as in any dispatch. Tracing records each part under the kernel."""
+        run: _SplitRun = exe.data
+        if exe._site is None:  # where it was first dispatched, for errors its parts meet later
+            site = tracing.call_site(getattr(self, "_skip", ()))
+            for e in (exe, *run.parts):
+                object.__setattr__(e, "_site", site)
+        nargs, last = run.nargs, len(run.parts) - 1
+        bufs: list[Any] = [*ins, *([None] * last)]
+        traced = tracing.is_tracing()
+        try:
+            for i, part in enumerate(run.parts):
+                args = [bufs[b] for b in run.reads[i]]
+                start = time.perf_counter() if traced else 0.0
+                if i < last:
+                    bufs[nargs + i] = tmp = self._alloc(part._io_bytes[1][0])
+                    device_time = self._run(part, args, [tmp])
+                elif aliased:
+                    device_time = self._run_aliased(part, args, outs, aliased)
+                else:
+                    device_time = self._run(part, args, outs)
+                if traced:
+                    tracing.record_dispatch(self.name, exe.source, start, time.perf_counter(), device_time)
+                for t in run.frees[i]:
+                    tmp, bufs[nargs + t] = bufs[nargs + t], None
+                    self._release(tmp)
+        finally:
+            for tmp in bufs[nargs:]:
+                if tmp is not None:
+                    self._release(tmp)
 
     def _validate_dispatch(
         self, exe: Executable, inputs: Sequence[SupportsIndex], outputs: Sequence[SupportsIndex]
@@ -824,6 +922,18 @@ class BaseBackend:
                     f"output {i} (slot {outputs[i]}) has {buf.size} bytes; exactly {need} are needed"
                 )
         return [b.handle for b in in_bufs], [b.handle for b in out_bufs]
+
+
+@dataclass(frozen=True)
+class _SplitRun:
+    """The compiled form of a kernel split within `Capabilities.max_kernel_cost`: its parts'
+    executables in order (part j < last writes temporary j), the buffers each reads (an input
+    below `nargs`, else temporary `b - nargs`), and the temporaries free after each."""
+
+    parts: tuple[Executable, ...]
+    reads: tuple[tuple[int, ...], ...]
+    frees: tuple[tuple[int, ...], ...]
+    nargs: int
 
 
 def _describe(backend: object, name: str) -> str:

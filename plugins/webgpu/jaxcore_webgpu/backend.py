@@ -111,6 +111,9 @@ class WebGpuBackend(QueuedBackend):
             inexact_nan_constants=frozenset({DType.float64}) & frozenset(dtypes),
             description=f"WGSL compute shaders on {gpu.description} through wgpu",
             quirks=tuple(sorted(quirks)),
+            # the driver inlines every helper (a sin is ~350 ops): at 3,000 (8 float32 sines) the
+            # costliest split part takes lavapipe about a second to compile, where 50 sines took 6 s
+            max_kernel_cost=3000,
         )
         gaps = self._compiler_gaps() | _undeclared_routine_dtypes()
         if "shader-f16" not in feat:  # the routines' float16 is WGSL's f16
