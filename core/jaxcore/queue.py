@@ -417,7 +417,9 @@ class QueuedBackend(BaseBackend):
         from jaxcore.backend import _in_thread
 
         live = kernel.live() if isinstance(kernel, Kernel) else None  # what prepare_kernel compiles
-        ahead = live is not None and kernel.key() not in self._kernel_cache
+        # a kernel over the device's budget is prepared as parts: compiling it whole ahead would
+        # take the time that splitting it saves
+        ahead = live is not None and kernel.key() not in self._kernel_cache and not self._over_budget(live)
         if live is not None and ahead and live.key() not in self._precompiled:
             try:
                 self._precompiled[live.key()] = await self._compile_kernel_async(live)
@@ -621,28 +623,33 @@ class QueuedBackend(BaseBackend):
         why = f"{type(exc).__name__}: {exc}"
         hint = "" if self._sync else " (JAXCORE_SYNC=1 raises a device error at the dispatch that causes it)"
         exes = [op[0] for op in ops if type(op[0]) is not QueuedBuffer]
+        # the parts of a kernel split within Capabilities.max_kernel_cost stand for it: its first part
+        first: dict[int, Executable] = {}
+        exes = [e if e._part_of is None else first.setdefault(id(e._part_of), e) for e in exes]
         if culprit is not None and type(ops[culprit][0]) is not QueuedBuffer:
-            exe = ops[culprit][0]
+            exe: Executable = ops[culprit][0]
+            if exe._part_of is not None:
+                exe = first.get(id(exe._part_of), exe)
             site = tracing.call_site(self._skip) if self._sync else exe._site
             where = f"dispatched at {site or 'an unknown place'}" + (
                 "" if self._sync else " (first dispatch)"
             )
-            msg = f"{self.name}: the device {verb} {tracing.describe(exe.source)}, {where}: {why}"
+            msg = f"{self.name}: the device {verb} {tracing.describe(_named(exe))}, {where}: {why}"
             later = len(ops) - culprit - 1
             if later:
                 msg += f". The {later} dispatch{'es' if later > 1 else ''} recorded after it did not run"
-            return DeviceError(msg + hint, self.name, exe.source, site)
+            return DeviceError(msg + hint, self.name, _named(exe), site)
         unique = list(dict.fromkeys(exes))  # Executables hash by identity
         if len(unique) == 1:
             exe = unique[0]
             msg = (
                 f"{self.name}: the device {verb} a batch of {len(ops)} dispatches of "
-                f"{tracing.describe(exe.source)}, first dispatched at {exe._site or 'an unknown place'}: "
+                f"{tracing.describe(_named(exe))}, first dispatched at {exe._site or 'an unknown place'}: "
                 f"{why}"
             )
-            return DeviceError(msg + hint, self.name, exe.source, exe._site)
+            return DeviceError(msg + hint, self.name, _named(exe), exe._site)
         lines = [
-            f"\n  {tracing.describe(e.source)} ({exes.count(e)}x, first dispatched at {e._site})"
+            f"\n  {tracing.describe(_named(e))} ({exes.count(e)}x, first dispatched at {e._site})"
             for e in unique[:_NAMED]
         ]
         more = f"\n  and {len(unique) - _NAMED} more" if len(unique) > _NAMED else ""
@@ -651,6 +658,11 @@ class QueuedBackend(BaseBackend):
 
 
 _NAMED = 8  # executables an error lists when the device's report fits no single dispatch
+
+
+def _named(exe: Executable) -> Kernel | Any:
+    """What an error names for `exe`: its source, or the kernel it is a part of."""
+    return exe._part_of or exe.source
 
 
 class _FastView:

@@ -93,12 +93,21 @@ class WebGLBackend(BaseBackend):
                 f"GLSL ES 3.00 fragment shaders into RGBA32UI textures on {info.renderer} "
                 f"({info.version}, {info.platform})"
             ),
+            # llvmpipe compiles a part of ~4,000 (a dozen float32 sines) in a few seconds; a
+            # 1,000-deep chain took minutes whole
+            max_kernel_cost=4000,
         )
 
     def export(self, exe: Executable) -> dict[str, Any]:
-        """`exe` as a self-contained browser program for runner.js (docs/browser-export.md)."""
+        """`exe` as a self-contained browser program for runner.js (docs/browser-export.md); a
+        kernel this device runs split (Capabilities.max_kernel_cost) is exported whole."""
+        from types import SimpleNamespace
+
         from jaxcore_webgl.export import export
 
+        if isinstance(exe.source, Kernel) and not hasattr(exe.data, "run"):
+            whole = SimpleNamespace(source=exe.source, data=self._compile_kernel(exe.source.live()))
+            return export(self, whole)  # type: ignore[arg-type]
         return export(self, exe)
 
     def close(self) -> None:

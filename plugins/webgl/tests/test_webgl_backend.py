@@ -369,3 +369,25 @@ def test_bool_casts_are_anded_to_one_bit(gl, dtype: str) -> None:
     assert "jx_b2u(" in glsl.kernel_shader(k, 0)
     got = run_kernel(gl, k, [x])
     np.testing.assert_array_equal(got.astype(np.int64), [1, 0, 1])
+
+
+def test_a_kernel_run_split_is_exported_whole(gl, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over Capabilities.max_kernel_cost the device runs a kernel as parts through temporaries;
+    the browser program is the whole kernel, one pass, computing the same values."""
+    import dataclasses
+
+    monkeypatch.setattr(gl, "capabilities", dataclasses.replace(gl.capabilities, max_kernel_cost=400))
+    e = AluExp.global_index(DType.float32, 0, 16, AluVar.gidx)
+    for _ in range(4):
+        e = AluExp.sin(e) * 1.5
+    exe = gl.prepare_kernel(Kernel(1, 16, e))
+    assert not hasattr(exe.data, "run")  # run as parts here
+    prog = gl.export(exe)
+    assert len(prog["passes"]) == 1
+    x = np.linspace(-3, 3, 16, dtype=np.float32)
+    src, out = gl.malloc(64, x.tobytes()), gl.malloc(64)
+    gl.dispatch(exe, [src], [out])
+    want = x
+    for _ in range(4):
+        want = (np.sin(want.astype(np.float64)).astype(np.float32) * np.float32(1.5)).astype(np.float32)
+    np.testing.assert_allclose(np.frombuffer(gl.read(out), np.float32), want, rtol=1e-5, atol=1e-6)
