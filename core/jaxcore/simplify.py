@@ -16,6 +16,7 @@ thousands of nodes deep.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import reduce
 from typing import NamedTuple
 
@@ -401,10 +402,23 @@ def _simplify_node(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
 
 
 def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
-    op, dtype = e.op, e.dtype
     src = [simplify(s, cache) for s in e.src]
-    again = lambda x: simplify(x, cache)  # noqa: E731
 
+    def again(x: AluExp) -> AluExp:
+        return simplify(x, cache)
+
+    for rules in _RULES:
+        out = rules(e, src, again)
+        if out is not None:
+            return out
+    if any(a is not b for a, b in zip(src, e.src)):
+        return AluExp(e.op, e.dtype, tuple(src), e.arg)
+    return e
+
+
+def _fold(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp]) -> AluExp | None:
+    """Constant folding (R1) and single-valued integer ranges (R2)."""
+    op, dtype = e.op, e.dtype
     # R1: constant folding
     if src and op not in AluGroup.Variable and all(s.op == AluOp.Const for s in src):
         return AluExp.const(dtype, AluExp(op, dtype, tuple(src), e.arg).evaluate({}))
@@ -415,6 +429,12 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
         lo, hi = value_range(e)
         if lo == hi and math.isfinite(lo):
             return AluExp.const(dtype, lo)
+    return None
+
+
+def _identities(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp]) -> AluExp | None:
+    """No-op constants (R3: a sound subset for floats) and min/max of one value (R3a)."""
+    op, dtype = e.op, e.dtype
     flt = is_float(dtype)
     # R3: no-op constants (sound subset for floats: x*1, x-0, x+(-0))
     if op in AluGroup.Binary:
@@ -437,6 +457,13 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
     # R3a: min(x, x) = max(x, x) = x, in every dtype (NaN and -0 included)
     if op in (AluOp.Min, AluOp.Max) and src[0] == src[1]:
         return src[0]
+    return None
+
+
+def _cancellations(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp]) -> AluExp | None:
+    """Integer terms that cancel (R3b) and negated terms (R4)."""
+    op, dtype = e.op, e.dtype
+    flt = is_float(dtype)
     # R3b: integer terms that cancel (x - x, x + (0 - x), -1 * x + x, (x + y) - x): Add and Sub
     # wrap as a ring, so this is sound; NVIDIA's GLSL compiler crashed on such sums left to it
     if op in (AluOp.Add, AluOp.Sub) and dtype in _BOUNDS and (op == AluOp.Sub or any(map(_negated, src))):
@@ -453,6 +480,12 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
             y = m.src[0]
         if y is not None:
             return AluExp(AluOp.Sub if op == AluOp.Add else AluOp.Add, dtype, (src[0], y))
+    return None
+
+
+def _decided(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp]) -> AluExp | None:
+    """Where/comparisons decided by value ranges (R5-R8)."""
+    op, dtype = e.op, e.dtype
     # R5: where(c, 1, 0) -> cast(c)
     if op == AluOp.Where and src[1].op == AluOp.Const and src[2].op == AluOp.Const:
         if src[1].arg == 1 and src[2].arg == 0:
@@ -475,6 +508,12 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
             return src[2]
         if c0 == 1:
             return src[1]
+    return None
+
+
+def _index_algebra(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp]) -> AluExp | None:
+    """Index arithmetic: remainders and quotients of affine terms (R9-R13)."""
+    op, dtype = e.op, e.dtype
     # R9: x % C where 0 <= x < C
     if op == AluOp.Mod and src[1].op == AluOp.Const:
         x0, x1 = value_range(src[0])
@@ -514,6 +553,13 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
         r = _rule_mod_factor(src[0], int(src[1].arg), dtype) if _exact(src[0]) else None
         if r is not None:
             return again(r)
+    return None
+
+
+def _canonical(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp]) -> AluExp | None:
+    """Commutative canonicalisation (R14) and integer division by constants (R15, R16)."""
+    op, dtype = e.op, e.dtype
+    flt = is_float(dtype)
     # R14: commutative canonicalisation (constants right; integers only are reassociated)
     if op in AluGroup.Commutative:
         p = lambda a, b: AluExp(op, dtype, (a, b))  # noqa: E731
@@ -536,9 +582,10 @@ def _simplify_inner(e: AluExp, cache: dict[str, AluExp]) -> AluExp:
         r = _simplify_remainder(op, src[0], int(src[1].arg), dtype)
         if r is not None:
             return again(r)
-    if any(a is not b for a, b in zip(src, e.src)):
-        return AluExp(op, dtype, tuple(src), e.arg)
-    return e
+    return None
+
+
+_RULES = (_fold, _identities, _cancellations, _decided, _index_algebra, _canonical)
 
 
 def _rule_idiv_factor(numer: AluExp, b: int, dtype: DType) -> AluExp | None:
