@@ -404,6 +404,16 @@ class Backend(Protocol):
         """
         ...
 
+    def synchronize(self) -> None:
+        """Return when every operation dispatched before the call has finished on the device; a
+        pending device error is raised here (a DeviceError naming its kernel and dispatch site).
+        For timing and error checks: `read` already waits for what it reads."""
+        ...
+
+    async def synchronize_async(self) -> None:
+        """`synchronize` without blocking the event loop (same errors)."""
+        ...
+
     async def read_async(
         self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
     ) -> bytes:
@@ -702,7 +712,10 @@ class BaseBackend:
                 plan = self._kernel_split_plan(kernel, live)
                 if plan is not None:
                     return self._prepare_kernel_split(kernel, plan)
-            return Executable(kernel, self._compile_kernel(live), self, _PREPARED)
+            if live is not kernel:  # one part, so that every compiled object sits beside its source
+                whole = split.Part(live, tuple(range(kernel.nargs)), split.kernel_cost(live))
+                return self._prepare_kernel_split(kernel, split.Split(kernel.nargs, (whole,), ((),)))
+            return Executable(kernel, self._compile_kernel(kernel), self, _PREPARED)
 
         return self._cached(self._kernel_cache, key, build)
 
@@ -730,6 +743,12 @@ class BaseBackend:
 
     async def prepare_routine_async(self, routine: Routine) -> Executable:
         return await _in_thread(self.prepare_routine, routine)
+
+    def synchronize(self) -> None:
+        self._synchronize(None)
+
+    async def synchronize_async(self) -> None:
+        await _in_thread(self.synchronize)
 
     async def read_async(
         self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None
@@ -817,8 +836,8 @@ class BaseBackend:
         for p in plan.parts:
             exe = made.get(p.kernel.key())
             if exe is None:
-                data = self._compile_kernel(p.kernel.live())
-                exe = made[p.kernel.key()] = Executable(p.kernel, data, self, _PREPARED)
+                part = p.kernel.live()  # what a plugin's _run sees as the source is what it compiled
+                exe = made[p.kernel.key()] = Executable(part, self._compile_kernel(part), self, _PREPARED)
                 object.__setattr__(exe, "_part_of", kernel)
             parts.append(exe)
         run = _SplitRun(tuple(parts), tuple(p.reads for p in plan.parts), plan.frees, plan.nargs)

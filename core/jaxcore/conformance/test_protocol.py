@@ -195,6 +195,27 @@ def test_dispatch_order_chains(backend: Backend) -> None:
             backend.dec_ref(s)
 
 
+def test_synchronize_is_a_barrier(backend: Backend) -> None:
+    """synchronize() and synchronize_async() return once everything dispatched has run: a chain
+    of dispatches, then the barrier, then the values; with nothing pending they return at once."""
+    import asyncio
+
+    backend.synchronize()
+    inc = backend.prepare_kernel(map_kernel([F32], 4, lambda x: AluExp.add(x, AluExp.f32(1))))
+    a, b = backend.malloc(16, f32(1, 2, 3, 4)), backend.malloc(16)
+    try:
+        for i in range(20):
+            backend.dispatch(inc, [a] if i % 2 == 0 else [b], [b] if i % 2 == 0 else [a])
+        backend.synchronize()
+        assert from_buffer(backend.read(a), F32).tolist() == [21, 22, 23, 24]
+        backend.dispatch(inc, [a], [b])
+        asyncio.run(backend.synchronize_async())
+        assert from_buffer(backend.read(b), F32).tolist() == [22, 23, 24, 25]
+    finally:
+        for s in (a, b):
+            backend.dec_ref(s)
+
+
 def test_input_freed_right_after_dispatch(backend: Backend) -> None:
     """dec_ref of an input right after dispatch must not corrupt the pending result."""
     exe = backend.prepare_kernel(_double())

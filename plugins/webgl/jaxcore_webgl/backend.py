@@ -130,6 +130,11 @@ class WebGLBackend(BaseBackend):
     def _copyin(self, handle: Texture, data: memoryview) -> None:
         self.thread.call(lambda: self.device.upload(handle, data))
 
+    def _synchronize(self, handle: Any | None = None) -> None:
+        """A read waits on the GL thread by itself; a barrier for everything is a glFinish there."""
+        if handle is None:
+            self.thread.call(self.device.finish)
+
     def _copyout(self, handle: Texture, start: int, count: int) -> bytes:
         return self.thread.call(lambda: self.device.download(handle, start, count))
 
