@@ -237,12 +237,16 @@ def _guard_float_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     # (x * c1) * c2 -> x * (c1 * c2), (x + c1) - c2 -> x + (c1 - c2): a constant folded into
     # another changes the rounding (x + 2^24 - 2^24 is no longer x rounded) and overflow
     # (0 * 3e38 * 10 becomes 0 * inf = NaN); so does one reassociated, (x - y) + c -> x - (y - c)
-    # The compound operand is hidden, not the constant: NVIDIA reassociated (-6 - x) - o(0.1) into
-    # -6 - (x + o(0.1)) (float64), an unknown being no obstacle to its algebra.
+    # Beside an op of its own family the compound operand is hidden, not the constant: NVIDIA
+    # reassociated (-6 - x) - o(0.1) into -6 - (x + o(0.1)) (float64), an unknown being no obstacle
+    # to its algebra. Across families ((x * c1) + c2) the constant is: an opaque constant is
+    # computed once, an opaque product per element (5 % of a softmax on the H200).
     if _const_over_const(op, b, a):
-        return AluExp(op, dt, (opaque(a), b), e.arg)
+        same = _FAMILY[a.op] == _FAMILY[op]
+        return AluExp(op, dt, (opaque(a), b) if same else (a, opaque(b)), e.arg)
     if _const_over_const(op, a, b):
-        return AluExp(op, dt, (a, opaque(b)), e.arg)
+        same = _FAMILY[b.op] == _FAMILY[op]
+        return AluExp(op, dt, (a, opaque(b)) if same else (opaque(a), b), e.arg)
     if ba == bb or _zero_const(b) or ba in in_b:  # x - x, x / x, x * 0, x + 0, x - (x - y)
         return AluExp(op, dt, (a, opaque(b)), e.arg)
     if _shares_a_term(op, ba, bb):  # (c1 - x) - (c2 - x) -> c1 - c2 (NVIDIA, float64)
