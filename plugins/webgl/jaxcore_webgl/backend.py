@@ -101,13 +101,8 @@ class WebGLBackend(BaseBackend):
     def export(self, exe: Executable) -> dict[str, Any]:
         """`exe` as a self-contained browser program for runner.js (docs/browser-export.md); a
         kernel this device runs split (Capabilities.max_kernel_cost) is exported whole."""
-        from types import SimpleNamespace
-
         from jaxcore_webgl.export import export
 
-        if isinstance(exe.source, Kernel) and not hasattr(exe.data, "run"):
-            whole = SimpleNamespace(source=exe.source, data=self._compile_kernel(exe.source.live()))
-            return export(self, whole)  # type: ignore[arg-type]
         return export(self, exe)
 
     def close(self) -> None:

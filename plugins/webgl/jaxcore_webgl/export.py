@@ -127,6 +127,10 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
     in_tex = [replay.texture(max(n, 1), "in", i) for i, (n, _) in enumerate(ins)]
     out_tex = [replay.texture(max(n, 1), "out", i) for i, (n, _) in enumerate(outs)]
     data = exe.data
+    if isinstance(exe.source, Kernel) and not hasattr(data, "run"):
+        # run as parts here (Capabilities.max_kernel_cost, a dead reduction dropped): the browser
+        # gets the kernel whole
+        data = backend._compile_kernel(exe.source.live())
     if isinstance(data, KernelExe):
         replay.sources[id(data.program)] = data.browser_source()
     if not hasattr(data, "run"):

@@ -296,11 +296,15 @@ class WebGpuBackend(QueuedBackend):
         """The plan a browser needs for `exe` where it differs from what this device runs: a
         compiled kernel planned again exact on subnormals (the browser's device may flush them;
         see codegen.WgslTarget.exact_subnormals). None: export the compiled plan (routines, a plan
-        made by hand with `compile_plan`, or a device that already takes the exact spelling)."""
+        made by hand with `compile_plan`, or a device that already takes the exact spelling). A
+        kernel run here as parts (Capabilities.max_kernel_cost, a dead reduction dropped) is
+        planned whole."""
         src = exe.source
-        if not isinstance(src, Kernel) or self.target.exact_subnormals or src.key() in self._hand_planned:
+        if not isinstance(src, Kernel) or src.key() in self._hand_planned:
             return None
-        return self._plan(src, replace(self.target, exact_subnormals=True))
+        if self.target.exact_subnormals and isinstance(exe.data, CompiledPlan):
+            return None
+        return self._plan(src.live(), replace(self.target, exact_subnormals=True))
 
     def _compile_routine(self, routine: Routine) -> CompiledPlan:
         """Every declared routine runs as WGSL passes (jaxcore_webgpu.routines); none on the host."""
