@@ -207,8 +207,7 @@ def _a_choice(e: AluExp, known: dict[str, bool]) -> bool:
     """A float the compiler knows up to a run-time choice: a bool cast to it (0 or 1), a select
     between values it knows (through casts between floats). NVIDIA's Vulkan driver made
     `x * f64(b)` a select of x and 0, so that NaN * 0 gave 0, and `select(b, 0, 0) / 0` 0."""
-    while e.op == AluOp.Cast and is_float(e.src[0].dtype):
-        e = e.src[0]
+    e = _bare(e)
     if e.op == AluOp.Cast:
         return e.src[0].dtype == DType.bool
     return e.op == AluOp.Where and all(known.get(v.key(), False) for v in e.src[1:])

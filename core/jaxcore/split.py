@@ -208,19 +208,28 @@ class _Plan:
     def gather(self, i: int) -> tuple[frozenset[int], frozenset[int], int]:
         """Node `i`'s part (uncut nodes), the buffers it reads, and its cost, as the cuts stand."""
         f = self.facts[i]
-        part: set[int] = {i} if f.weight else set()
-        buffers: set[int] = set()
+        part, buffers = self._join(f.src)
+        if f.weight:
+            part.add(i)
         if f.node.op in _READS:
             buffers.add(f.node.arg[0])
-        for s in f.src:
+        return frozenset(part), frozenset(buffers), self._cost(part, buffers)
+
+    def _join(self, indices: Iterable[int]) -> tuple[set[int], set[int]]:
+        """The uncut nodes and the buffers that the parts of `indices` take together."""
+        part: set[int] = set()
+        buffers: set[int] = set()
+        for s in indices:
             if s in self.cut:
                 buffers.add(self.buffer(s))
             else:
                 part |= self.facts[s].part
                 buffers |= self.facts[s].buffers
+        return part, buffers
+
+    def _cost(self, part: set[int], buffers: set[int]) -> int:
         temps = sum(1 for b in buffers if b >= self.kernel.nargs)
-        cost = sum(self.facts[j].weight for j in part) + temps * _READ_COST
-        return frozenset(part), frozenset(buffers), cost
+        return sum(self.facts[j].weight for j in part) + temps * _READ_COST
 
     def walk(self) -> None:
         """The greedy pass: operands first, cut a node's costliest operands while it is over."""
@@ -333,17 +342,7 @@ class _Plan:
 
     def gather_final(self) -> int:
         """The cost of the last part: the roots' parts together (shared nodes once)."""
-        part: set[int] = set()
-        buffers: set[int] = set()
-        for r in _roots(self.kernel):
-            i = self.index[r.key()]
-            if i in self.cut:
-                buffers.add(self.buffer(i))
-            else:
-                part |= self.facts[i].part
-                buffers |= self.facts[i].buffers
-        temps = sum(1 for b in buffers if b >= self.kernel.nargs)
-        return sum(self.facts[j].weight for j in part) + temps * _READ_COST
+        return self._cost(*self._join(self.index[r.key()] for r in _roots(self.kernel)))
 
 
 def split_kernel(

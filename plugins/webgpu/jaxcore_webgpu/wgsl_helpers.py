@@ -20,8 +20,6 @@ H: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 H["jc_nan_f32"] = ("fn jc_nan_f32() -> f32 { let b = 0x7fc00000u; return bitcast<f32>(b); }", ())
 H["jc_inf_f32"] = ("fn jc_inf_f32() -> f32 { let b = 0x7f800000u; return bitcast<f32>(b); }", ())
-H["jc_nan_f16"] = ("fn jc_nan_f16() -> f16 { return f16(jc_nan_f32()); }", ("jc_nan_f32",))
-H["jc_inf_f16"] = ("fn jc_inf_f16() -> f16 { return f16(jc_inf_f32()); }", ("jc_inf_f32",))
 # Bits as a float32 at run time (a parameter is no const-expression, so a NaN is allowed).
 H["jc_bits_f32"] = ("fn jc_bits_f32(b: u32) -> f32 { return bitcast<f32>(b); }", ())
 H["jc_isnan_f32"] = (
@@ -38,7 +36,6 @@ H["jc_isnan_f32"] = (
 H["jc_zero"] = ("@group(1) @binding(0) var<uniform> jc_zero: vec4<u32>;", ())
 for _t, _other in (
     ("f32", "bitcast<f32>(jc_zero.y)"),
-    ("f16", "f16(bitcast<f32>(jc_zero.y))"),
     ("f64", "f64(bitcast<f32>(jc_zero.y))"),
 ):
     H[f"jc_o_{_t}"] = (
