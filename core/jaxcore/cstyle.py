@@ -24,6 +24,7 @@ those `code_for_op` entries instead.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
 from jaxcore import half
@@ -79,7 +80,7 @@ def transcendental_helper(op: AluOp, dtype: DType) -> str:
 
 def _transcendental(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
     """float32 through the generated helper, float16 through it in float32 (rounded once),
-    float64 through the dialect's own helper or not at all."""
+    float64 through the dialect's own helper, else the one generated from `jaxcore.expansions64`."""
     lang, x = r.lang, strip_parens(a[0])
     name = transcendental_helper(e.op, e.dtype)
     if e.dtype == DType.float32:
@@ -87,7 +88,7 @@ def _transcendental(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
     if e.dtype == DType.float16:
         wide = lang.cast(r, DType.float32, DType.float16, x)
         return lang.cast(r, DType.float16, DType.float32, f"{r.need(name)}({strip_parens(wide)})")
-    if e.dtype == DType.float64 and name in lang.helpers:
+    if e.dtype == DType.float64 and (name in lang.helpers or DType.float64 in lang.type_map):
         return f"{r.need(name)}({x})"
     raise UnsupportedOpError(e.op, e.dtype, lang.name, "no float64 helper in this dialect")
 
@@ -294,10 +295,21 @@ class CStyleLanguage:
             return self.render_where(r, *args)
         if op in (AluOp.BitCombine, AluOp.BitShift):
             return self.render_bit(r, e, args)
+        if (name := self.exact_helper(e)) is not None:
+            return f"{r.need(name)}({', '.join(strip_parens(a) for a in args)})"
         fn = self.code_for_op.get(op)
         if fn is None:
             raise UnsupportedOpError(op, e.dtype, self.name, e.arg)
         return fn(r, e, args)
+
+    def exact_helper(self, e: AluExp) -> str | None:
+        """The `jaxcore.softfloat` helper that spells float32 node `e` on a target that flushes
+        subnormals (`TargetTraits.flushes_subnormals`), or None for the native op."""
+        if not self.traits.flushes_subnormals:
+            return None
+        from jaxcore.softfloat import helper_for  # (softfloat's procedures import this module)
+
+        return helper_for(e)
 
     # ---- helpers -----------------------------------------------------------------------------
     def render_function(
@@ -323,21 +335,39 @@ class CStyleLanguage:
         return generated[name]
 
     def _generate_helper(self, name: str) -> tuple[str, tuple[str, ...]]:
-        """A float32 transcendental from its expansion, or a float16 conversion of
-        `jaxcore.half`, legalized for this dialect's traits."""
+        """A core helper rendered in this dialect: an exact float32 op of `jaxcore.softfloat` as
+        written, a transcendental from its expansion (float32 or float64) or a float16 conversion
+        of `jaxcore.half`, legalized for this dialect's traits."""
+        from jaxcore import softfloat
         from jaxcore.expansions import expand_node
+        from jaxcore.expansions64 import expand_node64
+        from jaxcore.program import Procedure, render_procedure
 
-        ops = {transcendental_helper(op, DType.float32): op for op in TRANSCENDENTALS}
+        ops = {transcendental_helper(op, dt): (op, dt) for op in TRANSCENDENTALS for dt in _FLOATS}
+        if name in softfloat.HELPERS:  # exact as written: not legalized again
+            d = softfloat.definition(name)
+            if isinstance(d, Procedure):
+                source, calls = render_procedure(d, self)
+            else:
+                source, calls = self.render_function(name, list(d[0]), d[1])
+            return source, tuple(sorted(calls - {name}))
         if name in half.HELPERS:
             dtype, body = half.helper_body(name)
+            body = legalize(body, self.traits)
         elif name in ops:
-            dtype = DType.float32
-            expanded = expand_node(AluExp(ops[name], dtype, (AluExp.variable(dtype, "x"),)))
-            assert expanded is not None  # every TRANSCENDENTALS op has a float32 expansion
-            body = expanded
+            op, dtype = ops[name]
+            node = AluExp(op, dtype, (AluExp.variable(dtype, "x"),))
+            expanded = expand_node(node) if dtype == DType.float32 else expand_node64(node)
+            assert expanded is not None  # every TRANSCENDENTALS op has both expansions
+            # The expansions hold their tolerance with products fused (each guard would be a select
+            # a call), and on a flushing target need exact float32 only where a value is moved to
+            # the result.
+            body = legalize(expanded, replace(self.traits, contracts_mul_add=False))
+            if self.traits.flushes_subnormals:
+                body = softfloat.exact_at_result(body)
         else:
             raise KeyError(f"{self.name} has no helper {name!r}")
-        source, calls = self.render_function(name, [("x", dtype)], legalize(body, self.traits))
+        source, calls = self.render_function(name, [("x", dtype)], body)
         return source, tuple(sorted(calls - {name}))
 
     def helper_order(self, names: Iterable[str]) -> list[str]:
@@ -361,6 +391,7 @@ class CStyleLanguage:
         return "\n".join(self.helper_source(n)[0].strip() + "\n" for n in self.helper_order(names))
 
 
+_FLOATS = (DType.float32, DType.float64)
 _INT_BIT = (("and", "&"), ("or", "|"), ("xor", "^"))
 _BOOL_BIT = (("and", "&&"), ("or", "||"), ("xor", "!="))
 

@@ -20,13 +20,18 @@ LOWERING_SOURCES: tuple[str, ...] = (
     "cstyle.py",
     "dtype.py",
     "expansions.py",
+    "expansions64.py",
+    "half.py",
     "interpret.py",
     "kernel.py",
     "legalize.py",
     "matmul_shape.py",
+    "pi_bits.py",
+    "program.py",
     "routine.py",
     "shape.py",
     "simplify.py",
+    "softfloat.py",
     "tuner.py",
 )
 

@@ -129,7 +129,7 @@ def _window(p: AluExp) -> AluExp:
     return _sel(_eq(sh, _u(0)), hi, joined)
 
 
-def _mul32(a: AluExp, b: AluExp) -> tuple[AluExp, AluExp]:
+def mul32(a: AluExp, b: AluExp) -> tuple[AluExp, AluExp]:
     """The 64-bit product of two u32s as (low, high) words, through 16-bit halves."""
     a0, a1 = AluExp.bit_and(a, 0xFFFF), AluExp.shr(a, _u(16))
     b0, b1 = AluExp.bit_and(b, 0xFFFF), AluExp.shr(b, _u(16))
@@ -154,8 +154,8 @@ def trig_reduce(x: AluExp) -> tuple[AluExp, AluExp]:
     m = AluExp.bit_or(AluExp.bit_and(b, 0x7FFFFF), 0x800000)
     p0 = AluExp.shr(b, _u(23)) - 120  # e + 30 (e = exponent - 150), in u32
     w0, w1, w2 = _window(p0), _window(p0 + 32), _window(p0 + 64)
-    a_lo, a_hi = _mul32(m, w2)
-    b_lo, b_hi = _mul32(m, w1)
+    a_lo, a_hi = mul32(m, w2)
+    b_lo, b_hi = mul32(m, w1)
     q1 = a_hi + b_lo
     q2 = b_hi + m * w0 + AluExp.cast(U32, _lt(q1, a_hi))
     frac = AluExp.bit_or(AluExp.shl(q2, _u(2)), AluExp.shr(q1, _u(30)))

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 from jaxcore.alu import AluExp, AluOp
 from jaxcore.dtype import DType
-from jaxcore.expansions import _mul32
+from jaxcore.expansions import mul32
 from jaxcore.legalize import opaque
 from jaxcore.pi_bits import two_over_pi_chunks
 
@@ -198,7 +198,7 @@ def _payne_hanek(ax: AluExp) -> tuple[AluExp, AluExp]:
     w0, w1, w2, w3 = _windows(AluExp.bitcast(U32, e + 9))
     limbs: list[AluExp | None] = [None, None, None, None]
     for a, b, k in ((ml, w3, 0), (ml, w2, 1), (mh, w3, 1), (ml, w1, 2), (mh, w2, 2)):
-        _add_at(limbs, k, list(_mul32(a, b)))
+        _add_at(limbs, k, list(mul32(a, b)))
     _add_at(limbs, 3, [ml * w0 + mh * w1])
     l0, l1, l2, l3 = (v for v in limbs if v is not None)
     # the fraction's top 96 bits (exact to ~2^-73: W stops at 128 bits), taken from -1/2 to 1/2

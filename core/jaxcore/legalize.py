@@ -67,6 +67,10 @@ class TargetTraits:
     # rounding helper and memory as 16-bit patterns. For a driver whose float16 arithmetic or
     # conversions are not IEEE's (NVIDIA's Vulkan driver), or a target without float16.
     f16_in_f32: bool = False
+    # float32 subnormal operands and results may be flushed to zero (WGSL and GLSL ES allow it):
+    # the dialect spells float32 + - * 1/x, compares, min/max, floor/ceil/sqrt through the exact
+    # helpers of `jaxcore.softfloat` (native where an operand or result is known normal).
+    flushes_subnormals: bool = False
 
 
 OPAQUE = "opaque"
@@ -130,16 +134,20 @@ def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
     if traits.f16_in_f32:
         exp = exp.rewrite(_hold_f16)
     exp = exp.rewrite(lambda node: _legalize_node(node, traits))
-    if (
+    if not (
         traits.folds_float_identities
         or traits.contracts_mul_add
         or traits.assumes_finite_math
         or traits.divides_by_reciprocal
     ):
-        # last, so what the expansions built (Idiv's exact residuals) is guarded too
-        known: dict[str, bool] = {}
-        exp = exp.rewrite(lambda node: _guard_known(node, traits, known))
-    return exp
+        # a compiler that keeps float ops as written needs no opaque identity (the expansions
+        # write some), and a dialect for it need not spell one
+        return exp.rewrite(
+            lambda node: node.src[0] if node.op == AluOp.Bitcast and node.arg == OPAQUE else None
+        )
+    # last, so what the expansions built (Idiv's exact residuals) is guarded too
+    known: dict[str, bool] = {}
+    return exp.rewrite(lambda node: _guard_known(node, traits, known))
 
 
 # float16 ops whose float32 result, from float16 operands, need not be a float16 value. The rest

@@ -16,7 +16,8 @@ What is here, by purpose (docs/backend-reference.md explains each):
   analysis); `lowering_digest()` (put it in every on-disk cache key)
 - the shared lowering a C-like target renders through (docs/backend-reference.md §8): `legalize`
   with `TargetTraits` (the contract as AluExp rewrites; `opaque`, `is_nan`, `divide_rn`), `expansions`
-  (the float32 transcendentals as AluExp trees), `CStyleLanguage`/`ExpRenderer` (the renderer a dialect
+  / `expansions64` (the float32 / float64 transcendentals as AluExp trees), `softfloat` (float32
+  exact where a target flushes subnormals), `CStyleLanguage`/`ExpRenderer` (the renderer a dialect
   subclasses), `matmul_shape` (`detect`, `matmul_kernel`, `MatmulShape`)
 - the statement program a kernel lowers to (`program`: `program.build_program` from a `TuneResult`
   by strategies, `Program`, `Param`, the statements `Grid`/`Loop`/`Let`/`Define`/`Accumulate`/`Store`;
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxcore import expansions, matmul_shape, program
+from jaxcore import expansions, expansions64, matmul_shape, program, softfloat
 from jaxcore.alu import NORMAL_RANGE, AluExp, AluGroup, AluOp, AluVar, pending
 from jaxcore.backend import (
     API_VERSION,
@@ -123,6 +124,7 @@ __all__ = [
     "DeviceError",
     "QUIRKS",
     "expansions",
+    "expansions64",
     "matmul_shape",
     "CStyleLanguage",
     "ExpRenderer",
@@ -134,6 +136,7 @@ __all__ = [
     "opaque",
     "MatmulShape",
     "program",
+    "softfloat",
     "GpuLimits",
     "tune_gpu",
     "API_VERSION",

@@ -245,8 +245,37 @@ class StorePartial:
     subgroups: bool
 
 
+@dataclass(frozen=True)
+class Assign:
+    """`name = value` for a `Define`d scalar (a procedure's)."""
+
+    name: str
+    value: AluExp
+
+
+@dataclass(frozen=True)
+class If:
+    cond: AluExp
+    then: tuple[Stmt, ...]
+    orelse: tuple[Stmt, ...] = ()
+
+
+@dataclass(frozen=True)
+class Return:
+    value: AluExp
+
+
+@dataclass(frozen=True)
+class Break:
+    """Leave the innermost `Loop`."""
+
+
 Stmt = (
     Let
+    | Assign
+    | If
+    | Return
+    | Break
     | Define
     | Accumulate
     | Combine
@@ -769,6 +798,18 @@ def build_passes(
     raise UnsupportedOpError(None, kernel.dtype, "program", f"no strategy for the plan {tune.size}")
 
 
+@dataclass(frozen=True)
+class Procedure:
+    """A helper function whose body is statements: early returns, branches and loops, for what one
+    expression says only at a cost (a cheap native path taken before an exact slow one, a long
+    division). A dialect renders it once, as it renders a generated helper (`jaxcore.softfloat`)."""
+
+    name: str
+    params: tuple[tuple[str, DType], ...]
+    ret: DType
+    body: tuple[Stmt, ...]
+
+
 # ---- rendering --------------------------------------------------------------------------------
 
 
@@ -857,3 +898,47 @@ def _render_stmt(s: Stmt, r: ExpRenderer) -> None:
         r.lines.append(tail)
     else:
         raise TypeError(f"not a statement: {s!r}")
+
+
+def render_procedure(proc: Procedure, lang: CStyleLanguage) -> tuple[str, set[str]]:
+    """A procedure's source and the helpers it calls. Statements run in order and a Define'd name
+    changes between them, so no value is shared across statements: each renders in a scope of its
+    own (within one, shared nodes still become lets)."""
+    r = ExpRenderer(lang)
+    lines = [lang.function_header(proc.name, list(proc.params), proc.ret)]
+    lines += _indent(_render_sequence(proc.body, r))
+    return "\n".join([*lines, "}"]), set(r.used_helpers)
+
+
+def _render_sequence(stmts: Sequence[Stmt], r: ExpRenderer) -> list[str]:
+    out: list[str] = []
+    for s in stmts:
+        sub = r.child()
+        if isinstance(s, If):
+            sub.count(s.cond)
+            cond = sub.render(s.cond)
+            out += [*sub.lines, f"if ({strip_parens(cond)}) {{", *_indent(_render_sequence(s.then, sub))]
+            if s.orelse:
+                out += ["} else {", *_indent(_render_sequence(s.orelse, sub))]
+            out.append("}")
+        elif isinstance(s, Loop):
+            head, tail = r.lang.render_loop(s.var, s.size, s.step)
+            out += [head, *_indent(_render_sequence(s.body, sub)), tail]
+        elif isinstance(s, Break):
+            out.append("break;")
+        else:
+            value = s.value  # type: ignore[union-attr]
+            sub.count(value)
+            text = sub.render(value)
+            out += sub.lines
+            if isinstance(s, Return):
+                out.append(r.lang.render_return(text))
+            elif isinstance(s, Assign):
+                out.append(r.lang.render_assign(s.name, text))
+            elif isinstance(s, Let):
+                out.append(r.lang.render_let(s.name, value.dtype, text))
+            elif isinstance(s, Define):
+                out.append(r.lang.render_define(s.name, value.dtype, text))
+            else:
+                raise TypeError(f"not a procedure statement: {s!r}")
+    return out

@@ -139,19 +139,26 @@ def test_float16_calls_the_float32_helper_through_casts() -> None:
     assert r.used_helpers == {"jc_exp_f32"}
 
 
-def test_float64_needs_a_dialect_helper() -> None:
+def test_float64_takes_the_dialect_helper_else_the_generated_one() -> None:
     from jaxcore.backend import UnsupportedOpError
+
+    e = AluExp(AluOp.Sin, DType.float64, (AluExp.variable(DType.float64, "d"),))
+    r = ExpRenderer(C())  # no float64 type: no float64 sin either
+    r.count(e)
+    with pytest.raises(UnsupportedOpError):
+        r.render(e)
 
     class C64(C):
         type_map = {**C.type_map, DType.float64: "double"}
 
-    e = AluExp(AluOp.Sin, DType.float64, (AluExp.variable(DType.float64, "d"),))
-    r = ExpRenderer(C64())
+    lang = C64()
+    r = ExpRenderer(lang)
     r.count(e)
-    with pytest.raises(UnsupportedOpError):
-        r.render(e)
-    C64.helpers = {"jc_sin_f64": ("double jc_sin_f64(double x) { return sin(x); }", ())}
     assert r.render(e) == "jc_sin_f64(d)"
+    source = lang.render_helpers(r.used_helpers)
+    assert "double jc_sin_f64(double x) {" in source and "sin(" not in source.replace("jc_sin", "")
+    C64.helpers = {"jc_sin_f64": ("double jc_sin_f64(double x) { return sin(x); }", ())}
+    assert C64().render_helpers(["jc_sin_f64"]).strip() == C64.helpers["jc_sin_f64"][0]
 
 
 def test_a_dialect_table_entry_overrides_the_generated_helper() -> None:

@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import replace
 
 import numpy as np
 
 from jaxcore.cstyle import OpRender
 from jaxcore.plugin import (
     INT32_MIN,
-    NORMAL_RANGE,
     AluExp,
     AluOp,
     AluVar,
@@ -69,6 +67,7 @@ GLSL_TRAITS = TargetTraits(
     # ES 3.00 has no `precise`: Mesa fuses a * b + c into one rounding (divide_rn's exact
     # residuals were an ulp off on llvmpipe)
     contracts_mul_add=True,
+    flushes_subnormals=True,  # llvmpipe and NVIDIA do (GLSL ES allows it)
 )
 
 
@@ -85,52 +84,31 @@ def _opaque(r: ExpRenderer, x: str) -> str:
     return _call(r, "jx_o", [x])
 
 
-def _arith(sym: str, helper: str, exact: bool = True) -> OpRender:
-    """+ - *: float32 through the denormal-exact helper where `exact` unless the operands and result
-    are known to be normal, float16 rounded after."""
+def _arith(sym: str) -> OpRender:
+    """+ - * natively (float32 where it may flush is `jaxcore.softfloat`'s), float16 rounded after."""
 
     def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-        if e.dtype == F32 and exact and e.arg != NORMAL_RANGE:
-            return _call(r, helper, a)
         text = f"({a[0]} {sym} {a[1]})"
         return _call(r, "jx_f16", [text]) if e.dtype == F16 else text
 
     return render
 
 
-def _normal_const(e: AluExp) -> bool:
-    """A float constant that no driver flushes and that a flushed operand compares with alike."""
-    return e.op == AluOp.Const and math.isfinite(e.arg) and abs(e.arg) >= 2.0**-126
-
-
-def _f32_helper(helper: str, native: str, compare: bool = True) -> OpRender:
-    """float32 through a denormal-exact helper; float16 and integers through the `native` spelling
-    (float16 values are normal float32s). A float32 compare with a normal constant is native too:
-    a flushed subnormal orders against it as the subnormal does."""
-
-    def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-        if e.src[0].dtype == F32 and not (compare and any(_normal_const(s) for s in e.src)):
-            return _call(r, helper, a)
-        return native.format(*a)
-
-    return render
-
-
-def _unary(helper: str, f16: str, normal: str | None = None) -> OpRender:
-    """A float32 helper (or `normal` where the operand is known normal); float16 by `f16`."""
+def _unary(f16: str, f32: str) -> OpRender:
+    """sqrt and 1/x of float16 (rounded after) and of a float32 marked normal."""
 
     def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
         x = strip_parens(a[0])
         if e.dtype == F16:
-            return f16.format(x=x, f16=r.need("jx_f16"), h=r.need(helper), o=_opaque(r, x))
-        return normal.format(o=_opaque(r, x)) if normal and e.arg == NORMAL_RANGE else _call(r, helper, a)
+            return f16.format(x=x, f16=r.need("jx_f16"), h=r.need("jc_sqrt_f32"), o=_opaque(r, x))
+        return f32.format(x=x, o=_opaque(r, x))
 
     return render
 
 
 def _mod(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
     # exact fmodf (of float16 values too: the remainder is one); integers are guarded by legalize
-    return _call(r, "jx_fmod", a) if e.dtype in FLOATS else f"({a[0]} % {a[1]})"
+    return _call(r, "jc_fmod_f32", a) if e.dtype in FLOATS else f"({a[0]} % {a[1]})"
 
 
 def _threefry(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
@@ -148,18 +126,12 @@ class GLSLLanguage(CStyleLanguage):
     helpers = glsl_lib.HELPERS
     code_for_op = {
         **CStyleLanguage.code_for_op,
-        AluOp.Add: _arith("+", "jx_add"),
-        AluOp.Sub: _arith("-", "jx_sub"),
-        AluOp.Mul: _arith("*", "jx_mul"),
+        AluOp.Add: _arith("+"),
+        AluOp.Sub: _arith("-"),
+        AluOp.Mul: _arith("*"),
         AluOp.Mod: _mod,
-        AluOp.Min: _f32_helper("jx_min", "min({0}, {1})", compare=False),
-        AluOp.Max: _f32_helper("jx_max", "max({0}, {1})", compare=False),
-        AluOp.Cmplt: _f32_helper("jx_lt", "({0} < {1})"),
-        AluOp.Cmpne: _f32_helper("jx_ne", "({0} != {1})"),
-        AluOp.Sqrt: _unary("jx_sqrt", "{f16}({h}({x}))"),
-        AluOp.Floor: _unary("jx_floor", "floor({x})"),
-        AluOp.Ceil: _unary("jx_ceil", "ceil({x})"),
-        AluOp.Reciprocal: _unary("jx_rcp", "{f16}(1.0 / {o})", "(1.0 / {o})"),
+        AluOp.Sqrt: _unary("{f16}({h}({x}))", "sqrt({x})"),
+        AluOp.Reciprocal: _unary("{f16}(1.0 / {o})", "(1.0 / {o})"),
         AluOp.Threefry2x32: _threefry,
     }
 
@@ -246,33 +218,8 @@ class GLSLLanguage(CStyleLanguage):
     def render_kernel(self, name: str, params: tuple[Param, ...], body: list[str]) -> str:
         return "\n".join(body)
 
-    def helper_source(self, name: str) -> tuple[str, tuple[str, ...]]:
-        """The generated transcendentals (jc_*) are rendered with float32 arithmetic native."""
-        if name in self.helpers or type(self) is not GLSLLanguage:
-            return super().helper_source(name)
-        return _APPROXIMATE.helper_source(name)
-
-
-class _ApproximateGLSL(GLSLLanguage):
-    """GLSL for the bodies of the generated transcendentals, ops the tolerance table approximates:
-    float32 + - * and 1/x are native there, as a flushed subnormal moves the result by less than
-    the tolerance (Exp's is the smallest normal for that reason), and so is a fused a * b + c (the
-    expansions' exact steps, Cody-Waite's k * pi/2 parts, stay exact fused). The exact helpers,
-    inlined a hundred times over, made sin 20x slower on llvmpipe. (log reads a subnormal input's
-    integer mantissa, so no float op in these bodies must be exact.)"""
-
-    traits = replace(GLSL_TRAITS, contracts_mul_add=False)
-    code_for_op = {
-        **GLSLLanguage.code_for_op,
-        AluOp.Add: _arith("+", "jx_add", exact=False),
-        AluOp.Sub: _arith("-", "jx_sub", exact=False),
-        AluOp.Mul: _arith("*", "jx_mul", exact=False),
-        AluOp.Reciprocal: lambda r, e, a: f"(1.0 / {a[0]})",
-    }
-
 
 LANG = GLSLLanguage()
-_APPROXIMATE = _ApproximateGLSL()
 
 
 def float_literal(v: float) -> str:

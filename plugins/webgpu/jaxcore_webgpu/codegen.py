@@ -36,7 +36,7 @@ bounds-checks it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jaxcore.alu import AluExp, AluOp
 from jaxcore.backend import UnsupportedOpError
@@ -144,8 +144,7 @@ def _check_inputs(kernel: Kernel, *exps: AluExp | None) -> None:
 def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WGSL_TRAITS) -> ShaderPlan:
     """WGSL for `kernel` on `target`: a `ShaderPlan` of one or two passes (see the module doc)."""
     tune = tune_gpu(kernel, target.limits())
-    lang = WGSLLanguage(traits)
-    lang.exact_subnormals = target.exact_subnormals
+    lang = WGSLLanguage(replace(traits, flushes_subnormals=target.exact_subnormals))
     exp = legalize(tune.exp, traits)
     epilogue = legalize(tune.epilogue, traits) if tune.epilogue is not None else None
     out_idx = tune.output_idx_exp

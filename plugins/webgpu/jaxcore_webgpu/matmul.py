@@ -23,7 +23,7 @@ is left to the generic compiler, which holds float16 in float32 (`WGSL_TRAITS.f1
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jaxcore.alu import AluOp
 from jaxcore.backend import UnsupportedOpError
@@ -134,8 +134,8 @@ def zero_uniform(code: str) -> bytes | None:
 
 
 def render(kernel: Kernel, mm: MatmulShape, t: Tile, exact_subnormals: bool = True) -> str:
-    lang = WGSLLanguage(WGSL_TRAITS)
-    lang.exact_subnormals = exact_subnormals  # the epilogue's ops (the inner products are fma)
+    # the epilogue's ops exact on subnormals where the device flushes them (the inner products are fma)
+    lang = WGSLLanguage(replace(WGSL_TRAITS, flushes_subnormals=exact_subnormals))
     epi = legalize(mm.epilogue, WGSL_TRAITS)
     epi_dtypes = {n.dtype for n in epi.nodes()}
     lang.features = {"f64"} if DType.float64 in {mm.product, mm.acc, mm.out} | epi_dtypes else set()

@@ -23,25 +23,20 @@ What WGSL defines natively and what it does not (WGSL spec, section 8.7 and 16):
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 
 from jaxcore import half
-from jaxcore.alu import NORMAL_RANGE, AluExp, AluOp
+from jaxcore.alu import AluExp, AluOp
 from jaxcore.cstyle import (
-    TRANSCENDENTALS,
     CStyleLanguage,
     ExpRenderer,
-    OpRender,
     strip_parens,
-    transcendental_helper,
 )
 from jaxcore.dtype import INT32_MIN, DType, is_float, to_numpy
 from jaxcore.dtype import bitcast as bitcast_values
 from jaxcore.dtype import cast as cast_values
-from jaxcore.expansions import expand_node
-from jaxcore.legalize import TargetTraits, legalize
+from jaxcore.legalize import TargetTraits
 from jaxcore.program import Program, WorkgroupFold
 from jaxcore_webgpu import wgsl_helpers
 
@@ -63,46 +58,18 @@ WGSL_TRAITS = TargetTraits(
     # NVIDIA's float16 turned NaN into numbers and f32 infinity into finite float16; held in f32,
     # float16 also needs no shader-f16 (every browser runs it)
     f16_in_f32=True,
+    flushes_subnormals=True,  # the device that runs an exported program is unknown; a probe may turn it off
 )
 
 
-def _exact(r: ExpRenderer, e: AluExp) -> bool:
-    """Whether this float32 node needs the subnormal-exact spelling (see `WGSLLanguage`); not one
-    marked NORMAL_RANGE (never subnormal: legalize's division expansion)."""
-    dt = e.src[0].dtype if e.op in (AluOp.Cmplt, AluOp.Cmpne) else e.dtype
-    return dt == DType.float32 and e.arg != NORMAL_RANGE and getattr(r.lang, "exact_subnormals", True)
-
-
-def _binary(helper: str, native: OpRender) -> OpRender:
-    """float32 through `helper` (exact on subnormals), everything else as `native`."""
-
-    def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-        if _exact(r, e):
-            return f"{r.need(helper)}({strip_parens(a[0])}, {strip_parens(a[1])})"
-        return native(r, e, a)
-
-    return render
-
-
-def _unary(helper: str, native: OpRender) -> OpRender:
-    def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-        return f"{r.need(helper)}({strip_parens(a[0])})" if _exact(r, e) else native(r, e, a)
-
-    return render
-
-
 def _idiv(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-    if _exact(r, e):
-        return f"trunc({r.need('jc_div_f32')}({strip_parens(a[0])}, {strip_parens(a[1])}))"
-    if is_float(e.dtype):
+    if is_float(e.dtype):  # (legalize spells float32's; this one is float64's)
         return f"trunc({a[0]} / {a[1]})"
     return f"({a[0]} / {a[1]})"
 
 
 def _mod(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-    if e.dtype == DType.float32:
-        return f"{r.need('jc_fmod_f32')}({strip_parens(a[0])}, {strip_parens(a[1])})"
-    if e.dtype == DType.float16:  # held in float32: fmod of float16 values is one exactly
+    if e.dtype in (DType.float32, DType.float16):  # float16 held in float32: its fmod is one exactly
         return f"{r.need('jc_fmod_f32')}({strip_parens(a[0])}, {strip_parens(a[1])})"
     if e.dtype == DType.float64:
         return f"{r.need('jc_fmod_f64')}({strip_parens(a[0])}, {strip_parens(a[1])})"
@@ -111,12 +78,6 @@ def _mod(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
     # as if unsigned (-1 % 7 gave 3 on an H200), while its `/` is right.
     zero = "0u" if e.dtype == DType.uint32 else "0i"
     return f"select({a[0]} - ({a[0]} / {a[1]}) * {a[1]}, {zero}, {a[1]} == {zero})"
-
-
-def _reciprocal(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-    if _exact(r, e):
-        return f"{r.need('jc_div_f32')}(1.0f, {strip_parens(a[0])})"
-    return f"({r.lang.render_const(r, 1.0, e.dtype)} / {a[0]})"
 
 
 def _threefry(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
@@ -129,8 +90,6 @@ def _threefry(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
 def _cmpne(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
     if e.arg == "isnan":  # legalize's non-bit NaN test
         return f"{r.need('jc_isnan_f32')}(f32({strip_parens(a[0])}))"
-    if _exact(r, e):
-        return f"{r.need('jc_ne_f32')}({strip_parens(a[0])}, {strip_parens(a[1])})"
     return f"({a[0]} != {a[1]})"
 
 
@@ -162,40 +121,6 @@ def _one_call(text: str) -> bool:
         if depth == 0 and ch == ")":
             return i == len(text) - 1
     return False
-
-
-_GENERATED = {transcendental_helper(op, DType.float32): op for op in TRANSCENDENTALS}
-_SPELLED_EXACT = frozenset(
-    {AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Reciprocal, AluOp.Min, AluOp.Max, AluOp.Cmplt, AluOp.Cmpne}
-    | {AluOp.Sqrt, AluOp.Floor, AluOp.Ceil, AluOp.Idiv}
-)
-
-
-def _moved(e: AluExp) -> tuple[AluExp, ...]:
-    """The operands whose value `e` passes on unchanged: a select's branches, a bitcast's."""
-    if e.op == AluOp.Where:
-        return e.src[1:]
-    return e.src if e.op == AluOp.Bitcast else ()
-
-
-def _exact_at_result(body: AluExp) -> AluExp:
-    """`body` with every float32 op marked NORMAL_RANGE (spelled natively) but those whose value is
-    moved into the return value: there a subnormal is the answer, and it must be exact."""
-    result = {body.key()}
-    nodes = list(body.nodes())
-    for n in reversed(nodes):
-        if n.key() in result:
-            result.update(m.key() for m in _moved(n))
-    memo: dict[str, AluExp] = {}
-    for n in nodes:
-        src = tuple(memo[s.key()] for s in n.src)
-        f32 = n.dtype == DType.float32 or (
-            n.op in (AluOp.Cmplt, AluOp.Cmpne) and n.src[0].dtype == DType.float32
-        )
-        native = n.op in _SPELLED_EXACT and f32 and n.arg is None and n.key() not in result
-        arg = NORMAL_RANGE if native else n.arg
-        memo[n.key()] = n if src == n.src and arg == n.arg else AluExp(n.op, n.dtype, src, arg)
-    return memo[body.key()]
 
 
 # Subgroup builtins of the entry point (WGSL subgroups; naga takes them without `enable subgroups;`,
@@ -285,28 +210,21 @@ class WGSLLanguage(CStyleLanguage):
     traits = WGSL_TRAITS
     code_for_op = {
         **CStyleLanguage.code_for_op,
-        **{
-            op: _binary(f"jc_{op.name.lower()}_f32", CStyleLanguage.code_for_op[op])
-            for op in (AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Min, AluOp.Max)
-        },
-        AluOp.Cmplt: _binary("jc_lt_f32", CStyleLanguage.code_for_op[AluOp.Cmplt]),
-        **{
-            op: _unary(f"jc_{op.name.lower()}_f32", CStyleLanguage.code_for_op[op])
-            for op in (AluOp.Sqrt, AluOp.Floor, AluOp.Ceil)
-        },
         AluOp.Idiv: _idiv,
         AluOp.Mod: _mod,
-        AluOp.Reciprocal: _reciprocal,
+        AluOp.Reciprocal: lambda r, e, a: f"({r.lang.render_const(r, 1.0, e.dtype)} / {a[0]})",
         AluOp.Threefry2x32: _threefry,
         AluOp.Cmpne: _cmpne,
     }
     helpers = wgsl_helpers.HELPERS
-    # WGSL lets an implementation flush float32 subnormals (Chromium on SwiftShader, Direct3D, some
-    # Metal paths do); the contract keeps them. With this on, float32 + - * /, comparisons,
-    # min/max, floor/ceil/sqrt and float -> bool are spelled through the helpers that are exact
-    # on a flushing device (the native op, then an exact slow path only when an operand is
-    # subnormal or the result underflows). Exported browser programs need it on.
-    exact_subnormals: bool = True
+
+    @property
+    def exact_subnormals(self) -> bool:
+        """float32 spelled exact on subnormals (`TargetTraits.flushes_subnormals`, `jaxcore.softfloat`):
+        WGSL lets an implementation flush them (Chromium on SwiftShader, Direct3D, some Metal paths,
+        NVIDIA's Vulkan driver do). Exported browser programs need it on."""
+        return self.traits.flushes_subnormals
+
     features: set[str]  # {"f64"} when the program uses float64; the code generator sets it per program
     _opaque_sites: int = 0  # opaque call sites rendered so far (render_opaque)
 
@@ -376,28 +294,9 @@ class WGSLLanguage(CStyleLanguage):
         return super().render_op(r, e, args)
 
     def helper_source(self, name: str) -> tuple[str, tuple[str, ...]]:
-        """The float32 transcendentals from the core's expansions, as `CStyleLanguage` generates
-        them, but legalized without the guard against fused products (the expansions hold their
-        tolerance either way, and each guard is a select a call) and, in the exact-subnormal
-        spelling, exact only in the ops whose value is moved into the result (`_exact_at_result`):
-        elsewhere a flushed subnormal moves the result by less than the tolerance (log reads a
-        subnormal input on its bits), while exp's subnormal results stay exact. With exact helpers
-        throughout, exp made a 4096^2 softmax 0.17 -> 0.28 ms on an H200."""
         if name.startswith((_LOAD16, _STORE16)):
             return _half_word_helper(name)
-        if name in self.helpers or name not in _GENERATED:
-            return super().helper_source(name)
-        cache: dict[str, tuple[str, tuple[str, ...]]] = self.__dict__.setdefault("_wgsl_generated", {})
-        if name not in cache:
-            x = AluExp.variable(DType.float32, "x")
-            body = expand_node(AluExp(_GENERATED[name], DType.float32, (x,)))
-            assert body is not None  # every transcendental has a float32 expansion
-            body = legalize(body, replace(self.traits, contracts_mul_add=False))
-            if self.exact_subnormals:
-                body = _exact_at_result(body)
-            source, calls = self.render_function(name, [("x", DType.float32)], body)
-            cache[name] = (source, tuple(sorted(calls - {name})))
-        return cache[name]
+        return super().helper_source(name)
 
     def render_opaque(self, r: ExpRenderer, dtype: DType, x: str) -> str:
         """`jc_o_<t>(x, k)`, `k` this call site's number in the program (see wgsl_helpers)."""
