@@ -396,6 +396,9 @@ def divide_rn(a: AluExp, b: AluExp) -> AluExp:
     f32, u32, i32 = DType.float32, DType.uint32, DType.int32
     ma, ea = _mantissa_exponent(a)
     mb, eb = _mantissa_exponent(b)
+    # Opaque: a compiler that knows `a` up to a choice of values knows the mantissa (1.0 for both 0
+    # and 1), and folded the residuals' steps by it (NVIDIA: `f32(b) / x` an ulp off).
+    ma, mb = opaque(ma), opaque(mb)
     y = AluExp(AluOp.Reciprocal, f32, (mb,), NORMAL_RANGE)
     q0 = _n(AluOp.Mul, ma, y)
     q1 = _n(AluOp.Add, q0, _n(AluOp.Mul, _residual(ma, mb, q0), y))
