@@ -162,10 +162,12 @@ def _hold_f16(e: AluExp) -> AluExp | None:
     if e.dtype != f16:
         return None
     if e.op in _ROUNDED_F16:
-        # operands and result are zero, normal or special in float32 (float16's smallest value
-        # is 2^-24, a product of two 2^-48): the native float32 op is exact
-        wide = AluExp(e.op, f32, tuple(AluExp.cast(f32, s) for s in e.src), NORMAL_RANGE)
-        return AluExp.cast(f16, wide)
+        # Operands and result are never subnormal in float32 (float16's smallest value is 2^-24, a
+        # product of two 2^-48), yet not NORMAL_RANGE: a flushing target's helper decides NaN,
+        # infinity and zero on the bits, where a compiler that assumes finite math folds the
+        # native op (NVIDIA made f16(tiny) * NaN 0, having proved the rounded operand 0 from its
+        # integer ops).
+        return AluExp.cast(f16, AluExp(e.op, f32, tuple(AluExp.cast(f32, s) for s in e.src)))
     if e.op == AluOp.Cast and e.src[0].dtype == DType.float64:
         from jaxcore.half import odd_f32
 
@@ -260,6 +262,21 @@ def _guard_float_node(e: AluExp, t: TargetTraits) -> AluExp | None:
         return AluExp(op, dt, (a, opaque(b)), e.arg)
     if _zero_const(a) or bb in in_a:  # 0 * x, 0 + x, 0 - x; (x + y) - y, select(c, x, x) - x
         return AluExp(op, dt, (opaque(a), b), e.arg)
+    if bb in _near(ba, 3):  # (select(c, x, x) * 0) / x -> 0 (NVIDIA, float64)
+        return AluExp(op, dt, (a, opaque(b)), e.arg)
+    if ba in _near(bb, 3):
+        return AluExp(op, dt, (opaque(a), b), e.arg)
+    return out
+
+
+def _near(e: AluExp, depth: int) -> set[AluExp]:
+    """The operands of float arithmetic and selects below `e`, `depth` levels down (through casts
+    between floats): terms a driver's algebra reaches when it cancels (x * y) / x."""
+    out: set[AluExp] = set()
+    level = [e]
+    for _ in range(depth):
+        level = [_bare(s) for n in level if n.op in _FOLDABLE or n.op == AluOp.Where for s in n.src]
+        out.update(level)
     return out
 
 

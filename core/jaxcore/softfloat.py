@@ -268,9 +268,12 @@ def _add_body(a: AluExp, b: AluExp) -> tuple[Stmt, ...]:
         ),
         If(opposite, (Return(AluExp.f32(0.0)),)),
         If(_eq(AluExp.bit_or(aa, ab), 0), (Return(a),)),
-        # an operand from 2^-100 up beside one below 2^-126 (under a quarter of its ulp) is the sum
-        If(_not(_lt(aa, 0x0D800000)), (Return(a),)),
-        If(_not(_lt(ab, 0x0D800000)), (Return(b),)),
+        # an operand from 2^-100 up beside one below 2^-126 (under a quarter of its ulp) is the sum;
+        # beside a normal one, no subnormal is involved and the native sum is exact (the fast
+        # path's test is not trusted alone: NVIDIA sent x + x for x near the top here, where a
+        # plain `return a` gave FLT_MAX for infinity)
+        If(_not(_lt(aa, 0x0D800000)), (Return(AluExp.where(_lt(ab, 0x00800000), a, R)),)),
+        If(_not(_lt(ab, 0x0D800000)), (Return(AluExp.where(_lt(aa, 0x00800000), b, R)),)),
         # scaled by 2^24 both are normal, and their sum is exact or rounds as the true sum does
         Let("s", _native(AluOp.Add, _up24(a), _up24(b))),
         If(_eq(ms, 0), (Return(s),)),
