@@ -55,11 +55,16 @@ def _naming(source: Kernel | Routine) -> Iterator[None]:
         raise ShaderError(f"webgl: preparing {what}: {str(e).removeprefix('webgl: ')}") from e
 
 
+KERNEL_CACHE = 256
+
+
 class WebGLBackend(BaseBackend):
     name = "webgl"
 
     def __init__(self, platform: str | None = None) -> None:
-        super().__init__()
+        # A kernel holds its GL programs (llvmpipe: ~2.8 MiB of resident memory each) until the
+        # kernel cache drops it: 256 of them keep a process of distinct kernels under 1 GiB.
+        super().__init__(cache_size=min(current_settings().kernel_cache, KERNEL_CACHE))
         self.closed = False
         env = current_settings().plugin("webgl")
         if platform is None:

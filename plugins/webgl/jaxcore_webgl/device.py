@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import math
 import os
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -104,7 +105,11 @@ class Device:
         self.driver = driver
         self.binary_hits = 0
         self._pool: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        self._programs: dict[str, Program] = {}
+        # A program lives while an executable holds it (the backend's kernel cache is bounded), so
+        # the cache holds it weakly; a dropped one's GL name is deleted on this thread, at the next
+        # program() (a finalizer may run on any thread: it only queues the name).
+        self._programs: weakref.WeakValueDictionary[str, Program] = weakref.WeakValueDictionary()
+        self._dead: list[int] = []
         self._vs = self._shader(gl.GL_VERTEX_SHADER, VERTEX_SHADER)
         self.vao = int(gl.glGenVertexArrays(1))
         gl.glBindVertexArray(self.vao)
@@ -249,6 +254,7 @@ class Device:
         hit = self._programs.get(fs)
         if hit is not None:
             return hit
+        self._reap()
         gl = self.gl
         if self.dump_dir is not None:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
@@ -278,7 +284,13 @@ class Device:
         shifts = [gl.glGetUniformLocation(p, f"sh{i}") for i in range(nargs)]
         prog = Program(int(p), shifts, {u: gl.glGetUniformLocation(p, u) for u in uniforms})
         self._programs[fs] = prog
+        weakref.finalize(prog, self._dead.append, int(p))
         return prog
+
+    def _reap(self) -> None:
+        """Delete the GL programs no executable holds any more."""
+        while self._dead:
+            self.gl.glDeleteProgram(self._dead.pop())
 
     def _binary_path(self, fs: str) -> tuple[Path, bytes] | None:
         """The disk-cache entry of `fs`, and the key (driver, shader texts, whether validated) its
@@ -436,7 +448,8 @@ class Device:
             self.canary.close()
         self.trim()
         gl = self.gl
-        for p in self._programs.values():
+        self._reap()
+        for p in list(self._programs.values()):  # (their finalizers then queue names nobody reaps)
             gl.glDeleteProgram(p.prog)
         self._programs.clear()
 
