@@ -105,6 +105,18 @@ def _check_count(what: str, value: object) -> None:
         raise ValueError(f"{what} must be a non-negative int, got {value!r}")
 
 
+_FOLD_ITEMS = 256  # a reduction of items that read nothing is folded at prepare up to this size
+
+
+def _varies(n: AluExp) -> bool:
+    """A node whose value differs between outputs or runs: a read, an index but the reduction's."""
+    if n.op in (AluOp.GlobalIndex, AluOp.GlobalView):
+        return True
+    if n.op == AluOp.Variable:
+        return n.arg != "ridx"
+    return n.op == AluOp.Special and n.arg[0] != "ridx"
+
+
 @dataclass(frozen=True, eq=False, init=False)
 class Reduction:
     """A fold over one axis of `size` items, then `epilogue` (an expression in `acc`; None is `$acc`)."""
@@ -193,13 +205,22 @@ class Kernel:
         return self.reduction.epilogue.dtype if self.reduction else self.exp.dtype
 
     def live(self) -> Kernel:
-        """The kernel a device compiles: this one, or, when the epilogue never reads `acc`, the
-        epilogue alone as an elementwise kernel (same outputs). NVIDIA's GLSL compiler crashed
-        (SIGSEGV in the first draw) on a reduction loop whose accumulator is dead."""
+        """The kernel a device compiles: this one, or the epilogue alone as an elementwise kernel
+        (same outputs) when the epilogue never reads `acc`, or reads an `acc` the fold of items
+        that read nothing makes a constant (folded here, by the contract). NVIDIA's GLSL compiler
+        crashed (SIGSEGV in the first draw) on a reduction loop it found dead or constant."""
         red = self.reduction
-        if red is None or any(n.op == AluOp.Variable and n.arg == "acc" for n in red.epilogue.nodes()):
+        if red is None:
             return self
-        return Kernel(self.nargs, self.size, red.epilogue)
+        if not any(n.op == AluOp.Variable and n.arg == "acc" for n in red.epilogue.nodes()):
+            return Kernel(self.nargs, self.size, red.epilogue)
+        if red.size > _FOLD_ITEMS or self.exp.some(_varies):
+            return self
+        acc: float | int = red.identity
+        for r in range(red.size):
+            item = AluExp.const(red.dtype, self.exp.evaluate({"ridx": r}))
+            acc = AluExp(red.op, red.dtype, (AluExp.const(red.dtype, acc), item)).evaluate({})
+        return Kernel(self.nargs, self.size, red.epilogue.substitute({"acc": AluExp.const(red.dtype, acc)}))
 
     @property
     def bytes(self) -> int:

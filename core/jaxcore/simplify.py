@@ -454,6 +454,18 @@ def _identities(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp])
                 return AluExp.const(dtype, 0)
             if op == AluOp.Idiv and i == 1 and v == 1 and not flt:
                 return other
+    # R3c: a bool and/or/xor with a constant operand (false && x is false: a reduction whose
+    # accumulator only such a term reads is then dead, which Kernel.live drops before a driver sees it)
+    if op == AluOp.BitCombine and dtype == DType.bool:
+        for i in (0, 1):
+            if src[i].op == AluOp.Const:
+                v, other = bool(src[i].arg), src[1 - i]
+                if e.arg == "and":
+                    return other if v else AluExp.bool_(False)
+                if e.arg == "or":
+                    return AluExp.bool_(True) if v else other
+                if not v:  # xor
+                    return other
     # R3a: min(x, x) = max(x, x) = x, in every dtype (NaN and -0 included)
     if op in (AluOp.Min, AluOp.Max) and src[0] == src[1]:
         return src[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from jaxcore.alu import AluExp, AluOp, AluVar
@@ -121,3 +122,37 @@ def test_live_drops_a_reduction_whose_epilogue_ignores_acc() -> None:
     assert live.reduction is None and live.exp == AluExp.cast(DType.float32, g) and live.dtype == dead.dtype
     used = Kernel(1, 3, item, Reduction(DType.float32, AluOp.Add, 4, AluVar.acc(DType.float32) * 2.0))
     assert used.live() is used
+
+
+def test_live_drops_a_reduction_only_a_decided_bool_term_reads() -> None:
+    # `false && (acc != 0)` and `true || (acc != 0)` (fuzzed on an H200, whose GLSL compiler
+    # crashed on the loop it found dead): the simplifier decides them, and the loop goes
+    g, r = AluVar.gidx, AluVar.ridx
+    item = AluExp.global_index(DType.uint32, 0, 12, g * 4 + r)
+    used = AluExp(AluOp.Cmpne, DType.bool, (AluVar.acc(DType.uint32), AluExp.u32(0)))
+    for mode, const, want in (("and", False, False), ("or", True, True)):
+        epilogue = AluExp(AluOp.BitCombine, DType.bool, (AluExp.bool_(const), used), mode)
+        live = Kernel(1, 3, item, Reduction(DType.uint32, AluOp.Min, 4, epilogue)).live()
+        assert live.reduction is None and live.exp == AluExp.bool_(want)
+
+
+def test_live_folds_a_reduction_of_items_that_read_nothing() -> None:
+    # the items are the same for every output (no read, no gidx): the fold is a constant, computed
+    # by the contract in the reduction's dtype (float32 rounding per step)
+    r = AluVar.ridx
+    item = AluExp.cast(DType.float32, r) * AluExp.f32(0.1)
+    epilogue = AluVar.acc(DType.float32) + AluExp.cast(DType.float32, AluVar.gidx)
+    live = Kernel(0, 3, item, Reduction(DType.float32, AluOp.Add, 7, epilogue)).live()
+    acc = np.float32(0)
+    for i in range(7):
+        acc = np.float32(acc + np.float32(np.float32(i) * np.float32(0.1)))
+    assert live.reduction is None
+    assert live.exp.evaluate({"gidx": 0}) == float(acc) and live.exp.evaluate({"gidx": 2}) == float(acc + 2)
+    # items that read a buffer, or vary with the output, are folded by the device
+    read = AluExp.global_index(DType.float32, 0, 7, r)
+    k = Kernel(1, 3, read, Reduction(DType.float32, AluOp.Add, 7, epilogue))
+    assert k.live() is k
+    k = Kernel(
+        0, 3, item * AluExp.cast(DType.float32, AluVar.gidx), Reduction(DType.float32, AluOp.Add, 7, epilogue)
+    )
+    assert k.live() is k
