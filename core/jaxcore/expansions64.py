@@ -363,4 +363,7 @@ def expand_node64(e: AluExp) -> AluExp | None:
     if fn is None or e.dtype != F64:
         return None
     (x,) = e.src
-    return fn(x)
+    # Opaque: the expansion is a helper function, and a driver that inlines it sees the argument's
+    # own arithmetic; NVIDIA reassociated (f64(u) * -DBL_MAX) * 2^-1000 (the class test's scaling)
+    # past the overflow, and sin(-inf) came back -0.
+    return fn(opaque(x))

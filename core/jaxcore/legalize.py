@@ -406,7 +406,7 @@ def _pow2(k: AluExp) -> AluExp:
 
 def divide_rn(a: AluExp, b: AluExp) -> AluExp:
     """a / b correctly rounded, from an approximate reciprocal: both operands scaled to [1, 2),
-    one Newton step on the exact residual, then the neighbour with the smaller exact residual
+    two Newton steps on the exact residual, then the neighbour with the smaller exact residual
     (ties to even), scaled back. Zeros, infinities and NaN take the native a * (1/b). A quotient
     in the subnormal range rounds twice (it may be one subnormal ulp off): Idiv truncates it to
     zero anyway."""
@@ -417,8 +417,12 @@ def divide_rn(a: AluExp, b: AluExp) -> AluExp:
     # and 1), and folded the residuals' steps by it (NVIDIA: `f32(b) / x` an ulp off).
     ma, mb = opaque(ma), opaque(mb)
     y = AluExp(AluOp.Reciprocal, f32, (mb,), NORMAL_RANGE)
-    q0 = _n(AluOp.Mul, ma, y)
-    q1 = _n(AluOp.Add, q0, _n(AluOp.Mul, _residual(ma, mb, q0), y))
+    # Two Newton steps on the exact residual: a driver's reciprocal may be ulps off (NVIDIA's is,
+    # when it picks its approximate one), and after one step the quotient could still be more than
+    # one neighbour away from the correctly rounded one (NVIDIA: f32(u) / -5.43 an ulp off).
+    q1 = _n(AluOp.Mul, ma, y)
+    for _ in range(2):
+        q1 = _n(AluOp.Add, q1, _n(AluOp.Mul, _residual(ma, mb, q1), y))
     r1 = _residual(ma, mb, q1)
     up = AluExp.cmplt(_c(f32, 0.0), r1)
     q1b = AluExp.bitcast(u32, q1)

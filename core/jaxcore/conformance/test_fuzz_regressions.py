@@ -250,6 +250,31 @@ CASES: dict[str, Regression] = {
         (),
         32,
     ),
+    # -- fuzzed on an NVIDIA H200 (Vulkan, driver 580): compilers that assume finite math
+    "f64_select_of_x_times_zero_over_x": Regression(
+        lambda: AluExp.idiv(
+            AluExp.where(read(BOOL, 1, 4), read(F64, 0, 4), read(F64, 0, 4)) * AluExp.f64(0.0),
+            read(F64, 0, 4),
+        ),
+        ((F64, (math.inf, -math.inf, 0.0, math.nan)), (BOOL, u(1, 0, 1, 0))),
+        4,
+    ),
+    "f16_of_a_tiny_float32_times_nan": Regression(
+        lambda: (
+            AluExp.cast(F16, AluExp.bitcast(F32, AluExp.bit_and(AluExp.cast(I32, read(F32, 0, 3)), 31)))
+            * AluExp.f16(math.nan)
+        ),
+        ((F32, (5.0, 31.0, 0.0)),),
+        3,
+    ),
+    "f32_x_plus_x_overflows": Regression(
+        lambda: read(F32, 0, 3) + read(F32, 0, 3), ((F32, (3.4028234663852886e38, -3e38, 2e38)),), 3
+    ),
+    "f64_sin_of_an_overflowed_product": Regression(
+        lambda: AluExp.sin(AluExp.cast(F64, read(U32, 0, 3)) * AluExp.f64(-1.7976931348623157e308)),
+        ((U32, u(2, 7, 1)),),
+        3,
+    ),
     # -- NaN bits of a bitcast constant (a bitcast keeps its bits; the simplifier folds it to a Const)
     "bitcast_of_int_constant_keeps_nan_payload": Regression(
         lambda: AluExp.bitcast(F32, AluExp.i32(-9)), (), 3, bits=True
@@ -325,6 +350,31 @@ def test_reduction_whose_epilogue_ignores_acc(backend: Backend, op: AluOp) -> No
         skip_if_undeclared(backend, kernel)
         got = run(backend, kernel, [x])
         assert np.array_equal(got.astype(np.int64), want), f"{epilogue}: got {got.tolist()}"
+
+
+def test_reductions_a_compiler_could_fold_away(backend: Backend) -> None:
+    """`false && (acc != 0)`, `true || (acc != 0)` and a sum of items that read nothing (fuzzed:
+    NVIDIA's GLSL compiler crashed the process on loops it found dead or constant); and a float16
+    subnormal through a Max reduction and a cast (NVIDIA's packHalf2x16 flushed it to 0)."""
+    x = oracle.array([7, 3, 0, 9, 1, 5], "uint32")
+    item = read(U32, 0, 6, AluVar.gidx * 2 + AluVar.ridx)
+    used = AluExp.cmpne(AluVar.acc(U32), AluExp.u32(0))
+    for mode, const in (("and", False), ("or", True)):
+        epilogue = AluExp(AluOp.BitCombine, BOOL, (AluExp.bool_(const), used), mode)
+        kernel = Kernel(1, 3, item, Reduction(U32, AluOp.Min, 2, epilogue))
+        skip_if_undeclared(backend, kernel)
+        got = run(backend, kernel, [x])
+        assert np.array_equal(got.astype(np.int64), np.full(3, int(const))), f"{mode}: got {got.tolist()}"
+    ridx = AluExp.cast(I32, AluVar.ridx)
+    kernel = Kernel(0, 4, ridx, Reduction(I32, AluOp.Add, 5, AluExp.cmpne(AluVar.acc(I32), AluExp.i32(0))))
+    skip_if_undeclared(backend, kernel)
+    assert run(backend, kernel, []).astype(np.int64).tolist() == [1, 1, 1, 1]
+    tiny = 2.092123031616211e-05  # float16 0x015f, a subnormal
+    cast = AluExp.cast(F16, AluExp.cast(F32, AluVar.acc(F16)))
+    kernel = Kernel(0, 4, AluExp.f16(tiny), Reduction(F16, AluOp.Max, 8, cast))
+    skip_if_undeclared(backend, kernel)
+    got = run(backend, kernel, [])
+    assert got.view("<u2").tolist() == [0x015F] * 4, f"got {got.tolist()}"
 
 
 # ---- NaN bits: moved values keep them; computed NaNs are only NaN ---------------------------------

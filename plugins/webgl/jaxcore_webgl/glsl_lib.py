@@ -6,9 +6,9 @@ the transcendentals are generated from `jaxcore.expansions`. What is left here, 
 a driver gave:
 
 - an opaque identity (`jx_o`) and a 0/1 bool (`jx_b2u`) that compilers cannot fold;
-- float16 on the bits (`jx_ph`, `jx_h`): packHalf2x16/unpackHalf2x16 of Inf, NaN and
-  overflow are the implementation's (ANGLE on SwiftShader corrupts the other half-word; NVIDIA
-  drops a NaN's sign), so specials are spelled out and moved values never leave their bits;
+- float16 on the bits (`jx_ph`, `jx_h`, `jx_f16`): through the core's generated integer-op
+  conversions (`jaxcore.half`), not packHalf2x16/unpackHalf2x16, whose subnormals, Inf, NaN and
+  overflow are the implementation's; moved values never leave their bits;
 - `jx_u2f`: ANGLE on SwiftShader rounds float(uint) apart from nearest-even;
 - `jx_threefry`, written out: llvmpipe caps the loop iterations of a shader.
 
@@ -29,21 +29,12 @@ uniform uint jx_z;
 float jx_o(float x) { return uintBitsToFloat(floatBitsToUint(x) + jx_z); }
 // NVIDIA's compiler (GLES 3.2, driver 580) made uint(true) 0xffffffff inside max(acc, uint(b)).
 uint jx_b2u(bool b) { return uint(b) & (1u ^ jx_z); }
-uint jx_ph(float x) {  // float32 -> float16 bits, nearest even; NaN, Inf and overflow by hand
-  uint b = floatBitsToUint(x);
-  uint s = (b >> 16) & 0x8000u;
-  uint a = b & 0x7fffffffu;
-  if (a > 0x7f800000u) return s | 0x7e00u | ((a >> 13) & 0x3ffu);
-  if (a >= 0x477ff000u) return s | 0x7c00u;
-  return packHalf2x16(vec2(x, 0.0)) & 0xffffu;
-}
-float jx_f16(float x) { return unpackHalf2x16(jx_ph(x)).x; }
-float jx_h(uint w, int k) {  // a NaN from its bits: NVIDIA's unpackHalf2x16 drops the sign
-  uint h = (w >> uint(k << 4)) & 0xffffu;
-  if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0u)
-    return uintBitsToFloat(((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13));
-  return unpackHalf2x16(h).x;
-}
+// float16 by the core's integer-op conversions (jaxcore.half): NVIDIA's packHalf2x16 flushes
+// float16 subnormals to zero and its unpackHalf2x16 drops a NaN's sign; ANGLE on SwiftShader
+// corrupts the other half-word.
+uint jx_ph(float x) { return jc_f16_bits(jc_f16_round(x)); }
+float jx_f16(float x) { return jc_f16_round(x); }
+float jx_h(uint w, int k) { return jc_f16_value((w >> uint(k << 4)) & 0xffffu); }
 float jx_u2f(uint x) { return float(x >> 16u) * 65536.0 + float(x & 0xffffu); }
 
 uint jx_xor2(uvec2 v) { return v.x ^ v.y; }
@@ -81,6 +72,8 @@ def _definitions(text: str) -> dict[str, str]:
 
 LIB = _definitions(_LIBRARY + _threefry())
 # name -> (source, helpers it uses): the form `jaxcore.cstyle.CStyleLanguage.helpers` takes.
+_CORE = re.compile(r"\bjc_f16_[a-z]+\b")  # the float16 conversions the core generates (jaxcore.half)
 HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
-    n: (src, tuple(sorted({d for d in _NAME.findall(src) if d in LIB and d != n}))) for n, src in LIB.items()
+    n: (src, tuple(sorted({d for d in _NAME.findall(src) if d in LIB and d != n} | set(_CORE.findall(src)))))
+    for n, src in LIB.items()
 }
