@@ -220,7 +220,8 @@ def _a_choice(e: AluExp, known: dict[str, bool]) -> bool:
     e = _bare(e)
     if e.op == AluOp.Cast:
         return e.src[0].dtype == DType.bool
-    return e.op == AluOp.Where and all(known.get(v.key(), False) for v in e.src[1:])
+    # a select of such values too: NVIDIA proved select(b, 0, f64(b)) zero and made its / 0 zero
+    return e.op == AluOp.Where and all(known.get(v.key(), False) or _a_choice(v, known) for v in e.src[1:])
 
 
 def _finite_nonzero(e: AluExp) -> bool:
@@ -251,10 +252,10 @@ def _guard_float_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     # to its algebra. Across families ((x * c1) + c2) the constant is: an opaque constant is
     # computed once, an opaque product per element (5 % of a softmax on the H200).
     if _const_over_const(op, b, a):
-        same = _FAMILY[a.op] == _FAMILY[op]
+        same = _FAMILY.get(a.op) == _FAMILY[op]
         return AluExp(op, dt, (opaque(a), b) if same else (a, opaque(b)), e.arg)
     if _const_over_const(op, a, b):
-        same = _FAMILY[b.op] == _FAMILY[op]
+        same = _FAMILY.get(b.op) == _FAMILY[op]
         return AluExp(op, dt, (a, opaque(b)) if same else (opaque(a), b), e.arg)
     if ba == bb or _zero_const(b) or ba in in_b:  # x - x, x / x, x * 0, x + 0, x - (x - y)
         return AluExp(op, dt, (a, opaque(b)), e.arg)
@@ -337,17 +338,24 @@ def _bare(e: AluExp) -> AluExp:
 
 
 def _shares_a_term(op: AluOp, a: AluExp, b: AluExp) -> bool:
-    """A sum or difference of two sums or differences with a common operand, which a driver
-    cancels by reassociating: `(2.5 - x) - (c - x)` came back as `2.5 - c` at x = 2.2e7."""
-    sums = (AluOp.Add, AluOp.Sub)
-    return op in sums and a.op in sums and b.op in sums and bool(set(a.src) & set(b.src))
+    """A sum or difference of two operands with a common term (through sums, products and
+    selects), which a driver cancels by reassociating: `(2.5 - x) - (c - x)` came back as `2.5 - c`
+    at x = 2.2e7, `select(c, x, x) - (x + 8)` as -8 at x = 1e300."""
+    if op not in (AluOp.Add, AluOp.Sub):
+        return False
+    mine, theirs = _near(a, 2) | {a}, _near(b, 2) | {b}
+    return any(n.op != AluOp.Const for n in mine & theirs)
 
 
 def _const_over_const(op: AluOp, c: AluExp, other: AluExp) -> bool:
     """`c` is a constant operand of `op` and `other` the arithmetic node beside it that the driver
     could fold it into: one with a constant operand of its own, or one of `op`'s family, which it
     may reassociate."""
-    if c.op != AluOp.Const or other.op not in _FOLDABLE:
+    if c.op != AluOp.Const:
+        return False
+    if other.op == AluOp.Where:  # the driver moves `op c` into the branches: select(b, y + c1, k) + c2
+        return any(_const_over_const(op, c, _bare(v)) for v in other.src[1:])
+    if other.op not in _FOLDABLE:
         return False
     return any(s.op == AluOp.Const for s in other.src) or _FAMILY[other.op] == _FAMILY[op]
 

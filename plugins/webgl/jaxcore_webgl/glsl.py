@@ -84,12 +84,15 @@ def _opaque(r: ExpRenderer, x: str) -> str:
     return _call(r, "jx_o", [x])
 
 
-def _arith(sym: str) -> OpRender:
-    """+ - * natively (float32 where it may flush is `jaxcore.softfloat`'s), float16 rounded after."""
+def _arith(sym: str, exact: str) -> OpRender:
+    """+ - * natively (float32 where it may flush is `jaxcore.softfloat`'s); float16 through the
+    float32 helper `exact`, rounded after: NVIDIA's compiler folded the native f16(tiny) * NaN to 0,
+    having proved the rounded operand 0 (the helper decides NaN and zero on the bits)."""
 
     def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-        text = f"({a[0]} {sym} {a[1]})"
-        return _call(r, "jx_f16", [text]) if e.dtype == F16 else text
+        if e.dtype == F16:
+            return _call(r, "jx_f16", [_call(r, exact, a)])
+        return f"({a[0]} {sym} {a[1]})"
 
     return render
 
@@ -126,9 +129,9 @@ class GLSLLanguage(CStyleLanguage):
     helpers = glsl_lib.HELPERS
     code_for_op = {
         **CStyleLanguage.code_for_op,
-        AluOp.Add: _arith("+"),
-        AluOp.Sub: _arith("-"),
-        AluOp.Mul: _arith("*"),
+        AluOp.Add: _arith("+", "jc_add_f32"),
+        AluOp.Sub: _arith("-", "jc_sub_f32"),
+        AluOp.Mul: _arith("*", "jc_mul_f32"),
         AluOp.Mod: _mod,
         AluOp.Sqrt: _unary("{f16}({h}({x}))", "sqrt({x})"),
         AluOp.Reciprocal: _unary("{f16}(1.0 / {o})", "(1.0 / {o})"),

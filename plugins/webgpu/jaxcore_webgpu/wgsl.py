@@ -31,6 +31,7 @@ from jaxcore.alu import AluExp, AluOp
 from jaxcore.cstyle import (
     CStyleLanguage,
     ExpRenderer,
+    OpRender,
     strip_parens,
 )
 from jaxcore.dtype import INT32_MIN, DType, is_float, to_numpy
@@ -85,6 +86,18 @@ def _threefry(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
     if e.arg == "xor":
         return f"{r.need('jc_threefry2x32_xor')}({', '.join(strip_parens(x) for x in a)})"
     return f"{call}.{'x' if e.arg == 0 else 'y'}"
+
+
+def _minmax(fn: str, sym: str) -> OpRender:
+    """Integers by a compare and a select: NVIDIA's Vulkan driver took an int32 min as unsigned
+    (min(10, -10) gave 10 in a fuzzed reduction), as it did int32 `%`."""
+
+    def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
+        if e.dtype in (DType.int32, DType.uint32):
+            return f"select({strip_parens(a[1])}, {strip_parens(a[0])}, {a[0]} {sym} {a[1]})"
+        return f"{fn}({strip_parens(a[0])}, {strip_parens(a[1])})"
+
+    return render
 
 
 def _cmpne(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
@@ -212,6 +225,8 @@ class WGSLLanguage(CStyleLanguage):
         **CStyleLanguage.code_for_op,
         AluOp.Idiv: _idiv,
         AluOp.Mod: _mod,
+        AluOp.Min: _minmax("min", "<"),
+        AluOp.Max: _minmax("max", ">"),
         AluOp.Reciprocal: lambda r, e, a: f"({r.lang.render_const(r, 1.0, e.dtype)} / {a[0]})",
         AluOp.Threefry2x32: _threefry,
         AluOp.Cmpne: _cmpne,
