@@ -210,6 +210,22 @@ class GLSLLanguage(CStyleLanguage):
 
     # The statements of a kernel's program (jaxcore.program): its grid is `compute(gidx)`, which
     # returns the output word (a float16's bits); `program_shader` calls it in main.
+    def render_loop(self, var: str, size: int, step: int) -> tuple[str, str]:
+        """The reduction loop runs to a bound the compiler cannot know (`jx_z` is a uniform 0):
+        NVIDIA's GLSL compiler crashed the process (SIGSEGV in the first draw) on reduction loops
+        it unrolled and found constant (a product reaching 0 at the first item, an and reaching
+        false). Other loops (the helpers') keep their constant bound."""
+        if var != "ridx":
+            return super().render_loop(var, size, step)
+        return f"for (int {var} = 0; {var} < {size} + int(jx_z); {var} += {step}) {{", "}"
+
+    def render_source(
+        self, program: Program, functions: list[str], helpers: set[str], body: list[str]
+    ) -> str:
+        if any("jx_z" in line for line in body):
+            helpers = helpers | {"jx_z"}
+        return super().render_source(program, functions, helpers, body)
+
     def render_grid(self, var: str, size: int) -> tuple[str, str]:
         return f"uint compute(int {var}) {{", "}"
 
