@@ -98,14 +98,25 @@ def never_wraps(e: AluExp) -> bool:
     return _exact(e)
 
 
+_HUGE = 2**1000
+
+
 def _exact(e: AluExp) -> bool:
     """Whether the node's value is its op applied to its operands' values in Z: it cannot wrap."""
     value_range(e)
     return not e.__dict__["_wraps"]
 
 
+def _as_float_bound(v: float) -> float:
+    """An integer bound past float64's range (floor() of a huge float is an exact int, and products
+    of them grow without limit) as the infinity it stands for."""
+    if isinstance(v, int) and not -_HUGE < v < _HUGE:
+        return _INF if v > 0 else -_INF
+    return v
+
+
 def _set_range(e: AluExp) -> None:
-    lo, hi = _range_inner(e)
+    lo, hi = map(_as_float_bound, _range_inner(e))
     if math.isnan(lo) or math.isnan(hi):
         lo, hi = -_INF, _INF
     if is_float(e.dtype):

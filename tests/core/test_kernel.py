@@ -156,3 +156,17 @@ def test_live_folds_a_reduction_of_items_that_read_nothing() -> None:
         0, 3, item * AluExp.cast(DType.float32, AluVar.gidx), Reduction(DType.float32, AluOp.Add, 7, epilogue)
     )
     assert k.live() is k
+
+
+def test_a_range_past_float64_builds() -> None:
+    # a float Idiv's range bounds are exact ints (the truncated quotient of 1e300 by -8); times a
+    # uint32 range they passed float64's range, and the range analysis raised OverflowError building
+    # the kernel (fuzzed)
+    f64 = DType.float64
+    pick = AluExp.where(
+        AluExp.global_index(DType.bool, 1, 2, AluVar.gidx), AluExp.f64(1e300), AluExp.f64(-8.0)
+    )
+    q = AluExp.idiv(pick, AluExp.f64(-8.0))
+    e = AluExp.cast(f64, AluExp.global_index(DType.uint32, 0, 2, AluVar.gidx)) * q
+    k = Kernel(2, 2, AluExp.cmplt(AluExp.f64(0.0) - AluExp.cast(f64, AluVar.gidx), AluExp.min(e, 0.0)))
+    assert k.dtype == DType.bool
