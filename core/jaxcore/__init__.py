@@ -22,6 +22,7 @@ from jaxcore.dtype import DType, byte_width, from_numpy, is_float, promote_types
 from jaxcore.fusion import Fused, FusedReduce, Lowered, MatmulShape, accessor_global, detect_matmul
 from jaxcore.hookspecs import hookimpl
 from jaxcore.kernel import Kernel, Reduction
+from jaxcore.prepare import prepare_many, prepare_many_async
 from jaxcore.registry import (
     DeviceInfo,
     DeviceUnavailable,
@@ -51,6 +52,8 @@ from jaxcore.tuner import TuneResult, TuneSize, tune_nullopt
 __version__ = "0.1.0"
 
 __all__ = [
+    "prepare_many",
+    "prepare_many_async",
     "DeviceError",
     "API_VERSION",
     "AluExp",

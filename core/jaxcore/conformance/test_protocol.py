@@ -216,6 +216,27 @@ def test_synchronize_is_a_barrier(backend: Backend) -> None:
             backend.dec_ref(s)
 
 
+def test_prepare_many_prepares_each_in_order(backend: Backend) -> None:
+    """jaxcore.prepare_many: every kernel prepared (concurrently where the device can), in the
+    order given, each one the executable its own prepare_kernel gives; junk is a TypeError."""
+    import jaxcore
+
+    adds = (1.0, 2.0, 3.0, 1.0)
+    kernels = [map_kernel([F32], 4, lambda x, c=c: AluExp.add(x, AluExp.f32(c))) for c in adds]
+    exes = jaxcore.prepare_many(backend, kernels)
+    assert len(exes) == 4
+    a, b = backend.malloc(16, f32(1, 2, 3, 4)), backend.malloc(16)
+    try:
+        for exe, c in zip(exes, (1, 2, 3, 1)):
+            backend.dispatch(exe, [a], [b])
+            assert from_buffer(backend.read(b), F32).tolist() == [1 + c, 2 + c, 3 + c, 4 + c]
+    finally:
+        for s in (a, b):
+            backend.dec_ref(s)
+    with pytest.raises(TypeError, match="Kernels and Routines"):
+        jaxcore.prepare_many(backend, [kernels[0], "not a kernel"])  # type: ignore[list-item]
+
+
 def test_input_freed_right_after_dispatch(backend: Backend) -> None:
     """dec_ref of an input right after dispatch must not corrupt the pending result."""
     exe = backend.prepare_kernel(_double())
