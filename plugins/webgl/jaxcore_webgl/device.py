@@ -285,7 +285,17 @@ class Device:
         prog = Program(int(p), shifts, {u: gl.glGetUniformLocation(p, u) for u in uniforms})
         self._programs[fs] = prog
         weakref.finalize(prog, self._dead.append, int(p))
+        self._first_draw(prog)
         return prog
+
+    def _first_draw(self, prog: Program) -> None:
+        """Draw one texel of `prog` now: GL drivers compile a program at its first draw (llvmpipe's
+        and NVIDIA's do), which is then a prepare's cost, not the kernel's first dispatch's."""
+        out = self.alloc(TEXEL_BYTES)
+        try:
+            self.draw(prog, [], out, 1)
+        finally:
+            self.free(out)
 
     def _reap(self) -> None:
         """Delete the GL programs no executable holds any more."""
