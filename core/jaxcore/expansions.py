@@ -28,6 +28,7 @@ float16 ops are computed in float32 and rounded once.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from jaxcore.alu import AluExp, AluOp
 from jaxcore.dtype import DType
@@ -301,16 +302,21 @@ def erfc(x: AluExp) -> AluExp:
     return _sel(_is_nan(x), x, v)
 
 
-_EXPAND = {
-    AluOp.Sin: lambda x: sin_cos(x, False),
-    AluOp.Cos: lambda x: sin_cos(x, True),
-    AluOp.Exp: exp,
-    AluOp.Log: log,
-    AluOp.Atan: atan,
-    AluOp.Asin: asin,
-    AluOp.Erf: erf,
-    AluOp.Erfc: erfc,
-}
+Expansion = Callable[[AluExp], AluExp]
+
+
+def expansion_table(sin_cos: Callable[[AluExp, bool], AluExp], *rest: Expansion) -> dict[AluOp, Expansion]:
+    """op -> expansion, from one precision's functions: sin_cos, then exp, log, atan, asin, erf, erfc."""
+    table: dict[AluOp, Expansion] = {
+        AluOp.Sin: lambda x: sin_cos(x, False),
+        AluOp.Cos: lambda x: sin_cos(x, True),
+    }
+    ops = (AluOp.Exp, AluOp.Log, AluOp.Atan, AluOp.Asin, AluOp.Erf, AluOp.Erfc)
+    table.update(zip(ops, rest, strict=True))
+    return table
+
+
+_EXPAND = expansion_table(sin_cos, exp, log, atan, asin, erf, erfc)
 
 
 def expand_node(e: AluExp) -> AluExp | None:

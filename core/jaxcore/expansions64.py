@@ -28,11 +28,10 @@ z = sqrt((1 - |x|) / 2) (no quotient by zero at |x| = 1). erf by its Taylor seri
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from jaxcore.alu import AluExp, AluOp
 from jaxcore.dtype import DType
-from jaxcore.expansions import mul32
+from jaxcore.expansions import expansion_table, mul32
 from jaxcore.legalize import opaque
 from jaxcore.pi_bits import two_over_pi_chunks
 
@@ -345,16 +344,7 @@ def erfc(x: AluExp) -> AluExp:
     return _sel(_is_nan(x), x, v)
 
 
-_EXPAND: dict[AluOp, Callable[[AluExp], AluExp]] = {
-    AluOp.Sin: lambda x: sin_cos(x, False),
-    AluOp.Cos: lambda x: sin_cos(x, True),
-    AluOp.Exp: exp,
-    AluOp.Log: log,
-    AluOp.Atan: atan,
-    AluOp.Asin: asin,
-    AluOp.Erf: erf,
-    AluOp.Erfc: erfc,
-}
+_EXPAND = expansion_table(sin_cos, exp, log, atan, asin, erf, erfc)
 
 
 def expand_node64(e: AluExp) -> AluExp | None:
