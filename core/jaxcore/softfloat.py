@@ -12,8 +12,9 @@ The helpers are written once here, as `Procedure`s (statements: a fast path retu
 AluExp bodies, and every dialect renders them (`CStyleLanguage.helper_source`). A float op inside
 them is marked NORMAL_RANGE: spelled natively, never through a helper again.
 
-- `jc_pack_f32(sign, v, e)`: sign | v 2^e rounded to nearest even, subnormals and overflow included,
-  from a 32-bit v >= 2^25 whose lowest bit is sticky (set when anything nonzero was cut below it);
+- `pack(sign, v, e)` (inlined into mul and rcp): sign | v 2^e rounded to nearest even, subnormals
+  and overflow included, from a 32-bit v >= 2^25 whose lowest bit is sticky (set when anything
+  nonzero was cut below it);
 - `jc_fmod_f32`: C's fmodf, exact, by binary long division of the mantissas, eight steps a trip (a
   bounded loop: llvmpipe caps the iterations of a shader); every GPU dialect needs it (their `%` of
   floats is floored, or rounds).
@@ -386,7 +387,6 @@ _UNARY = {
     "jc_sqrt_f32": _sqrt_body,
 }
 _PROCEDURES = {p.name: p for p in (_mul(), _rcp(), _add(), _sub(), _fmod())}
-FMOD = "jc_fmod_f32"
 HELPERS = frozenset(_BINARY) | frozenset(_UNARY) | frozenset(_PROCEDURES)
 
 # The float32 ops a flushing target spells through a helper, and the helper's name.
