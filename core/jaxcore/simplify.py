@@ -513,7 +513,11 @@ def _decided(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp]) ->
     if op == AluOp.Where and src[1].op == AluOp.Const and src[2].op == AluOp.Const:
         if src[1].arg == 1 and src[2].arg == 0:
             return AluExp.cast(dtype, src[0])
-    # R6, R7: comparisons decided by ranges
+    # R6, R7: comparisons decided by ranges; x < x is false in every dtype (NaN < NaN too), which
+    # a compiler assuming finite math would decide itself, and then fold what the select feeds
+    # (lavapipe: select(x < x, y, 0) * f16(NaN) gave 0)
+    if op == AluOp.Cmplt and src[0] == src[1]:
+        return AluExp.bool_(False)
     if op == AluOp.Cmplt:
         (a0, a1), (b0, b1) = value_range(src[0]), value_range(src[1])
         if a0 >= b1:

@@ -275,6 +275,15 @@ CASES: dict[str, Regression] = {
         ((U32, u(2, 7, 1)),),
         3,
     ),
+    # -- fuzzed on lavapipe (Mesa's NIR assumes finite math too)
+    "f16_select_of_x_lt_x_times_nan": Regression(
+        lambda: (
+            AluExp.where(AluExp.cmplt(read(F32, 0, 3), read(F32, 0, 3)), AluExp.f16(1.0), AluExp.f16(0.0))
+            * AluExp.cast(F16, read(F32, 0, 3))
+        ),
+        ((F32, (math.nan, math.inf, 2.0)),),
+        3,
+    ),
     # -- NaN bits of a bitcast constant (a bitcast keeps its bits; the simplifier folds it to a Const)
     "bitcast_of_int_constant_keeps_nan_payload": Regression(
         lambda: AluExp.bitcast(F32, AluExp.i32(-9)), (), 3, bits=True
