@@ -62,7 +62,7 @@ class WebGLBackend(BaseBackend):
     name = "webgl"
 
     def __init__(self, platform: str | None = None) -> None:
-        # A kernel holds its GL programs (llvmpipe: ~2.8 MiB of resident memory each) until the
+        # A kernel holds its GL programs (llvmpipe: ~1.4 MiB of resident memory each) until the
         # kernel cache drops it: 256 of them keep a process of distinct kernels under 1 GiB.
         super().__init__(cache_size=min(current_settings().kernel_cache, KERNEL_CACHE))
         self.closed = False

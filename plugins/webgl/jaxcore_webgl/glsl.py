@@ -98,13 +98,20 @@ def _arith(sym: str, exact: str) -> OpRender:
 
 
 def _unary(f16: str, f32: str) -> OpRender:
-    """sqrt and 1/x of float16 (rounded after) and of a float32 marked normal."""
+    """sqrt and 1/x of float16 (rounded after) and of a float32 marked normal; a shader declares
+    only the helpers its template calls."""
 
     def render(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
         x = strip_parens(a[0])
-        if e.dtype == F16:
-            return f16.format(x=x, f16=r.need("jx_f16"), h=r.need("jc_sqrt_f32"), o=_opaque(r, x))
-        return f32.format(x=x, o=_opaque(r, x))
+        text = f16 if e.dtype == F16 else f32
+        fields = {"x": x}
+        if "{f16}" in text:
+            fields["f16"] = r.need("jx_f16")
+        if "{h}" in text:
+            fields["h"] = r.need("jc_sqrt_f32")
+        if "{o}" in text:
+            fields["o"] = _opaque(r, x)
+        return text.format(**fields)
 
     return render
 
