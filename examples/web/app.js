@@ -176,7 +176,7 @@ function sampleButtons() {
 // ---- the pad -----------------------------------------------------------------------------------
 
 const pad = $("pad");
-const pctx = pad.getContext("2d");
+const pctx = pad.getContext("2d", { willReadFrequently: true });
 let drawing = false, padDirty = false, last = null, pending = false, busy = false;
 
 function clearPad() {
@@ -208,7 +208,9 @@ async function classifyPad() {
     const x = preprocess(pad);
     if (x === null) { clearResult(); return; }
     paint($("seen"), x);
-    show(await classify(x));
+    const result = await classify(x);
+    show(result);
+    window.showcase.drawn = result;
   } finally {
     busy = false;
     if (pending) { pending = false; classifyPad().catch(fail); }
@@ -277,13 +279,13 @@ async function start() {
   await model.warmup();
   const first = await runSample(0);
   const firstMs = performance.now() - t0;
-  $("t-first").textContent = `${firstMs.toFixed(0)} ms (page start to first prediction: load, compile, run)`;
+  $("t-first").innerHTML = `${firstMs.toFixed(0)} ms <span class="hint">load, compile, first run</span>`;
   // then timed one by one, each digit uploaded, run and its outputs read back
   for (let i = 0; i < 3; i++) await classify(samples.images[i % samples.count]);
   runTimes.length = 0;
   for (let i = 0; i < TIMED_RUNS; i++) await classify(samples.images[i % samples.count]);
   const runMs = median(runTimes);
-  $("t-run").textContent = `${runMs.toFixed(2)} ms (median of ${TIMED_RUNS}: upload, run, read back)`;
+  $("t-run").innerHTML = `${runMs.toFixed(2)} ms <span class="hint">median of ${TIMED_RUNS}: upload, run, read</span>`;
   await runSample(0);
   setStatus(`ready: ${samples.count} bundled digits, or draw one`);
   window.showcase.firstMs = firstMs;
@@ -306,6 +308,8 @@ window.showcase = {
     return out;
   },
   runSample: (i) => runSample(i),
+  drawn: null, // the last drawing's result
+  busy: () => busy || pending,
   classify: (x) => classify(Float32Array.from(x)),
 };
 clearPad();
