@@ -5,6 +5,7 @@ Two namespaces: `jaxcore` is for users (pick devices, build kernels and routines
 kernels with `jaxcore.fusion` (`Fused`: values over shapes, views, reductions with epilogues).
 """
 
+from jaxcore import web
 from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar
 from jaxcore.backend import (
     API_VERSION,
@@ -23,6 +24,7 @@ from jaxcore.fusion import Fused, FusedReduce, Lowered, MatmulShape, accessor_gl
 from jaxcore.hookspecs import hookimpl
 from jaxcore.kernel import Kernel, Reduction
 from jaxcore.prepare import prepare_many, prepare_many_async
+from jaxcore.record import record
 from jaxcore.registry import (
     DeviceInfo,
     DeviceUnavailable,
@@ -103,10 +105,12 @@ __all__ = [
     "is_float",
     "plugin_info",
     "promote_types",
+    "record",
     "register_plugin",
     "start_trace",
     "stop_trace",
     "to_numpy",
     "tune_nullopt",
     "unravel_alu",
+    "web",
 ]

@@ -333,6 +333,9 @@ class Capabilities:
 class Backend(Protocol):
     """What the frontend, the suite and the CLI need from a device; `BaseBackend` implements all of it.
 
+    Optional beyond it: `export(exe)` (a prepared executable as a program for a web page) and
+    `export_runtime()` (the ES module that runs such programs), which `jaxcore.record` exports use.
+
     Threads: every method may be called from several threads at once. Dispatch order is kept: a
     dispatch sees the writes of every dispatch issued before it on this backend (from one thread, in
     call order; across threads, in the order the calls happened), however asynchronous the device.
@@ -647,6 +650,12 @@ class BaseBackend:
 
     def live_slots(self) -> int:
         return len(self._buffers)
+
+    def export_runtime(self) -> tuple[str, str] | None:
+        """(file name, text) of the ES module that runs this device's exported programs in a web
+        page (the interface jaxcore.web's index.js drives: docs/browser-export.md), or None: the
+        device has no browser runtime. Optional: `jaxcore.record` exports need it and `export`."""
+        return None
 
     def read(
         self, slot: SupportsIndex, start: SupportsIndex = 0, count: SupportsIndex | None = None

@@ -110,6 +110,12 @@ class WebGLBackend(BaseBackend):
 
         return export(self, exe)
 
+    def export_runtime(self) -> tuple[str, str]:
+        """The ES module that runs exported programs in a page, as jaxcore.web bundles it."""
+        from jaxcore_webgl.export import RUNNER
+
+        return "webgl.js", RUNNER.read_text()
+
     def close(self) -> None:
         """Idempotent; frees during and after it are no-ops (the context takes its textures along)."""
         if not self.closed:

@@ -2,7 +2,8 @@
 
     program = jaxcore_webgl.export.export(backend, exe)    # or backend.export(exe)
 
-and in a page, with `runner.js` (shipped in this package, `runner_js()` returns its text):
+and in a page, with runner.js (`runner_js()`: a classic script derived from the ES module runner.js,
+which jaxcore.web bundles as webgl.js):
 
     const out = await JaxcoreWebGL.run(program, [inputBytes0, ...]);   // [Uint8Array, ...]
 
@@ -24,10 +25,12 @@ from typing import Any
 from jaxcore.backend import Executable
 from jaxcore.dtype import byte_width
 from jaxcore.kernel import Kernel
+from jaxcore.web import classic_script
 from jaxcore_webgl.device import TEXEL_BYTES, VERTEX_SHADER, texture_dims
 
 FORMAT = "jaxcore-webgl-program"
 VERSION = 1
+RUNNER = resources.files("jaxcore_webgl").joinpath("runner.js")  # an ES module; runner_js() derives
 
 
 class ExportError(ValueError):
@@ -152,5 +155,5 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
 
 
 def runner_js() -> str:
-    """The text of runner.js (defines `JaxcoreWebGL` in a page or worker)."""
-    return resources.files("jaxcore_webgl").joinpath("runner.js").read_text()
+    """The text of runner.js as a classic script (defines `JaxcoreWebGL` in a page or worker)."""
+    return classic_script(RUNNER.read_text(), "JaxcoreWebGL")

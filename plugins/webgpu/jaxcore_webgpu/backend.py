@@ -28,6 +28,7 @@ from jaxcore.queue import QueuedBackend, QueuedBuffer
 from jaxcore.routine import Routine
 from jaxcore.settings import current as current_settings
 from jaxcore_webgpu.device import Gpu
+from jaxcore_webgpu.export import RUNNER
 from jaxcore_webgpu.program import CompiledPlan, PipelineCache, Plan, dump_dir_from_env, plan_from_shaders
 
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -524,6 +525,10 @@ class WebGpuBackend(QueuedBackend):
         from jaxcore_webgpu.export import export
 
         return export(self, exe)
+
+    def export_runtime(self) -> tuple[str, str]:
+        """The ES module that runs exported programs in a page, as jaxcore.web bundles it."""
+        return "webgpu.js", RUNNER.read_text()
 
     def close(self) -> None:
         """Finish queued work and give every pooled buffer back to the device."""

@@ -1,21 +1,17 @@
 """A prepared webgpu executable as a self-contained browser program (a JSON-able dict).
 
     program = jaxcore_webgpu.export.export(backend, exe)   # or backend.export(exe)
-    json.dump(program, f)
 
-and in a page, with `runner.js` (shipped in this package, `runner_js()` returns its text):
+and in a page, with runner.js (`runner_js()`: a classic script derived from the ES module runner.js,
+which jaxcore.web bundles as webgpu.js): `await JaxcoreWebGPU.run(program, [inputBytes0, ...])`.
 
-    const out = await JaxcoreWebGPU.run(program, [inputBytes0, ...]);   // [Uint8Array, ...]
-
-The program (its keys: docs/browser-export.md) carries everything `runner.js` needs and nothing
-of the live device. It is read from what the backend compiled (`exe.data`, a
-`jaxcore_webgpu.program.CompiledPlan`), so the browser runs the shaders the native device runs, in
+The program (its keys: docs/browser-export.md) is read from what the backend compiled (`exe.data`,
+a `jaxcore_webgpu.program.CompiledPlan`), so the browser runs the shaders the native device runs, in
 the same order, with the same bindings; but on a device that keeps float32 subnormals a kernel is
 compiled again exact on subnormals for the browser, whose device may flush them
-(`WgslTarget.exact_subnormals`, `backend.browser_plan`). A shader with subgroup builtins needs
-the `subgroups` feature and the directives naga rejects and Tint needs (`browser_wgsl`): `enable
-subgroups;`, and `requires subgroup_id;` for the subgroup_id/num_subgroups builtins (a WGSL
-language feature since Chrome 144).
+(`WgslTarget.exact_subnormals`, `backend.browser_plan`). A shader with subgroup builtins needs the
+`subgroups` feature and the directives naga rejects and Tint needs (`browser_wgsl`): `enable
+subgroups;`, and `requires subgroup_id;` for the subgroup_id/num_subgroups builtins (Chrome 144+).
 """
 
 from __future__ import annotations
@@ -29,10 +25,12 @@ from typing import Any
 from jaxcore.backend import Executable
 from jaxcore.dtype import byte_width
 from jaxcore.kernel import Kernel
+from jaxcore.web import classic_script
 
 FORMAT = "jaxcore-webgpu-program"
 VERSION = 1
 MIN_BINDING = 16  # as the runtime binds: one element of f64 or vec4<f32> at least
+RUNNER = resources.files("jaxcore_webgpu").joinpath("runner.js")  # an ES module; runner_js() derives
 
 _VAR = re.compile(
     r"@group\((\d+)\)\s*@binding\((\d+)\)\s*var<\s*(storage|uniform)\s*(?:,\s*(read|read_write)\s*)?>"
@@ -102,9 +100,7 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
         steps = [(p, p.code, p.uniform) for p in plan.passes]
     else:
         steps = _compiled_steps(backend, exe.data)
-    ins, outs, desc = _io(exe.source)
-    # input sizes as the dispatch check requires them (a kernel input may be larger; the runner
-    # binds what it is given)
+    ins, outs, desc = _io(exe.source)  # a kernel input may be larger: the runner binds what it is given
     index: dict[str, int] = {}  # shader text -> its number
     passes = []
     for p, native, uniform_bytes in steps:
@@ -191,5 +187,5 @@ def _entry(p: Any, code: str) -> str:
 
 
 def runner_js() -> str:
-    """The text of runner.js (defines `JaxcoreWebGPU` in a page or worker)."""
-    return resources.files("jaxcore_webgpu").joinpath("runner.js").read_text()
+    """The text of runner.js as a classic script (defines `JaxcoreWebGPU` in a page or worker)."""
+    return classic_script(RUNNER.read_text(), "JaxcoreWebGPU")
