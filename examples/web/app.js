@@ -136,7 +136,8 @@ const median = (xs) => {
 
 function updateStats() {
   const s = model.stats;
-  $("stats").textContent = `${s.uploads} uploads, ${s.reads} reads, ${s.runs} runs`;
+  const once = s.constants === undefined ? "" : `${s.constants} weight buffers at load; `;
+  $("stats").textContent = `${once}${s.runs} runs: ${s.uploads} uploads, ${s.reads} reads`;
 }
 
 async function loadSamples() {
@@ -279,7 +280,8 @@ async function start() {
   await model.warmup();
   const first = await runSample(0);
   const firstMs = performance.now() - t0;
-  $("t-first").innerHTML = `${firstMs.toFixed(0)} ms <span class="hint">load, compile, first run</span>`;
+  const loadMs = model.stats.loadMs ? ` (load and compile ${model.stats.loadMs.toFixed(0)} ms)` : "";
+  $("t-first").innerHTML = `${firstMs.toFixed(0)} ms <span class="hint">to the first prediction${loadMs}</span>`;
   // then timed one by one, each digit uploaded, run and its outputs read back
   for (let i = 0; i < 3; i++) await classify(samples.images[i % samples.count]);
   runTimes.length = 0;
@@ -287,7 +289,8 @@ async function start() {
   const runMs = median(runTimes);
   $("t-run").innerHTML = `${runMs.toFixed(2)} ms <span class="hint">median of ${TIMED_RUNS}: upload, run, read</span>`;
   await runSample(0);
-  setStatus(`ready: ${samples.count} bundled digits, or draw one`);
+  const skipped = (model.skipped || []).map((s) => `${NAMES[s.device] || s.device}: ${s.reason}`).join("; ");
+  setStatus(`ready: draw a digit or pick one${skipped ? ` (auto passed over ${skipped})` : ""}`);
   window.showcase.firstMs = firstMs;
   window.showcase.runMs = runMs;
   window.showcase.device = model.device;
