@@ -334,7 +334,7 @@ const STATE = new WeakMap();
 
 function stateOf(device) {
   let st = STATE.get(device);
-  if (!st) STATE.set(device, (st = { free: new Map(), staging: new Map(), owned: new Set(), encoder: null }));
+  if (!st) STATE.set(device, (st = { free: new Map(), staging: new Map(), owned: new Set(), encoder: null, submit: null }));
   return st;
 }
 
@@ -402,15 +402,16 @@ export function dispatch(device, compiled, inBufs) {
   return out;
 }
 
-// The first `nbytes` of `buf`: a copy into a pooled staging buffer, submitted with the work before it.
+// The first `nbytes` of `buf`: a copy into a pooled staging buffer, submitted with the work before it
+// (reads issued together share one submit, made once the caller's synchronous code is done).
 export async function read(device, buf, nbytes) {
   const size = bufferBytes(nbytes);
   const staging = take(device, "staging", size, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
   const st = stateOf(device);
-  const encoder = st.encoder || device.createCommandEncoder();
-  st.encoder = null;
-  encoder.copyBufferToBuffer(buf, 0, staging, 0, size);
-  device.queue.submit([encoder.finish()]);
+  if (!st.encoder) st.encoder = device.createCommandEncoder();
+  st.encoder.copyBufferToBuffer(buf, 0, staging, 0, size);
+  if (!st.submit) st.submit = Promise.resolve().then(() => ((st.submit = null), flush(device)));
+  await st.submit;
   await staging.mapAsync(GPUMapMode.READ, 0, size);
   const out = new Uint8Array(staging.getMappedRange(0, size).slice(0, nbytes));
   staging.unmap();
