@@ -24,7 +24,17 @@ import numpy as np
 import pytest
 
 import jaxcore
-from jaxcore import AluExp, AluOp, DType, Fused, Routine, Routines
+from jaxcore import (
+    AluExp,
+    AluOp,
+    DType,
+    FftParams,
+    Fused,
+    Routine,
+    Routines,
+    ScatterParams,
+    TriangularSolveParams,
+)
 from jaxcore.conformance.harness import assert_close, from_buffer
 from jaxcore.conformance.tolerances import lookup
 from jaxcore.web import classic_script
@@ -43,7 +53,8 @@ def _weights() -> dict[str, np.ndarray]:
     def f(*shape: int) -> np.ndarray:
         return (rng.normal(size=shape) / np.sqrt(shape[0])).astype(np.float32)
 
-    return {"w1": f(D, H), "b1": f(H), "w2": f(H, H), "b2": f(H), "w3": f(H, C), "b3": f(C)}
+    w = {"w1": f(D, H), "b1": f(H), "w2": f(H, H), "b2": f(H), "w3": f(H, C), "b3": f(C)}
+    return {**w, "idx": np.array([2, 0, 2, 1], np.int32)}
 
 
 def _realize(backend: Any, value: Any, out: int | None = None) -> int:
@@ -131,6 +142,51 @@ def forward64(
     return {"y": (y, F32, (B, H))}
 
 
+def forward_routines(
+    backend: Any, x: int, w: dict[str, int]
+) -> dict[str, tuple[int, DType, tuple[int, ...]]]:
+    """Routines on device buffers: Cholesky, TriangularSolve, LU, Fft and Scatter of x's Gram matrix."""
+    xt = Fused.read(x, F32, (B, D)).permute((1, 0))
+    gram = Fused.map(
+        AluExp.mul, xt.reshape((D, 1, B)).expand((D, D, B)), xt.reshape((1, D, B)).expand((D, D, B))
+    )
+    eye = Fused.map(
+        lambda i, j: AluExp.cast(F32, AluExp.cmpne(i, j).not_()), Fused.iota((D, D), 0), Fused.iota((D, D), 1)
+    )
+    a = _realize(backend, gram.reduce(AluOp.Add, 2).map(lambda acc, e: acc + e * AluExp.f32(D), eye))
+    (chol,) = _call(backend, Routine.build(Routines.Cholesky, [(D, D)], [F32]), [a])
+    upper = _realize(backend, Fused.read(chol, F32, (D, D)).permute((1, 0)))
+    tri = Routine.build(Routines.TriangularSolve, [(D, D), (B, D)], [F32, F32], TriangularSolveParams(False))
+    (solve,) = _call(backend, tri, [upper, x])
+    lu, piv, perm = _call(backend, Routine.build(Routines.LU, [(D, D)], [F32]), [a])
+    zeros = _realize(backend, Fused.full((B, D), 0.0, F32))
+    fft = Routine.build(Routines.Fft, [(B, D), (B, D)], [F32, F32], FftParams.default(D, False))
+    re, im = _call(backend, fft, [x, zeros])
+    col = _realize(backend, Fused.read(x, F32, (B, D)).shrink(((0, B), (0, 1))).reshape((B,)))
+    scatter = Routine.build(Routines.Scatter, [(B,), (B,)], [F32, I32], ScatterParams("add", (3,), (0,), 0))
+    (scat,) = _call(backend, scatter, [col, w["idx"]])
+    return {
+        "chol": (chol, F32, (D, D)),
+        "solve": (solve, F32, (B, D)),
+        "lu": (lu, F32, (D, D)),
+        "piv": (piv, I32, (D,)),
+        "perm": (perm, I32, (D,)),
+        "re": (re, F32, (B, D)),
+        "im": (im, F32, (B, D)),
+        "scat": (scat, F32, (3,)),
+    }
+
+
+def _call(backend: Any, r: Routine, slots: list[int]) -> list[int]:
+    t = r.type
+    outs = [
+        backend.malloc(int(np.prod(s)) * jaxcore.byte_width(d))
+        for s, d in zip(t.output_shapes, t.output_dtypes)
+    ]
+    backend.dispatch(backend.prepare_routine(r), slots, outs)
+    return outs
+
+
 @dataclass
 class Recorded:
     pipeline: Any
@@ -176,13 +232,15 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     r32 = record("webgl", forward64, X, F32)
     jaxcore.web.write_bundle(root, [r64.pipeline, r32.pipeline], name="f64")
     jaxcore.web.write_bundle(root, [r64.pipeline], name="gpu64")
+    rr = {d: record(d, forward_routines, X) for d in DEVICES}
+    jaxcore.web.write_bundle(root, [rr[d].pipeline for d in DEVICES], name="routines")
     (root / "index.html").write_text("<!doctype html><meta charset=utf-8><title>jaxcore pipeline</title>\n")
     handler = functools.partial(_Quiet, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{server.server_address[1]}/index.html"
-    yield {"root": root, "url": url, "rec": rec, "rec2": rec2, "r32": r32}
+    yield {"root": root, "url": url, "rec": rec, "rec2": rec2, "r32": r32, "routines": rr}
     server.shutdown()
 
 
@@ -266,6 +324,12 @@ ARRAY_CLASS["float16"] = "Uint16Array"
 # The loosest op on each float output's path, its table tolerance doubled (the page and the Python
 # device each within it of the exact answer); several rounding steps feed each, hence the factor 4.
 PATHS = {
+    "chol": "Cholesky",
+    "solve": "TriangularSolve",
+    "lu": "LU",
+    "re": "Fft",
+    "im": "Fft",
+    "scat": "ReduceAdd",
     "y": "ReduceAdd",
     "logits": "Erf",
     "probs": "Exp",
@@ -316,6 +380,14 @@ def test_recorded_pipeline_runs_in_the_page(device: str, page: Page, site: dict[
     )
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_recorded_routines_run_in_the_page(device: str, page: Page, site: dict[str, Any]) -> None:
+    rec = site["routines"][device]
+    got = page.evaluate(RUN_JS, {"bundle": "routines.json", "device": device, "inputs": [_b64(X)]})
+    assert got["device"] == device and got["stats"]["reads"] == len(rec.pipeline.outputs)
+    _check_outputs(device, got["runs"][0], rec.expected, got["outputs"])
+
+
 def test_bundle_layout(site: dict[str, Any]) -> None:
     root = site["root"]
     doc = json.loads((root / "model.json").read_text())
@@ -323,7 +395,9 @@ def test_bundle_layout(site: dict[str, Any]) -> None:
     weights = _weights()
     # every constant once: both targets' weights share the bytes
     assert (
-        doc["binaryBytes"] == (root / "model.bin").stat().st_size == sum(w.nbytes for w in weights.values())
+        doc["binaryBytes"]
+        == (root / "model.bin").stat().st_size
+        == sum(w.nbytes for k, w in weights.items() if k != "idx")
     )
     for t in doc["targets"]:
         assert len(t["steps"]) >= 13 and len(t["constants"]) == 6
@@ -421,6 +495,24 @@ def test_run_validates_its_inputs(device: str, page: Page, site: dict[str, Any])
     assert got["notArray"] == f'jaxcore-web: input "x": expected a {want}, got Array'
     assert got["after"] == 9 and got["stats"]["uploads"] == 1 and got["stats"]["runs"] == 1
     assert got["disposed"] == "jaxcore-web: the model was disposed"
+
+
+def test_docs_recording_example_runs_in_the_page(page: Page, site: dict[str, Any], monkeypatch: Any) -> None:
+    """docs/browser-export.md's recording example (its second python block) writes a bundle that
+    gives numpy's logits in the page on both APIs."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "browser-export.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", doc, re.S)[1]
+    monkeypatch.chdir(site["root"])
+    scope: dict[str, Any] = {}
+    exec(compile(code, "browser-export.md", "exec"), scope)
+    x = np.random.default_rng(3).normal(size=784).astype(np.float32)
+    want = x @ scope["w"] + scope["b"]
+    for device in DEVICES:
+        got = page.evaluate(RUN_JS, {"bundle": "site/model.json", "device": device, "inputs": [_b64(x)]})
+        logits = from_buffer(base64.b64decode(got["runs"][0]["logits"]["b64"]), F32)
+        np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-4, err_msg=device)
 
 
 # ---- no browser needed ------------------------------------------------------------------------
