@@ -420,6 +420,15 @@ def test_auto_falls_back_to_webgl(page: Page, site: dict[str, Any]) -> None:
     assert got["device"] == "webgl"
     assert got["skipped"][0]["device"] == "webgpu" and "navigator.gpu" in got["skipped"][0]["reason"]
     _check_outputs("webgl", got["runs"][0], site["rec"]["webgl"].expected, got["outputs"])
+    # a program the browser's WGSL compiler rejects (a shader edited into nonsense)
+    doc = json.loads((site["root"] / "model.json").read_text())
+    doc["targets"][0]["programs"][0]["shaders"][0] = "fn broken( {"
+    doc["binary"] = "model.bin"
+    (site["root"] / "broken.json").write_text(json.dumps(doc))
+    got = page.evaluate(RUN_JS, {"bundle": "broken.json", "device": "auto", "inputs": [_b64(X)]})
+    assert got["device"] == "webgl" and "program 0 did not compile" in got["skipped"][0]["reason"], got[
+        "skipped"
+    ]
     # a float64 program: the browser's WebGPU refuses it
     got = page.evaluate(RUN_JS, {"bundle": "f64.json", "device": "auto", "inputs": [_b64(X)]})
     assert got["device"] == "webgl"

@@ -37,7 +37,7 @@ export interface LoadOptions {
   [device: string]: unknown;
 }
 
-/** Counters a test can pin: one upload per input and one read per output per run. */
+/** Counters a test can pin: one upload per input and one read per output per run (warmup is a run). */
 export interface Stats {
   uploads: number;
   reads: number;

@@ -65,12 +65,9 @@ def _layout(code: str) -> dict[int, str]:
     """binding number -> "read-only-storage" | "storage" | "uniform", for group 0, from the WGSL."""
     out = {}
     for group, binding, space, access in _VAR.findall(code):
-        if group != "0":
-            continue
-        if space == "uniform":
-            out[int(binding)] = "uniform"
-        else:
-            out[int(binding)] = "read-only-storage" if access in ("", "read") else "storage"
+        if group == "0":
+            kind = "read-only-storage" if access in ("", "read") else "storage"
+            out[int(binding)] = "uniform" if space == "uniform" else kind
     return out
 
 
