@@ -46,6 +46,7 @@ from jaxcore.legalize import TargetTraits, legalize
 from jaxcore.program import GpuTarget, Param, Program, WorkgroupFold, build_passes, gpu_strategies
 from jaxcore.tuner import GpuLimits, TuneResult, tune_gpu
 from jaxcore_webgpu.wgsl import WGSL_TRAITS, WGSLLanguage
+from jaxcore_webgpu.wgsl_helpers import OPAQUE_UNIFORM
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,8 @@ class ShaderProgram:
     bindings: tuple[Binding, ...]
     uniforms: tuple[()] = ()
     enables: tuple[str, ...] = ()
-    # Bytes of the uniform block at @group(1) @binding(0), when the shader declares one: only the
-    # always-zero `jc_zero` of the opaque identity (legalize.opaque), so all zeros.
+    # Bytes of the uniform block at @group(1) @binding(0), when the shader declares one: only
+    # `jc_zero` of the opaque identity (legalize.opaque), wgsl_helpers.OPAQUE_UNIFORM.
     uniform: bytes | None = None
 
 
@@ -193,7 +194,7 @@ def _shader(lang: WGSLLanguage, program: Program) -> ShaderProgram:
     feats: tuple[str, ...] = ("shader-f64",) if "f64" in lang.features else ()
     if any(isinstance(s, WorkgroupFold) and s.subgroups for s in program.statements()):
         feats += ("subgroups",)
-    uniform = bytes(16) if lang.uses_uniform else None
+    uniform = OPAQUE_UNIFORM if lang.uses_uniform else None
     return ShaderProgram(code, "main", (program.local, 1, 1), program.grid, bindings, (), feats, uniform)
 
 

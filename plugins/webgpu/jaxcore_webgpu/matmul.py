@@ -34,6 +34,7 @@ from jaxcore.legalize import legalize
 from jaxcore.matmul_shape import MatmulShape, Operand, detect
 from jaxcore_webgpu.program import Pass, Plan
 from jaxcore_webgpu.wgsl import WGSL_TRAITS, WGSLLanguage
+from jaxcore_webgpu.wgsl_helpers import OPAQUE_UNIFORM
 
 FILL_WORKGROUPS = 128  # workgroups that keep a big GPU busy (an H200 has 132 SMs; gpu-probe.md §2)
 MIN_SIDE = 16  # thinner products (matrix-vector) stream better as the compiler's grouped reductions
@@ -126,11 +127,11 @@ def zero_uniform(code: str) -> bytes | None:
     """The bytes of the uniform block a shader needs bound at `@group(1) @binding(0)`, or None.
 
     The epilogue's opaque operands (legalize.opaque: every float + - * on `acc` or a constant
-    product under WGSL_TRAITS) read the always-zero `jc_zero` there. A pass built without it
+    product under WGSL_TRAITS) read `jc_zero` there (wgsl_helpers.OPAQUE_UNIFORM). A pass built without it
     compiles, but every dispatch is rejected by wgpu validation ("expects a BindGroup to be set at
     index 1"), reported only at the next read. Decided by the declaration itself, not by the
     helper's name or spelling, so whatever declares group 1 gets it bound."""
-    return bytes(16) if _GROUP1.search(code) else None
+    return OPAQUE_UNIFORM if _GROUP1.search(code) else None
 
 
 def render(kernel: Kernel, mm: MatmulShape, t: Tile, exact_subnormals: bool = True) -> str:

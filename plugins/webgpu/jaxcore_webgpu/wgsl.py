@@ -13,8 +13,8 @@ What WGSL defines natively and what it does not (WGSL spec, section 8.7 and 16):
   dialect); float64 (wgpu-native's `shader-f64`, never in browsers) takes the f64 series in
   `wgsl_helpers` (naga has no f64 bit access and SPIR-V's extended instructions are 32-bit);
 - an implementation may assume no overflow, infinity or NaN (WGSL's floating point evaluation):
-  `assumes_finite_math` makes legalize pass what the driver could fold through `opaque` (an
-  always-zero uniform, numbered per call site);
+  `assumes_finite_math` makes legalize pass what the driver could fold through `opaque` (bits
+  xor an unknown 0 for float32, a select on it for float64; numbered per call site);
 - inf/NaN constants are not const-expressions (a const-expression producing one is a shader-
   creation error), so they come from helpers that bitcast a `let`; INT_MIN is `-2147483647i - 1i`
   (Chromium's Tint rejects an overflowing literal).

@@ -26,20 +26,24 @@ H["jc_isnan_f32"] = (
 H["jc_isnan_f64"] = ("fn jc_isnan_f64(x: f64) -> bool { return jc_isnan_f32(f32(x)); }", ("jc_isnan_f32",))
 
 # An identity the driver cannot see through (legalize.opaque): `jc_zero` is a uniform the runtime
-# binds as zeros, so `x * jc_o_f32(0.0f, 1u)` is not folded to 0 (wrong for NaN, Inf and -0). The
-# renderer numbers every call site `k` (from 1), so no two sites are the same value to the
-# driver: two operands it knows are equal (NaN - NaN after its own constant folding) stay apart,
-# and an opaque of an opaque is not merged into one. The other arm is unknown: a constant one made
-# {x, 1.0} a set the driver reasoned about (lavapipe turned select(-0.0, 1.0, c) into +0.0).
+# binds as zeros (OPAQUE_UNIFORM), so `x * jc_o_f32(0.0f, 1u)` is not folded to 0 (wrong for NaN,
+# Inf and -0). float32 goes through its bits, xor an unknown 0: an integer op, which no driver can
+# fold a float a * b + c through (NVIDIA fused one into a select's arm: a quotient an ulp off) nor
+# flush. float64 has no bit access in naga: a select whose other arm is unknown too (a constant one
+# made {x, 1.0} a set the driver reasoned about: lavapipe turned select(-0.0, 1.0, c) into +0.0; a
+# product with an unknown 1.0 let it fold 0.0 * u). The renderer numbers every call site `k` (from
+# 1), so no two sites are the same value to the driver: two operands it knows are equal (NaN - NaN
+# after its own constant folding) stay apart, and an opaque of an opaque is not merged into one.
+OPAQUE_UNIFORM = bytes(16)
 H["jc_zero"] = ("@group(1) @binding(0) var<uniform> jc_zero: vec4<u32>;", ())
-for _t, _other in (
-    ("f32", "bitcast<f32>(jc_zero.y)"),
-    ("f64", "f64(bitcast<f32>(jc_zero.y))"),
-):
-    H[f"jc_o_{_t}"] = (
-        f"fn jc_o_{_t}(x: {_t}, k: u32) -> {_t} {{ return select(x, {_other}, jc_zero.x == k); }}",
-        ("jc_zero",),
-    )
+H["jc_o_f32"] = (
+    "fn jc_o_f32(x: f32, k: u32) -> f32 { return bitcast<f32>(bitcast<u32>(x) ^ (jc_zero.x * k)); }",
+    ("jc_zero",),
+)
+H["jc_o_f64"] = (
+    "fn jc_o_f64(x: f64, k: u32) -> f64 { return select(x, f64(bitcast<f32>(jc_zero.y)), jc_zero.x == k); }",
+    ("jc_zero",),
+)
 
 H["jc_fmod_f64"] = (
     """

@@ -22,6 +22,7 @@ wgpu = pytest.importorskip("wgpu") if os.environ.get("CI") != "true" else __impo
 
 from jaxcore_webgpu.codegen import ShaderPlan, WgslTarget, compile_kernel  # noqa: E402
 from jaxcore_webgpu.device import keeps_subnormals  # noqa: E402
+from jaxcore_webgpu.wgsl_helpers import OPAQUE_UNIFORM  # noqa: E402
 
 from jaxcore.alu import AluExp, AluGroup, AluOp, AluVar  # noqa: E402
 from jaxcore.backend import UnsupportedOpError  # noqa: E402
@@ -789,6 +790,6 @@ def test_zero_and_repeated_operands_are_opaque_to_the_driver():
     for exp in (x * 0.0, x - x, 0.0 - x, (x + x) - x):
         prog = compile_kernel(Kernel(1, 4, exp), WgslTarget()).passes[0]
         assert "jc_o_f32(" in prog.code and "var<uniform> jc_zero" in prog.code
-        assert prog.uniform == bytes(16)
+        assert prog.uniform == OPAQUE_UNIFORM
     prog = compile_kernel(Kernel(1, 4, x * 2.0), WgslTarget()).passes[0]
     assert "jc_zero" not in prog.code and prog.uniform is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from jaxcore_webgpu import matmul
+from jaxcore_webgpu.wgsl_helpers import OPAQUE_UNIFORM
 
 from jaxcore import AluExp, AluOp, AluVar, DType, Kernel
 from jaxcore.kernel import Reduction
@@ -228,7 +229,7 @@ def test_epilogue_product_beside_another_input(gpu, mnk, c_first):
     epi = c - acc * 0.1 if c_first else acc * 0.1 - c
     k = matmul_kernel(m, n, kk, epilogue=epi, nargs=3)
     plan = matmul.plan_matmul(k, gpu.target)
-    assert plan is not None and plan.passes[0].uniform == bytes(16)
+    assert plan is not None and plan.passes[0].uniform == OPAQUE_UNIFORM
     a, b, sa, sb = operands(m, n, kk, 1, False, False)
     cc = RNG.normal(0, 1, (m, n)).astype(np.float32)
     exe, got = run(gpu, k, [sa, sb, cc.ravel()])

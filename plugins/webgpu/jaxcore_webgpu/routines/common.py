@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from jaxcore.dtype import DType, byte_width
 from jaxcore_webgpu.program import Binding, Pass
 from jaxcore_webgpu.wgsl import WGSL_TRAITS, WGSLLanguage
+from jaxcore_webgpu.wgsl_helpers import OPAQUE_UNIFORM
 
 WG = 256  # threads per workgroup for element-parallel passes (the WebGPU default limit)
 
@@ -125,7 +126,7 @@ def elementwise_pass(
     decls = head + declare(bufs) + tail
     code = decls + main(wg, grid, [b.name for b in bufs], f"  if (gid >= {threads}u) {{ return; }}\n{body}")
     if uniform is None and "var<uniform> jc_zero" in decls:
-        uniform = bytes(16)  # the always-zero uniform of the helpers' opaque operands
+        uniform = OPAQUE_UNIFORM  # the uniform of the helpers' opaque operands
     return Pass(code, grid, tuple(b.binding for b in bufs), uniform=uniform)
 
 
