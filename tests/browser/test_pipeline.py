@@ -524,6 +524,32 @@ def test_docs_recording_example_runs_in_the_page(page: Page, site: dict[str, Any
         np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-4, err_msg=device)
 
 
+SHARED_JS = """
+async ({device}) => {
+  const url = (f) => new URL(`jaxcore-web/${f}`, location.href).href;
+  const { load } = await import(url("index.js"));
+  const rt = await import(url(`${device}.js`));  // the module index.js imports: one instance
+  const own = device === "webgpu" ? { device: await rt.requestDevice() } : { gl: rt.createContext() };
+  const a = await load("model.json", { device, [device]: own });
+  const b = await load("model.json", { device, [device]: own });
+  const x = new Float32Array(64).fill(0.5);
+  const first = Array.from((await a.run({ x })).logits);
+  a.dispose();  // b shares the context: its buffers and programs stay
+  const second = Array.from((await b.run({ x })).logits);
+  b.dispose();
+  // the context given is still usable
+  const alive = own.device ? !!own.device.createBuffer({ size: 16, usage: 8 }) : !own.gl.isContextLost();
+  return { first, second, alive };
+}
+"""
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_models_sharing_a_context(device: str, page: Page) -> None:
+    got = page.evaluate(SHARED_JS, {"device": device})
+    assert got["first"] == got["second"] and len(got["first"]) == B * C and got["alive"]
+
+
 # ---- no browser needed ------------------------------------------------------------------------
 def test_classic_script_of_a_module() -> None:
     module = (

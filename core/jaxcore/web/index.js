@@ -11,8 +11,8 @@
 // runtime module beside this file that runs its programs (webgpu.js, webgl.js, ...), and this file
 // drives any of them through one interface: open(options) -> ctx, unsupported(ctx, program),
 // compileAll(ctx, programs), upload(ctx, bytes) -> buf, dispatch(ctx, compiled, bufs) -> bufs,
-// read(ctx, buf, nbytes), free(ctx, buf), begin(ctx), end(ctx), close(ctx). The step graph, the
-// constants, buffer lifetimes and input validation are here, once.
+// read(ctx, buf, nbytes), free(ctx, buf), begin(ctx), end(ctx), close(ctx, compiled). The step
+// graph, the constants, buffer lifetimes and input validation are here, once.
 
 const FORMAT = "jaxcore-web-bundle";
 const ARRAYS = {
@@ -83,13 +83,14 @@ async function open(target, bundle, getBinary, options) {
   }
   const rt = await import(new URL(`./${target.runtime}`, import.meta.url).href);
   const ctx = await rt.open(options[target.device] || {});
+  let compiled = [];
   try {
     for (const [i, p] of target.programs.entries()) {
       const why = rt.unsupported(ctx, p);
       if (why) throw new Error(`program ${i}: ${why}`);
     }
     const t0 = performance.now();
-    const compiled = await rt.compileAll(ctx, target.programs);
+    compiled = await rt.compileAll(ctx, target.programs);
     const compileMs = performance.now() - t0;
     compiled.forEach((c, i) => {
       if (c.ok) return;
@@ -100,7 +101,7 @@ async function open(target, bundle, getBinary, options) {
     const constants = target.constants.map((c) => [c.value, rt.upload(ctx, bin.subarray(c.offset, c.offset + c.length))]);
     return new Model(bundle, target, rt, ctx, compiled, constants, compileMs);
   } catch (e) {
-    rt.close(ctx);
+    rt.close(ctx, compiled);
     throw e;
   }
 }
@@ -252,6 +253,6 @@ class Model {
     if (this._disposed) return;
     this._disposed = true;
     for (const [, buf] of this._constants) this._rt.free(this._ctx, buf);
-    this._rt.close(this._ctx);
+    this._rt.close(this._ctx, this._compiled);
   }
 }

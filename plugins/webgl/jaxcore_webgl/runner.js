@@ -288,11 +288,12 @@ export function run(program, inputs, gl) {
 }
 
 // ---- the device runtime of a recorded pipeline (jaxcore-web's index.js) ----------------------
-// ctx is the WebGL2 context; its pool lives beside it: free textures by dimensions, and every
-// texture made here (deleted by close). GL orders its command stream, so a freed texture can be
-// drawn into by the next dispatch.
+// ctx is the WebGL2 context; its pool lives beside it: free textures by dimensions, every texture
+// made here, and how many opened it (the pool, and a context the runtime made itself with its
+// linked programs, go when the last closes). GL orders its command stream, so a freed texture can be drawn
+// into by the next dispatch.
 function poolOf(gl) {
-  return gl.jaxcorePool || (gl.jaxcorePool = { free: new Map(), owned: new Set() });
+  return gl.jaxcorePool || (gl.jaxcorePool = { free: new Map(), owned: new Set(), users: 0 });
 }
 
 function take(gl, w, h) {
@@ -304,11 +305,15 @@ function take(gl, w, h) {
   return t;
 }
 
-// A context of its own (options.canvas, if given), or options.gl as given (close leaves it).
+// A context of its own (on options.canvas, if given), or options.gl as given (shared: close leaves
+// it, and frees what the runtime made on it once its last user closes).
 export function open(options) {
-  if (options && options.gl) return options.gl;
-  const gl = createContext(options && options.canvas);
-  gl.jaxcoreOpened = true;
+  let gl = options && options.gl;
+  if (!gl) {
+    gl = createContext(options && options.canvas);
+    gl.jaxcoreOpened = true;
+  }
+  poolOf(gl).users++;
   return gl;
 }
 
@@ -377,14 +382,16 @@ export async function end(gl) {
   if (err !== gl.NO_ERROR) throw new Error(`WebGL error 0x${err.toString(16)} while running the pipeline`);
 }
 
-export function close(gl) {
+// `compiled`: the closing user's programs, whose temporary textures go back to the pool.
+export function close(gl, compiled) {
+  for (const c of compiled || []) for (const t of c.temps || []) if (t) free(gl, t);
   const pool = poolOf(gl);
+  if (--pool.users > 0) return;
   for (const t of pool.owned) deleteTexture(gl, t);
   gl.jaxcorePool = null;
+  if (!gl.jaxcoreOpened) return; // a context given keeps its linked programs (compile's cache)
   for (const entry of (gl.jaxcorePrograms || new Map()).values()) if (entry.prog) gl.deleteProgram(entry.prog);
   gl.jaxcorePrograms = null;
-  if (gl.jaxcoreOpened) {
-    const lose = gl.getExtension("WEBGL_lose_context");
-    if (lose) lose.loseContext();
-  }
+  const lose = gl.getExtension("WEBGL_lose_context");
+  if (lose) lose.loseContext();
 }

@@ -329,12 +329,16 @@ export async function run(program, inputs, device) {
 
 // ---- the device runtime of a recorded pipeline (jaxcore-web's index.js) ----------------------
 // ctx is the GPUDevice; its pools live beside it: free storage and staging buffers by size, every
-// buffer made here (destroyed by close), and the command encoder not yet submitted.
+// buffer made here, the command encoder not yet submitted, and how many opened it (the pools and a
+// device the runtime opened itself go when the last closes).
 const STATE = new WeakMap();
 
 function stateOf(device) {
   let st = STATE.get(device);
-  if (!st) STATE.set(device, (st = { free: new Map(), staging: new Map(), owned: new Set(), encoder: null, submit: null }));
+  if (!st) {
+    st = { free: new Map(), staging: new Map(), owned: new Set(), encoder: null, submit: null, users: 0 };
+    STATE.set(device, st);
+  }
   return st;
 }
 
@@ -359,11 +363,15 @@ function flush(device) {
   st.encoder = null;
 }
 
-// A device of its own (options: requestAdapter's), or options.device as given (close leaves it).
+// A device of its own (options.adapter: requestAdapter's options), or options.device as given
+// (shared: close leaves it, and frees what the runtime made on it once its last user closes).
 export async function open(options) {
-  if (options && options.device) return options.device;
-  const device = await requestDevice(options && options.adapter);
-  device.jaxcoreOpened = true;
+  let device = options && options.device;
+  if (!device) {
+    device = await requestDevice(options && options.adapter);
+    device.jaxcoreOpened = true;
+  }
+  stateOf(device).users++;
   return device;
 }
 
@@ -433,9 +441,12 @@ export async function end(device) {
   if (err) throw new Error(`WebGPU validation: ${err.message}`);
 }
 
-export function close(device) {
+// `compiled`: the closing user's programs, whose scratch buffers go back to the pool.
+export function close(device, compiled) {
+  for (const c of compiled || []) for (const b of c.scratch || []) free(device, b);
   const st = stateOf(device);
-  st.encoder = null;
+  if (--st.users > 0) return;
+  flush(device);
   for (const b of st.owned) b.destroy();
   STATE.delete(device);
   if (device.jaxcoreOpened) device.destroy();
