@@ -120,7 +120,8 @@ _MISSING = object()
 class Recording:
     """The context manager `jaxcore.record(backend)` returns: while open, the backend instance's
     `dispatch` (and `malloc`, `dec_ref`, to keep the bytes of constants) are wrapped; they still
-    do what they did. Dispatches from other threads on the same backend are captured too."""
+    do what they did. Dispatches from other threads on the same backend are captured too; a
+    `dispatch` bound before the block (`d = backend.dispatch`) is not."""
 
     backend: Backend
     dispatches: list[Dispatch] = field(default_factory=list)
