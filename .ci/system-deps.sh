@@ -29,6 +29,9 @@ for pkg in $PACKAGES; do
         missing="$missing $pkg"
     fi
 done
+# npm (for TypeScript's tsc over the web runtime's types): by command, as it may come from a
+# package other than Debian's
+command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
 [ -z "$missing" ] && exit 0
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
