@@ -26,6 +26,7 @@ LOWERING_SOURCES: tuple[str, ...] = (
     "kernel.py",
     "legalize.py",
     "matmul_shape.py",
+    "ordered_keys.py",
     "pi_bits.py",
     "program.py",
     "routine.py",

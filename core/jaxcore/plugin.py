@@ -17,7 +17,8 @@ What is here, by purpose (docs/backend-reference.md explains each):
 - the shared lowering a C-like target renders through (docs/backend-reference.md §8): `legalize`
   with `TargetTraits` (the contract as AluExp rewrites; `opaque`, `is_nan`, `divide_rn`), `expansions`
   / `expansions64` (the float32 / float64 transcendentals as AluExp trees), `softfloat` (float32
-  exact where a target flushes subnormals), `CStyleLanguage`/`ExpRenderer` (the renderer a dialect
+  exact where a target flushes subnormals), `ordered_keys` (float32 Min/Max reductions
+  folded on integer keys), `CStyleLanguage`/`ExpRenderer` (the renderer a dialect
   subclasses), `matmul_shape` (`detect`, `matmul_kernel`, `MatmulShape`)
 - the statement program a kernel lowers to (`program`: `program.build_program` from a `TuneResult`
   by strategies, `Program`, `Param`, the statements `Grid`/`Loop`/`Let`/`Define`/`Accumulate`/`Store`;
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxcore import expansions, expansions64, matmul_shape, program, softfloat
+from jaxcore import expansions, expansions64, matmul_shape, ordered_keys, program, softfloat
 from jaxcore.alu import NORMAL_RANGE, AluExp, AluGroup, AluOp, AluVar, pending
 from jaxcore.backend import (
     API_VERSION,
@@ -135,6 +136,7 @@ __all__ = [
     "legalize",
     "opaque",
     "MatmulShape",
+    "ordered_keys",
     "program",
     "softfloat",
     "GpuLimits",

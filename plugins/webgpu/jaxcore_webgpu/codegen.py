@@ -2,11 +2,11 @@
 
     plan = compile_kernel(kernel, WgslTarget(...))
 
-`compile_kernel` tunes the kernel (`jaxcore.tuner.tune_gpu`), builds its statement program with
-the core's GPU strategies (expressions legalized for WGSL), renders it with the WGSL dialect of the
-C-style renderer and returns a
-`ShaderPlan`: one or two `ShaderProgram` passes and the byte sizes of the scratch buffers the
-passes share. The runtime owns devices, buffers and pipelines; all it needs is here:
+`compile_kernel` tunes the kernel (`jaxcore.tuner.tune_gpu`; float32 Min/Max fold on integer keys,
+`jaxcore.ordered_keys`), builds its statement program with the core's GPU strategies (expressions
+legalized for WGSL), renders it with the WGSL dialect of the C-style renderer and returns a `ShaderPlan`:
+one or two `ShaderProgram` passes and the byte sizes of the scratch buffers the passes share. The
+runtime owns devices, buffers and pipelines; all it needs is here:
 
 - run `plan.passes` in order (one compute pass is fine: each dispatch's writes are visible to the
   next), each with `dispatchWorkgroups(*program.grid)`; skip a pass whose grid has a 0;
@@ -19,11 +19,10 @@ passes share. The runtime owns devices, buffers and pipelines; all it needs is h
   counted here in scalars); bool is stored as i32 0/1; every binding is declared and statically used
   by the shader, so `layout="auto"` and an explicit layout from `bindings` both work;
 - sizes are baked into the WGSL (`program.uniforms` is empty); the one uniform block is
-  `program.uniform` (16 zero bytes at `@group(1) @binding(0)`, or None), the opaque zero that keeps
-  the driver from folding `x * 0.0` (`jaxcore.legalize.opaque`); `program.enables`
-  lists the features the device must have been created with (`"shader-f64"`,
-  `"subgroups"`: wgpu-native's "subgroup"; the WGSL has no `enable subgroups;`, which naga rejects,
-  and export.browser_wgsl adds for Tint).
+  `program.uniform` (16 zero bytes at `@group(1) @binding(0)`, or None), the opaque zero that keeps the
+  driver from folding `x * 0.0` (`jaxcore.legalize.opaque`); `program.enables` lists the features the
+  device must have been created with (`"shader-f64"`, `"subgroups"`: wgpu-native's "subgroup"; the
+  WGSL has no `enable subgroups;`, which naga rejects, and export.browser_wgsl adds for Tint).
 
 The kernel skeletons are not here: `jaxcore.program.gpu_strategies` builds the statement program
 (elementwise, vec4 lanes, per-thread reduction with unroll/upcast, a workgroup fold by tree or
@@ -43,6 +42,7 @@ from jaxcore.backend import UnsupportedOpError
 from jaxcore.dtype import DType, byte_width
 from jaxcore.kernel import Kernel
 from jaxcore.legalize import TargetTraits, legalize
+from jaxcore.ordered_keys import fold_on_keys
 from jaxcore.program import GpuTarget, Param, Program, WorkgroupFold, build_passes, gpu_strategies
 from jaxcore.tuner import GpuLimits, TuneResult, tune_gpu
 from jaxcore_webgpu.wgsl import WGSL_TRAITS, WGSLLanguage
@@ -144,6 +144,7 @@ def _check_inputs(kernel: Kernel, *exps: AluExp | None) -> None:
 
 def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WGSL_TRAITS) -> ShaderPlan:
     """WGSL for `kernel` on `target`: a `ShaderPlan` of one or two passes (see the module doc)."""
+    kernel = fold_on_keys(kernel)
     tune = tune_gpu(kernel, target.limits())
     lang = WGSLLanguage(replace(traits, flushes_subnormals=target.exact_subnormals))
     exp = legalize(tune.exp, traits)
