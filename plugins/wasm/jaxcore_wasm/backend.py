@@ -375,16 +375,32 @@ class WasmBackend(BaseBackend):
             return self._scratch[t]
 
     def _run_matmul(self, data: KernelExe, ptrs: list[int]) -> None:
+        """Whole matrices per thread when the batch has enough of them; else every thread works on
+        each matrix together, taking its row blocks one at a time (matmul.sgemm_ir)."""
+        mm = data.plan.matmul
+        assert mm is not None  # only called for a matmul plan
+        nt = self.threads if mm.flops() >= PARALLEL_MIN_FLOPS else 1
+        if mm.batch >= nt:
+            groups = [list(range(lo, hi)) for lo, hi in _spans(mm.batch, nt, 1)]
+        else:
+            groups = [list(range(mm.batch))] * max(1, min(nt, -(-mm.m // matmul.MC)))
+        words = matmul.sync_words(mm.m, mm.n, mm.k)
+        sync = self.allocator.alloc(4 * words * mm.batch)
+        try:
+            self._sgemm_groups(data, ptrs, groups, sync, words)
+        finally:
+            self.allocator.free(sync)
+
+    def _sgemm_groups(
+        self, data: KernelExe, ptrs: list[int], groups: list[list[int]], sync: int, words: int
+    ) -> None:
+        """Run the SGEMM on each thread's matrices (`groups[t]`); `sync` holds `words` sync words
+        per matrix, zeroed here."""
         mm = data.plan.matmul
         assert mm is not None  # only called for a matmul plan
         sg = self._sgemm()
-        nt = self.threads if mm.flops() >= PARALLEL_MIN_FLOPS else 1
-        if mm.batch >= nt:  # whole matrices per thread, else bands of MR-aligned rows
-            groups = [[(b, 0, mm.m) for b in range(lo, hi)] for lo, hi in _spans(mm.batch, nt, 1)]
-        else:
-            spans = _spans(mm.m, nt, matmul.MR)
-            groups = [[(b, lo, hi) for b in range(mm.batch)] for lo, hi in spans]
-        groups = [g for g in groups if g]
+        flags = self.array(sync, DType.int32, (mm.batch, words))
+        flags[:] = 0
         acc = ptrs[-1] if mm.direct else self.allocator.alloc(4 * data.plan.size)
         a_ptr, b_ptr = ptrs[mm.a_gid], ptrs[mm.b_gid]
         a0, asb, asi, ask = mm.a
@@ -392,14 +408,17 @@ class WasmBackend(BaseBackend):
         scratch = [self._scratch_for(t) for t in range(len(groups))]
 
         def work(lane: runtime.Lane, t: int) -> None:
-            fref = lane.funcs(sg)["sgemm"]
-            for b, lo, hi in groups[t]:
-                args = [
-                    a_ptr + 4 * (a0 + b * asb + lo * asi), asi, ask,
-                    b_ptr + 4 * (b0 + b * bsb), bsk, bsj,
-                    acc + 4 * (b * mm.m * mm.n + lo * mm.n), mm.n, hi - lo, mm.n, mm.k, scratch[t],
-                ]  # fmt: skip
-                lane.call(fref, runtime.make_args([_i32(v) for v in args]), 12)
+            try:
+                fref = lane.funcs(sg)["sgemm"]
+                for b in groups[t]:
+                    args = [
+                        a_ptr + 4 * (a0 + b * asb), asi, ask, b_ptr + 4 * (b0 + b * bsb), bsk, bsj,
+                        acc + 4 * b * mm.m * mm.n, mm.n, mm.m, mm.n, mm.k, scratch[t], sync + 4 * words * b,
+                    ]  # fmt: skip
+                    lane.call(fref, runtime.make_args([_i32(v) for v in args]), 13)
+            except BaseException:
+                flags[:, 0] = 1  # the others stop waiting for row blocks this thread will not do
+                raise
 
         try:
             self._parallel(len(groups), work)

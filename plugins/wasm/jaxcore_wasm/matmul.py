@@ -9,7 +9,9 @@ and NR/4 loads of B per k step. Partial tiles go through a small scratch tile. K
 first accumulate into C.
 
 The SGEMM is one library module per process (runtime M, N, K and strides); a kernel whose epilogue
-is not the identity also gets an `epilogue` map that reads the f32 sums from scratch.
+is not the identity also gets an `epilogue` map that reads the f32 sums from scratch. Threads that
+share one C take its MC-row blocks from an atomic counter (see sgemm_ir), so the work follows the
+speed each core gets.
 """
 
 from __future__ import annotations
@@ -96,18 +98,32 @@ def _min(f: Fn, mod: Module, a: str, b: str) -> str:
 
 
 def sgemm_ir(relaxed: bool | None = None) -> str:
-    """C[i*ldc + j] (=|+=) sum_k A[i*sai + k*sak] * B[k*sbk + j*sbj], i < M, j < N."""
+    """C[i*ldc + j] (=|+=) sum_k A[i*sai + k*sak] * B[k*sbk + j*sbj], i < M, j < N.
+
+    Every thread that shares one C calls `sgemm` with the same zeroed sync words `Y` (see
+    `sync_words`): each packs its own copy of every B block, then takes the block's MC-row blocks
+    one at a time from an atomic counter, so a thread the machine slows down does fewer of them
+    (statically halved rows ran as slow as the slower thread: 171 vs 220 ms on one 2048 matmul). A
+    row block of a later K block waits until the same rows of the one before are done (both add
+    into them); Y[0] != 0 makes a waiting thread give up (the host sets it when a thread fails)."""
     relaxed = RELAXED if relaxed is None else relaxed
     mod = Module(TRIPLE, datalayout())
     assert MC % MR == 0 and NC % NR == 0
     mod.decls.add(f"declare {V4} @llvm.wasm.relaxed.madd.v4f32({V4}, {V4}, {V4})")
+    mod.decls.add("declare i32 @llvm.wasm.memory.atomic.wait32(ptr, i32, i64)")
+    mod.decls.add("declare i32 @llvm.wasm.memory.atomic.notify(ptr, i32)")
     params = [("ptr", "%A"), (I32, "%sai"), (I32, "%sak"), ("ptr", "%B"), (I32, "%sbk"), (I32, "%sbj")]
     params += [("ptr", "%C"), (I32, "%ldc"), (I32, "%M"), (I32, "%N"), (I32, "%K"), ("ptr", "%S")]
+    params += [("ptr", "%Y")]
     f = Fn("sgemm", "void", params, mod.attr_group('nounwind "wasm-export-name"="sgemm"'))
     zero4 = f"{V4} zeroinitializer"
     bp = "%S"
     ap = _gep(f, F32, "%S", str(KC * NC))
     tile = _gep(f, F32, "%S", str(KC * NC + 4 * MC * KC))
+    mblocks = f.bin("sdiv", I32, _add(f, "%M", str(MC - 1)), str(MC))
+    kblocks = f.bin("sdiv", I32, _add(f, "%K", str(KC - 1)), str(KC))
+    nblocks = f.bin("sdiv", I32, _add(f, "%N", str(NC - 1)), str(NC))
+    flags0 = _gep(f, I32, "%Y", _add(f, _mul(f, nblocks, kblocks), "1"))
 
     def jc_body(jc: str, _: list[str]) -> list[str]:
         nc = _min(f, mod, str(NC), f.bin("sub", I32, "%N", jc, "nsw"))
@@ -116,25 +132,40 @@ def sgemm_ir(relaxed: bool | None = None) -> str:
         def pc_body(pc: str, _: list[str]) -> list[str]:
             kc = _min(f, mod, str(KC), f.bin("sub", I32, "%K", pc, "nsw"))
             first = f.icmp("eq", I32, pc, "0")
+            it = _add(f, _mul(f, f.bin("sdiv", I32, jc, str(NC)), kblocks), f.bin("sdiv", I32, pc, str(KC)))
+            ctr = _gep(f, I32, "%Y", _add(f, it, "1"))
+            flags = _gep(f, I32, flags0, _mul(f, it, mblocks))
+            l_work, l_skip = f.label("bwork"), f.label("bskip")
+            taken = f.emit(f"load atomic i32, ptr {ctr} seq_cst, align 4")
+            f.cbr(f.icmp("slt", I32, taken, mblocks), l_work, l_skip)
+            f.start(l_work)  # row blocks are left: this thread packs B and takes them
             _pack_b(f, jc, pc, nc, kc, npan, bp)
+            l_take, l_row = f.label("take"), f.label("row")
+            f.br(l_take)
+            f.start(l_take)
+            blk = f.emit(f"atomicrmw add ptr {ctr}, i32 1 seq_cst")
+            f.cbr(f.icmp("slt", I32, blk, mblocks), l_row, l_skip)
+            f.start(l_row)
+            _await(f, first, _gep(f, I32, flags, f.bin("sub", I32, blk, mblocks, "nsw")))
+            ic = _mul(f, blk, str(MC))
+            mc = _min(f, mod, str(MC), f.bin("sub", I32, "%M", ic, "nsw"))
+            mpan = f.bin("sdiv", I32, _add(f, mc, str(MR - 1)), str(MR))
+            _pack_a(f, ic, pc, mc, kc, mpan, ap)
 
-            def ic_body(ic: str, _: list[str]) -> list[str]:
-                mc = _min(f, mod, str(MC), f.bin("sub", I32, "%M", ic, "nsw"))
-                mpan = f.bin("sdiv", I32, _add(f, mc, str(MR - 1)), str(MR))
-                _pack_a(f, ic, pc, mc, kc, mpan, ap)
-
-                def jr_body(jp: str, _: list[str]) -> list[str]:
-                    def ir_body(ip: str, _: list[str]) -> list[str]:
-                        _micro(f, mod, jc, ic, jp, ip, nc, mc, kc, first, ap, bp, tile, zero4, relaxed)
-                        return []
-
-                    loop(f, "0", mpan, "1", ir_body, name="ir")
+            def jr_body(jp: str, _: list[str]) -> list[str]:
+                def ir_body(ip: str, _: list[str]) -> list[str]:
+                    _micro(f, mod, jc, ic, jp, ip, nc, mc, kc, first, ap, bp, tile, zero4, relaxed)
                     return []
 
-                loop(f, "0", npan, "1", jr_body, name="jr")
+                loop(f, "0", mpan, "1", ir_body, name="ir")
                 return []
 
-            loop(f, "0", "%M", str(MC), ic_body, name="ic")
+            loop(f, "0", npan, "1", jr_body, name="jr")
+            done = _gep(f, I32, flags, blk)
+            f.raw(f"store atomic i32 1, ptr {done} seq_cst, align 4")
+            f.emit(f"call i32 @llvm.wasm.memory.atomic.notify(ptr {done}, i32 -1)")
+            f.br(l_take)
+            f.start(l_skip)
             return []
 
         loop(f, "0", "%K", str(KC), pc_body, name="pc")
@@ -144,6 +175,36 @@ def sgemm_ir(relaxed: bool | None = None) -> str:
     f.raw("ret void")
     mod.functions.append(f.render())
     return mod.render()
+
+
+WAIT_NS = 10_000_000  # a waiting thread looks at the abort word this often
+
+
+def _await(f: Fn, first: str, prev: str) -> None:
+    """Unless `first` (the first K block), wait until the word at `prev` (the same rows' flag in
+    the K block before) is set; return from `sgemm` if the abort word Y[0] is set meanwhile."""
+    l_chk, l_abort, l_sleep, l_go = f.label("wchk"), f.label("wabort"), f.label("wsleep"), f.label("wgo")
+    l_head = f.label("whead")
+    f.cbr(first, l_go, l_head)
+    f.start(l_head)
+    ready = f.emit(f"load atomic i32, ptr {prev} seq_cst, align 4")
+    f.cbr(f.icmp("ne", I32, ready, "0"), l_go, l_chk)
+    f.start(l_chk)
+    abort = f.emit("load atomic i32, ptr %Y seq_cst, align 4")
+    f.cbr(f.icmp("ne", I32, abort, "0"), l_abort, l_sleep)
+    f.start(l_abort)
+    f.raw("ret void")
+    f.start(l_sleep)
+    f.emit(f"call i32 @llvm.wasm.memory.atomic.wait32(ptr {prev}, i32 0, i64 {WAIT_NS})")
+    f.br(l_head)
+    f.start(l_go)
+
+
+def sync_words(m: int, n: int, k: int) -> int:
+    """The i32 words one `sgemm` call shares among its threads: the abort word, a row-block
+    counter per (N block, K block), and a done flag per row block of each."""
+    blocks = -(-n // NC) * -(-k // KC)
+    return 1 + blocks * (1 + -(-m // MC))
 
 
 def _pack_b(f: Fn, jc: str, pc: str, nc: str, kc: str, npan: str, bp: str) -> None:
@@ -311,4 +372,4 @@ def scratch_bytes() -> int:
 
 
 def plan_key() -> str:
-    return f"sgemm|MR={MR}|NV={NV}|KC={KC}|MC={MC}|NC={NC}|RX={RELAXED}|O{CODEGEN_OPT}"
+    return f"sgemm|MR={MR}|NV={NV}|KC={KC}|MC={MC}|NC={NC}|RX={RELAXED}|O{CODEGEN_OPT}|shared"
