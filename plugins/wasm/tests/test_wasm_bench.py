@@ -55,3 +55,26 @@ def test_bench_times_peers_in_the_same_rounds_and_reports_the_limit() -> None:
     res.limit = res.throughput / limits["GB/s"]
     table = bench.format_table([res], limits)
     assert "vs fake" in table.splitlines()[0] and "limit = throughput" in table
+
+
+def test_compute_bound_limit_is_against_the_peak_probed_in_its_rounds() -> None:
+    """A GFLOP/s workload's limit divides by the median of a peak probe run right before each of
+    its device runs; a memory-bound one is never probed."""
+    be = WasmBackend(threads=2)
+    prog = bench.Progress(2, io.StringIO())
+    calls: list[int] = []
+    probe = bench.peak_probe(be)
+    assert probe is not None and probe() > 0
+
+    def counted() -> float:
+        calls.append(1)
+        return 50e9 + 10e9 * len(calls)  # 60, 70, 80 GFLOP/s
+
+    res = bench.run_workload(bench.WORKLOADS["matmul512"], be, 3, prog, budget_s=60, peak=counted)
+    assert res.status == "ok", res.detail
+    assert res.peak_samples == [60.0, 70.0, 80.0] and res.peak == 70.0
+    assert res.throughput is not None and res.limit == res.throughput / 70.0
+    assert "probed in the same rounds (70.0-70.0" in bench.format_table([res], {"GFLOP/s": 100.0})
+    calls.clear()
+    mem = bench.run_workload(bench.WORKLOADS["sum"], be, 2, prog, peak=counted)
+    assert mem.status == "ok" and not calls and mem.peak is None
