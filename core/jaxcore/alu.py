@@ -34,6 +34,7 @@ class AluOp(enum.StrEnum):
     Sub = "Sub"
     Mul = "Mul"
     Idiv = "Idiv"
+    Div = "Div"
     Mod = "Mod"
     Min = "Min"
     Max = "Max"
@@ -68,7 +69,7 @@ class AluGroup:
     """Op families that rules and backends treat alike."""
 
     Binary = frozenset(
-        {AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv, AluOp.Mod, AluOp.Min, AluOp.Max}
+        {AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv, AluOp.Div, AluOp.Mod, AluOp.Min, AluOp.Max}
         | {AluOp.BitCombine, AluOp.BitShift}
     )
     Unary = frozenset(
@@ -260,6 +261,7 @@ class AluExp:
     sub = _binary_constructor(AluOp.Sub)
     mul = _binary_constructor(AluOp.Mul)
     idiv = _binary_constructor(AluOp.Idiv)
+    div = _binary_constructor(AluOp.Div)  # float a / b, correctly rounded (Idiv truncates)
     mod = _binary_constructor(AluOp.Mod)
     min = _binary_constructor(AluOp.Min)
     max = _binary_constructor(AluOp.Max)
@@ -492,7 +494,7 @@ def _check_types(e: AluExp) -> None:
         got = ", ".join(map(str, d)) if d else "no operands"
         raise TypeError(f"{op} -> {dtype} {rule}; got operands {got}")
 
-    if op in AluGroup.RequiredFloat and not is_float(dtype):
+    if (op in AluGroup.RequiredFloat or op == AluOp.Div) and not is_float(dtype):
         raise TypeError(f"Unsupported dtype for {op}: {dtype}")
     if op in _ARITH:
         if d[0] != dtype or d[1] != dtype:
@@ -552,7 +554,7 @@ def _check_types(e: AluExp) -> None:
             fail("needs int32 indices")
 
 
-_ARITH = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv, AluOp.Mod, AluOp.Min, AluOp.Max})
+_ARITH = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv, AluOp.Div, AluOp.Mod, AluOp.Min, AluOp.Max})
 
 
 def _lift(x: AluExp | float | int | bool, like: AluExp | float | int | bool) -> AluExp:

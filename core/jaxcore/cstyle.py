@@ -107,6 +107,7 @@ class CStyleLanguage:
         AluOp.Sub: _infix("-"),
         AluOp.Mul: _infix("*"),
         AluOp.Idiv: _infix("/"),
+        AluOp.Div: _infix("/"),
         AluOp.Mod: _infix("%"),
         AluOp.Min: _call("min"),
         AluOp.Max: _call("max"),

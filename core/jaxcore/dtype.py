@@ -136,7 +136,7 @@ _BIT_UFUNCS = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor
 
 
 def arith(op: AluOp | str, a: np.ndarray, b: np.ndarray, dtype: DType) -> np.ndarray:
-    """Binary arithmetic `op` natively in `dtype`: an `AluOp` (Add, Sub, Mul, Idiv, Mod, Min, Max),
+    """Binary arithmetic `op` natively in `dtype`: an `AluOp` (Add, Sub, Mul, Idiv, Div, Mod, Min, Max),
     as a backend holds it in its IR, or its lowercase name ("add", ..., "max").
 
     `AluOp` is a str enum whose values are capitalised ("Add"), so both spellings are taken
@@ -151,9 +151,11 @@ def arith(op: AluOp | str, a: np.ndarray, b: np.ndarray, dtype: DType) -> np.nda
             return ufunc(a, b)
         if name == "idiv":
             return _idiv(a, b, dtype)
+        if name == "div" and is_float(dtype):  # IEEE: correctly rounded, x/0 = +-inf, 0/0 = NaN
+            return np.divide(a, b)
         if name == "mod":
             return _mod(a, b, dtype)
-    raise ValueError(f"unknown arithmetic op {op!r}: one of {sorted([*_ARITH_UFUNCS, 'idiv', 'mod'])}")
+    raise ValueError(f"unknown arithmetic op {op!r}: one of {sorted([*_ARITH_UFUNCS, 'div', 'idiv', 'mod'])}")
 
 
 def _idiv(a: np.ndarray, b: np.ndarray, dtype: DType) -> np.ndarray:

@@ -45,7 +45,7 @@ _UNARY_NUMPY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "Erf": dt.erf,
     "Erfc": dt.erfc,
 }
-_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Idiv": "idiv", "Mod": "mod", "Min": "min", "Max": "max"}
+_BINARY = {op: op.lower() for op in ("Add", "Sub", "Mul", "Idiv", "Div", "Mod", "Min", "Max")}
 
 
 class Interpreter:

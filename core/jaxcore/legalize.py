@@ -153,7 +153,7 @@ def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
 # float16 ops whose float32 result, from float16 operands, need not be a float16 value. The rest
 # are closed in float16 (min, max, floor, ceil, fmod, select) or legalized by their own rule
 # (Idiv rounds its quotient to float16 before truncating it).
-_ROUNDED_F16 = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Sqrt, AluOp.Reciprocal})
+_ROUNDED_F16 = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Div, AluOp.Sqrt, AluOp.Reciprocal})
 
 
 def _hold_f16(e: AluExp) -> AluExp | None:
@@ -203,7 +203,7 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
             e = AluExp(e.op, e.dtype, src, e.arg)
     if (
         t.divides_by_reciprocal
-        and e.op == AluOp.Idiv
+        and e.op in (AluOp.Idiv, AluOp.Div)
         and is_float(e.dtype)
         and known.get(e.src[1].key(), False)
     ):
@@ -300,6 +300,11 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
             a, b = AluExp.cast(DType.float32, a), AluExp.cast(DType.float32, b)
             return _trunc(AluExp.cast(DType.float16, divide_rn(a, b)))  # round to f16, then trunc
         return _trunc(divide_rn(a, b))
+    if op == AluOp.Div and dt in (DType.float32, DType.float16) and not t.native_correct_division:
+        a, b = e.src
+        if dt == DType.float16:  # f32 has 2*11+2 bits: rounding the f32 quotient to f16 is exact
+            return AluExp.cast(dt, divide_rn(AluExp.cast(DType.float32, a), AluExp.cast(DType.float32, b)))
+        return divide_rn(a, b, exact_subnormal=True)
     if op in (AluOp.Idiv, AluOp.Mod) and dt in (DType.int32, DType.uint32):
         return _int_divmod(e, t)
     if op in (AluOp.Min, AluOp.Max) and is_float(dt) and not t.native_nan_minmax:
@@ -322,12 +327,14 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     return None
 
 
-_FOLDABLE = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv})
+_FOLDABLE = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv, AluOp.Div})
 
 
 # Ops a driver reassociates with each other: (x - y) + c -> x - (y - c) (lavapipe gave 0, not 2.5,
 # for (x - x) + 2.5 at x = 3e38), (x * y) * c -> x * (y * c).
-_FAMILY = {AluOp.Add: "sum", AluOp.Sub: "sum", AluOp.Mul: "product", AluOp.Idiv: "quotient"}
+_FAMILY = {
+    AluOp.Add: "sum", AluOp.Sub: "sum", AluOp.Mul: "product", AluOp.Idiv: "quotient", AluOp.Div: "quotient"
+}  # fmt: skip
 
 
 def _bare(e: AluExp) -> AluExp:
@@ -412,12 +419,13 @@ def _pow2(k: AluExp) -> AluExp:
     return AluExp.bitcast(DType.float32, AluExp.shl(AluExp.bitcast(DType.uint32, k + 127), _u32(23)))
 
 
-def divide_rn(a: AluExp, b: AluExp) -> AluExp:
+def divide_rn(a: AluExp, b: AluExp, exact_subnormal: bool = False) -> AluExp:
     """a / b correctly rounded, from an approximate reciprocal: both operands scaled to [1, 2),
     two Newton steps on the exact residual, then the neighbour with the smaller exact residual
-    (ties to even), scaled back. Zeros, infinities and NaN take the native a * (1/b). A quotient
-    in the subnormal range rounds twice (it may be one subnormal ulp off): Idiv truncates it to
-    zero anyway."""
+    (ties to even), scaled back. Zeros, infinities and NaN are spelled out. Scaled into the
+    subnormal range the quotient rounds twice (one subnormal ulp off at a tie), which Idiv's
+    truncation hides; with `exact_subnormal` (true division) such a quotient is rounded once, on
+    its integer mantissa with the residual's sign as the sticky bit (`softfloat.pack`)."""
     f32, u32, i32 = DType.float32, DType.uint32, DType.int32
     ma, ea = _mantissa_exponent(a)
     mb, eb = _mantissa_exponent(b)
@@ -442,13 +450,14 @@ def divide_rn(a: AluExp, b: AluExp) -> AluExp:
     take2 = _or(
         AluExp.cmplt(ar2, ar1), _and(_eq(AluExp.bitcast(u32, ar2), AluExp.bitcast(u32, ar1)), q2_even)
     )
-    q = AluExp.where(_and(take2, _ne(r1, _c(f32, 0.0))), q2, q1)
+    pick2 = _and(take2, _ne(r1, _c(f32, 0.0)))
+    q = AluExp.where(pick2, q2, q1)
     # Past +-(the range) the result is inf or 0 anyway; the clamp keeps 2^k1 and 2^(k-k1) normal.
     k = AluExp.min(AluExp.max(ea - eb, _c(i32, -160)), _c(i32, 130))
     k1 = AluExp.idiv(k, _c(i32, 2))
-    q = (q * _pow2(k1)) * _pow2(k - k1)
     sign = AluExp.bit_and(AluExp.bit_xor(AluExp.bitcast(u32, a), AluExp.bitcast(u32, b)), 0x80000000)
-    q = AluExp.bitcast(f32, AluExp.bit_or(AluExp.bitcast(u32, q), sign))
+    scaled = AluExp.bitcast(f32, AluExp.bit_or(AluExp.bitcast(u32, (q * _pow2(k1)) * _pow2(k - k1)), sign))
+    q = _subnormal_quotient(q, AluExp.where(pick2, r2, r1), k, sign, scaled) if exact_subnormal else scaled
     # Zeros, infinities and NaN, spelled out (a * (1/b) would make 0 / 1e-40 a NaN).
     mags = [AluExp.bit_and(AluExp.bitcast(u32, x), 0x7FFFFFFF) for x in (a, b)]
     zero = [_eq(m, _u32(0)) for m in mags]
@@ -460,6 +469,23 @@ def divide_rn(a: AluExp, b: AluExp) -> AluExp:
     q = AluExp.where(_or(zero[1], inf[0]), signed_inf, q)
     invalid = _or(_or(nan[0], nan[1]), _or(_and(zero[0], zero[1]), _and(inf[0], inf[1])))
     return AluExp.where(invalid, _c(f32, math.nan), q)
+
+
+def _subnormal_quotient(q: AluExp, r: AluExp, k: AluExp, sign: AluExp, scaled: AluExp) -> AluExp:
+    """`scaled` (q 2^k with the sign), but where that is below the normal range: q's 24-bit mantissa
+    times 4, one less or more as the exact quotient lies below or above q (residual `r`), rounded
+    once to nearest even at its subnormal position."""
+    from jaxcore.softfloat import pack  # softfloat builds on this module's legalize
+
+    u32, i32 = DType.uint32, DType.int32
+    bits = AluExp.bitcast(u32, q)
+    mant = AluExp.bit_or(AluExp.bit_and(bits, 0x007FFFFF), 0x00800000)
+    e = AluExp.bitcast(i32, AluExp.shr(bits, _u32(23))) - _c(i32, 127) + k  # the result's exponent
+    nudge = AluExp.where(AluExp.cmplt(_c(DType.float32, 0.0), r), _u32(1), _u32(0)) - AluExp.where(
+        AluExp.cmplt(r, _c(DType.float32, 0.0)), _u32(1), _u32(0)
+    )
+    once = pack(sign, AluExp.shl(mant, _u32(2)) + nudge, e - _c(i32, 25))
+    return AluExp.where(AluExp.cmplt(e, _c(i32, -126)), once, scaled)
 
 
 def _int_divmod(e: AluExp, t: TargetTraits) -> AluExp | None:

@@ -167,6 +167,11 @@ def _range_inner(e: AluExp) -> _Pair:
                 return (-_INF, _INF)
             c = [_trunc_div(a, b, e.dtype) for a in s[0] for b in s[1]]
             return (min(c), max(c))
+        if op == AluOp.Div:  # floats only
+            if s[1][0] <= 0 <= s[1][1]:
+                return (-_INF, _INF)
+            c = [a / b for a in s[0] for b in s[1]]
+            return (-_INF, _INF) if any(map(math.isnan, c)) else (min(c), max(c))
         if op == AluOp.Mod:
             dlo, dhi = s[1]
             if dlo <= 0 <= dhi:
@@ -464,6 +469,8 @@ def _identities(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp])
             if op == AluOp.Mul and v == 0 and not flt:
                 return AluExp.const(dtype, 0)
             if op == AluOp.Idiv and i == 1 and v == 1 and not flt:
+                return other
+            if op == AluOp.Div and i == 1 and v == 1:
                 return other
     # R3c: a bool and/or/xor with a constant operand (false && x is false: a reduction whose
     # accumulator only such a term reads is then dead, which Kernel.live drops before a driver sees it)

@@ -431,7 +431,7 @@ def definition(name: str) -> Procedure | tuple[tuple[tuple[str, DType], ...], Al
 
 
 # ---- transcendental bodies -------------------------------------------------------------------------
-_SPELLED_EXACT = frozenset(_OP_HELPER) | {AluOp.Idiv}
+_SPELLED_EXACT = frozenset(_OP_HELPER) | {AluOp.Idiv, AluOp.Div}
 
 
 def _moved(e: AluExp) -> tuple[AluExp, ...]:

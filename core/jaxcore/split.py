@@ -83,7 +83,7 @@ def node_cost(node: AluExp) -> int:
         return _READ_COST
     heavy = _HELPER_COST.get(op)
     if heavy is None and is_float(dtype):
-        if op == AluOp.Idiv:
+        if op in (AluOp.Idiv, AluOp.Div):
             heavy = _FLOAT_DIV_COST
         elif op == AluOp.Mod:
             heavy = _FLOAT_MOD_COST

@@ -152,12 +152,10 @@ class Array:
         return _apply(AluExp.mul, other, self)
 
     def __truediv__(self, other: Array | Scalar) -> Array:
-        if isinstance(other, Array):
-            return _apply(lambda a, b: a * AluExp.reciprocal(b), self, other)
-        return self * (1.0 / other)
+        return _apply(AluExp.div, self, other)  # correctly rounded, as numpy's
 
     def __rtruediv__(self, other: Scalar) -> Array:
-        return _apply(lambda a, b: a * AluExp.reciprocal(b), other, self)
+        return _apply(AluExp.div, other, self)
 
     def __neg__(self) -> Array:
         return _apply(lambda a: -a, self)

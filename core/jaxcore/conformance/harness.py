@@ -365,6 +365,8 @@ def minimal_kernel(op: AluOp, dtype: DType) -> Kernel | None:
     n = 4
     if op in BINARY_BUILDERS:
         return map_kernel([dtype, dtype], n, BINARY_BUILDERS[op])
+    if op == AluOp.Div:
+        return map_kernel([dtype, dtype], n, AluExp.div) if oracle.is_float(str(dtype)) else None
     if op in UNARY_BUILDERS:
         if not oracle.is_float(str(dtype)):
             return None

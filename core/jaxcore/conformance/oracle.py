@@ -98,7 +98,7 @@ def _ints(x: np.ndarray) -> list[int]:
 
 
 def binary(op: str, a: np.ndarray, b: np.ndarray, dtype: str) -> np.ndarray:
-    """Add/Sub/Mul/Idiv/Mod/Min/Max (and BitCombine modes and/or/xor) natively in `dtype`."""
+    """Add/Sub/Mul/Idiv/Mod/Min/Max (and BitCombine modes and/or/xor) natively in `dtype`; Div for floats."""
     dtype = str(dtype)
     if dtype == "bool":
         # bool arithmetic is int32 arithmetic on 0/1, then `!= 0` (so Add is OR and Mul is AND).
@@ -117,6 +117,8 @@ def binary(op: str, a: np.ndarray, b: np.ndarray, dtype: str) -> np.ndarray:
             return a * b
         if op == "Idiv":
             return np.trunc(a / b)
+        if op == "Div":
+            return a / b
         if op == "Mod":
             return np.fmod(a, b)
         if op == "Min":

@@ -65,7 +65,14 @@ FUZZ_SECONDS = 150.0
 MIN_CASES_IN_BUDGET = 150
 ROOT_OPS = tuple(op for op in AluOp if op in AluGroup.Approximate)  # in AluOp's order: seeds replay
 ARITH = (AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Min, AluOp.Max)
-_BIN = {AluOp.Add: "Add", AluOp.Sub: "Sub", AluOp.Mul: "Mul", AluOp.Idiv: "Idiv", AluOp.Mod: "Mod"}
+_BIN = {
+    AluOp.Add: "Add",
+    AluOp.Sub: "Sub",
+    AluOp.Mul: "Mul",
+    AluOp.Idiv: "Idiv",
+    AluOp.Mod: "Mod",
+    AluOp.Div: "Div",
+}
 _BIN |= {AluOp.Min: "Min", AluOp.Max: "Max"}
 
 # Values that make int32/uint32 arithmetic wrap, and `gidx * c` overflow inside an index.
@@ -334,7 +341,8 @@ class Generator:
             op = rng.choice([o for o in ARITH if ok(o, dt)])
             return Leaf(AluExp(AluOp(op), dt, (sub(), sub())), False)
         if kind == "divmod":
-            op = rng.choice([o for o in (AluOp.Idiv, AluOp.Mod) if ok(o, dt)])
+            ops = (AluOp.Idiv, AluOp.Mod, AluOp.Div) if oracle.is_float(str(dt)) else (AluOp.Idiv, AluOp.Mod)
+            op = rng.choice([o for o in ops if ok(o, dt)])
             return Leaf(AluExp(AluOp(op), dt, (sub(), self.leaf(leaves, dt, divisor=True).exp)), False)
         if kind == "bits":
             mode = str(rng.choice(["and", "or", "xor"]))

@@ -37,6 +37,30 @@ def test_binary(backend: Backend, op: str, dtype: str) -> None:
     assert_close(got, oracle.binary(op, a, b, dtype), op, dtype, backend, inputs=[a, b])
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_true_division(backend: Backend, dtype: str) -> None:
+    """Div: IEEE division, correctly rounded (numpy's bits), on all pairs of edge values (x/0 is
+    +-inf, 0/0 NaN) and on random bit patterns, a third of them with quotients among the
+    subnormals, where a quotient rounded once and then scaled would be a subnormal ulp off."""
+    a, b = values.pairs(values.arith(dtype), values.arith(dtype))
+    rng = np.random.default_rng(11)
+    width = {"float16": 16, "float32": 32, "float64": 64}[dtype]
+    utype = np.dtype(f"<u{width // 8}")
+    ra, rb = (
+        rng.integers(0, 2**width - 1, 3000, dtype=np.uint64).astype(utype).view(oracle.storage(dtype))
+        for _ in "ab"
+    )
+    tiny = np.finfo(oracle.storage(dtype)).tiny
+    ra[:1000] = (rng.random(1000) - 0.5) * np.float64(tiny) * 64
+    rb[:1000] = rng.random(1000) * 64 + 1
+    a = np.concatenate([a, ra]).astype(oracle.storage(dtype))
+    b = np.concatenate([b, rb]).astype(oracle.storage(dtype))
+    kernel = map_kernel([dtype, dtype], len(a), AluExp.div)
+    skip_if_undeclared(backend, kernel)
+    got = run_kernel(backend, kernel, [a, b])
+    assert_close(got, oracle.binary("Div", a, b, dtype), "Div", dtype, backend, inputs=[a, b])
+
+
 @pytest.mark.parametrize("dtype", [*INTS, "bool"])
 @pytest.mark.parametrize("mode", ["and", "or", "xor"])
 def test_bit_combine(backend: Backend, mode: str, dtype: str) -> None:

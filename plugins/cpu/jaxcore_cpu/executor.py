@@ -232,6 +232,7 @@ _FLOAT_UFUNCS: dict[AluOp, np.ufunc] = {
     AluOp.Log: np.log,
     AluOp.Sqrt: np.sqrt,
     AluOp.Reciprocal: np.reciprocal,
+    AluOp.Div: np.divide,
 }
 
 

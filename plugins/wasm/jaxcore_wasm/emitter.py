@@ -181,6 +181,8 @@ class Emitter:
                 return self.round16(f.fsub(ty, a, b), d)
             if op == AluOp.Mul:
                 return self.round16(f.fmul(ty, a, b), d)
+            if op == AluOp.Div:
+                return self.round16(f.fdiv(ty, a, b), d)
             if op == AluOp.Idiv:
                 q = self.round16(f.fdiv(ty, a, b), d)
                 return self.intr(f"llvm.trunc.{suffix(ty)}", ty, [(ty, q)])
