@@ -65,14 +65,7 @@ def _realize(backend: Any, value: Any, out: int | None = None) -> int:
 
 
 def _routine(backend: Any, name: Routines, slots: list[int], shape: tuple[int, ...]) -> list[int]:
-    r = Routine.build(name, [shape], [F32])
-    t = r.type
-    outs = [
-        backend.malloc(int(np.prod(s)) * jaxcore.byte_width(d))
-        for s, d in zip(t.output_shapes, t.output_dtypes)
-    ]
-    backend.dispatch(backend.prepare_routine(r), slots, outs)
-    return outs
+    return _call(backend, Routine.build(name, [shape], [F32]), slots)
 
 
 def _dense(
