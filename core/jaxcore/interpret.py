@@ -57,7 +57,9 @@ class Interpreter:
         self.env = env
         self.read = read
         self.shared = shared
-        self._memo: dict[str, np.ndarray] = {}
+        # (node key, id of the mask it was evaluated under) -> (that mask, kept alive so that its
+        # id is not reused, and the value)
+        self._memo: dict[tuple[str, int], tuple[np.ndarray | None, np.ndarray]] = {}
 
     def run(self, exp: AluExp, mask: np.ndarray | None = None) -> np.ndarray:
         hit = self._recall(exp, mask)
@@ -80,17 +82,24 @@ class Interpreter:
             if value is None:
                 stack.append((child, child_mask, self._eval(child, child_mask)))
 
-    # Memoise only unmasked values of nodes used more than once (`shared`, when given):
-    # holding every temporary alive would defeat the allocator's reuse of hot memory.
-    def _memoised(self, exp: AluExp, mask: np.ndarray | None) -> bool:
-        return mask is None and (self.shared is None or exp.key() in self.shared)
+    # Memoise only the values of nodes used more than once (`shared`, when given): holding every
+    # temporary alive would defeat the allocator's reuse of hot memory. Under a Where a branch's
+    # nodes are evaluated under its mask, memoised for that mask: unmemoised, a DAG shared below
+    # nested Wheres is walked as a tree (3 lanes of a legalized float division took 43 s).
+    def _memo_key(self, exp: AluExp, mask: np.ndarray | None) -> tuple[str, int] | None:
+        if self.shared is not None and exp.key() not in self.shared:
+            return None
+        return exp.key(), (0 if mask is None else id(mask))
 
     def _recall(self, exp: AluExp, mask: np.ndarray | None) -> np.ndarray | None:
-        return self._memo.get(exp.key()) if self._memoised(exp, mask) else None
+        key = self._memo_key(exp, mask)
+        hit = None if key is None else self._memo.get(key)
+        return None if hit is None else hit[1]
 
     def _remember(self, exp: AluExp, mask: np.ndarray | None, value: np.ndarray) -> None:
-        if self._memoised(exp, mask):
-            self._memo[exp.key()] = value
+        key = self._memo_key(exp, mask)
+        if key is not None:
+            self._memo[key] = (mask, value)
 
     def _eval(self, e: AluExp, mask: np.ndarray | None) -> Steps:
         """The value of `e` under `mask`; yields `(operand, mask)` for each operand value it needs."""
