@@ -27,10 +27,10 @@ H["jc_isnan_f64"] = ("fn jc_isnan_f64(x: f64) -> bool { return jc_isnan_f32(f32(
 
 # An identity the driver cannot see through (legalize.opaque): `jc_zero` is a uniform the runtime
 # binds as zeros (OPAQUE_UNIFORM), so `x * jc_o_f32(0.0f, 1u)` is not folded to 0 (wrong for NaN,
-# Inf and -0). float32 goes through its bits, xor an unknown 0: an integer op, which no driver can
-# fold a float a * b + c through (NVIDIA fused one into a select's arm: a quotient an ulp off) nor
-# flush. float64 has no bit access in naga: a select whose other arm is unknown too (a constant one
-# made {x, 1.0} a set the driver reasoned about: lavapipe turned select(-0.0, 1.0, c) into +0.0; a
+# Inf and -0). float32 goes through its bits, xor an unknown 0: an integer op no driver can fold
+# a float a * b + c through nor flush (a select's arms it could; on the H200 this did not mend the
+# quotients an ulp off beside float64 work, README). float64 has no bit access in naga: a select
+# whose other arm is unknown too (a constant one made {x, 1.0} a set lavapipe reasoned about; a
 # product with an unknown 1.0 let it fold 0.0 * u). The renderer numbers every call site `k` (from
 # 1), so no two sites are the same value to the driver: two operands it knows are equal (NaN - NaN
 # after its own constant folding) stay apart, and an opaque of an opaque is not merged into one.
