@@ -12,6 +12,7 @@ from __future__ import annotations
 from jaxcore.alu import AluExp, AluOp, AluVar
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel, Reduction
+from jaxcore.softfloat import float_key
 
 _SIGN, _ALL, _INF = 0x80000000, 0xFFFFFFFF, 0x7F800000
 
@@ -23,11 +24,8 @@ def _u(v: int) -> AluExp:
 def order_key(x: AluExp, nan_key: int) -> AluExp:
     """float32 `x` as a uint32 in float order: -inf < ... < -0 < +0 < ... < +inf; NaN is `nan_key`."""
     b = AluExp.bitcast(DType.uint32, x)
-    ordered = AluExp.where(
-        AluExp.cmplt(b, _u(_SIGN)), AluExp.bit_or(b, _u(_SIGN)), AluExp.bit_xor(b, _u(_ALL))
-    )
     is_nan = AluExp.cmplt(_u(_INF), AluExp.bit_and(b, _u(_SIGN - 1)))
-    return AluExp.where(is_nan, _u(nan_key), ordered)
+    return AluExp.where(is_nan, _u(nan_key), float_key(b))
 
 
 def from_key(k: AluExp) -> AluExp:

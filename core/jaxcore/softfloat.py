@@ -328,8 +328,9 @@ def _fmod() -> Procedure:
 
 
 # ---- one-expression helpers ----------------------------------------------------------------------
-def _key(b: AluExp) -> AluExp:
-    """An unsigned key in float order (negatives reversed below positives), from the bits."""
+def float_key(b: AluExp) -> AluExp:
+    """An unsigned key in float order (negatives reversed below positives), from the bits (NaNs
+    land past the infinities of their sign: callers test for them)."""
     return AluExp.where(_lt(b, SIGN), AluExp.bit_or(b, SIGN), AluExp.bit_xor(b, 0xFFFFFFFF))
 
 
@@ -339,7 +340,7 @@ def _nan_either(a: AluExp, b: AluExp) -> AluExp:
 
 def _lt_body(a: AluExp, b: AluExp) -> AluExp:
     both_zero = _eq(AluExp.bit_or(_mag(a), _mag(b)), 0)
-    return _and(_not(_or(_nan_either(a, b), both_zero)), _lt(_key(_bits(a)), _key(_bits(b))))
+    return _and(_not(_or(_nan_either(a, b), both_zero)), _lt(float_key(_bits(a)), float_key(_bits(b))))
 
 
 def _ne_body(a: AluExp, b: AluExp) -> AluExp:
