@@ -143,11 +143,18 @@ class CStyleLanguage:
     def render_cast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
         return f"{self.type_name(dst)}({strip_parens(x)})"
 
-    def cast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
+    def cast(self, r: ExpRenderer, dst: DType, src: DType, x: str, exact: bool = True) -> str:
         """A cast's text: float16 held in float32 widens as is and narrows through the rounding
-        helper (`jaxcore.half`); everything else is the dialect's `render_cast`."""
+        helper (`jaxcore.half`); float32 <-> float64 on a flushing target through softfloat's
+        (unless `exact` is off: a NORMAL_RANGE cast); everything else is the dialect's
+        `render_cast`."""
         if self.traits.f16_in_f32 and DType.float32 in (dst, src) and DType.float16 in (dst, src):
             return x if dst == DType.float32 else f"{r.need(half.F16_ROUND)}({strip_parens(x)})"
+        if exact and self.traits.flushes_subnormals:
+            from jaxcore.softfloat import CAST_HELPERS  # (softfloat's procedures import this module)
+
+            if (name := CAST_HELPERS.get((src, dst))) is not None:
+                return f"{r.need(name)}({strip_parens(x)})"
         return self.render_cast(r, dst, src, x)
 
     def render_bitcast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
@@ -285,7 +292,7 @@ class CStyleLanguage:
         if op == AluOp.GlobalIndex:
             return self.render_load(r, e, args[0])
         if op == AluOp.Cast:
-            return self.cast(r, e.dtype, e.src[0].dtype, args[0])
+            return self.cast(r, e.dtype, e.src[0].dtype, args[0], e.arg is None)
         if op == AluOp.Bitcast:
             if e.arg == OPAQUE:
                 return self.render_opaque(r, e.dtype, args[0])

@@ -28,7 +28,7 @@ from jaxcore.alu import NORMAL_RANGE, AluExp, AluOp
 from jaxcore.dtype import DType
 from jaxcore.program import Assign, Break, Define, If, Let, Loop, Procedure, Return, Stmt
 
-F32, U32, I32, BOOL = DType.float32, DType.uint32, DType.int32, DType.bool
+F32, F64, U32, I32, BOOL = DType.float32, DType.float64, DType.uint32, DType.int32, DType.bool
 SIGN, INF, QNAN = 0x80000000, 0x7F800000, 0x7FC00000
 
 
@@ -376,6 +376,40 @@ def _sqrt_body(x: AluExp) -> AluExp:
     return AluExp.where(_lt(_u(SIGN), b), _float(QNAN), native)
 
 
+# ---- float32 <-> float64 ------------------------------------------------------------------------
+def _native_cast(dtype: DType, x: AluExp) -> AluExp:
+    return AluExp(AluOp.Cast, dtype, (x,), NORMAL_RANGE)
+
+
+def _widen_body(x: AluExp) -> AluExp:
+    """float32 -> float64 with a subnormal read from its bits (a flushing target reads it as 0)."""
+    b = _bits(x)
+    m = AluExp.cast(F64, AluExp.bit_and(b, 0x007FFFFF)) * AluExp.f64(2.0**-149)
+    signed = AluExp.where(_lt(b, SIGN), m, AluExp.f64(0.0) - m)
+    return AluExp.where(_is_den(_mag(x)), signed, _native_cast(F64, x))
+
+
+def _narrow_body(x: AluExp) -> AluExp:
+    """float64 -> float32 where the result is a subnormal (a flushing target's conversion gives 0):
+    |x| / 2^-149 rounded to nearest even in float64 is the result's bits. NVIDIA's driver flushed
+    these casts in kernels that hold float64 work."""
+    neg = AluExp.cmplt(x, AluExp.f64(0.0))
+    a = AluExp.where(neg, AluExp.f64(0.0) - x, x)
+    t = a * AluExp.f64(2.0**149)  # exact: below 2^23 on this path
+    m = AluExp.cast(U32, t)
+    frac = t - AluExp.cast(F64, m)
+    half = AluExp.f64(0.5)
+    odd = _ne(AluExp.bit_and(m, 1), 0)
+    up = _or(AluExp.cmplt(half, frac), _and(_not(AluExp(AluOp.Cmpne, BOOL, (frac, half))), odd))
+    bits = AluExp.bit_or(m + AluExp.cast(U32, up), AluExp.where(neg, _u(SIGN), _u(0)))
+    tiny = _and(AluExp.cmplt(a, AluExp.f64(2.0**-126)), AluExp(AluOp.Cmpne, BOOL, (a, AluExp.f64(0.0))))
+    return AluExp.where(tiny, _float(bits), _native_cast(F32, x))
+
+
+# The float32 <-> float64 casts a flushing target spells through a helper, by (source, result).
+CAST_HELPERS = {(F32, F64): "jc_f64_f32", (F64, F32): "jc_f32_f64"}
+_CASTS = {"jc_f64_f32": (F32, _widen_body), "jc_f32_f64": (F64, _narrow_body)}
+
 _BINARY = {
     "jc_lt_f32": (BOOL, _lt_body),
     "jc_ne_f32": (BOOL, _ne_body),
@@ -388,7 +422,7 @@ _UNARY = {
     "jc_sqrt_f32": _sqrt_body,
 }
 _PROCEDURES = {p.name: p for p in (_mul(), _rcp(), _add(), _sub(), _fmod())}
-HELPERS = frozenset(_BINARY) | frozenset(_UNARY) | frozenset(_PROCEDURES)
+HELPERS = frozenset(_BINARY) | frozenset(_UNARY) | frozenset(_PROCEDURES) | frozenset(_CASTS)
 
 # The float32 ops a flushing target spells through a helper, and the helper's name.
 _OP_HELPER = {
@@ -428,6 +462,9 @@ def definition(name: str) -> Procedure | tuple[tuple[tuple[str, DType], ...], Al
         return _PROCEDURES[name]
     if name in _BINARY:
         return _AB, _BINARY[name][1](A, B)
+    if name in _CASTS:
+        dtype, body = _CASTS[name]
+        return (("x", dtype),), body(_var(dtype, "x"))
     return (("x", F32),), _UNARY[name](X)
 
 

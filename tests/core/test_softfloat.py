@@ -32,6 +32,7 @@ RESTORE = "_mm_setcsr(jc_csr);" if X86 else ""
 BINARY = ("jc_add_f32", "jc_sub_f32", "jc_mul_f32", "jc_fmod_f32", "jc_lt_f32", "jc_ne_f32")
 BINARY += ("jc_min_f32", "jc_max_f32")
 UNARY = ("jc_rcp_f32", "jc_floor_f32", "jc_ceil_f32", "jc_sqrt_f32")
+CASTS = {"jc_f64_f32": ("float", "double"), "jc_f32_f64": ("double", "float")}
 NATIVE = {"native_mul": "a[i] * b[i]", "native_add": "a[i] + b[i]"}
 
 
@@ -39,7 +40,7 @@ def _source() -> str:
     lang = CLanguage(replace(C_TRAITS, flushes_subnormals=True))
     out = ["#include <math.h>", "#include <stdint.h>", "#include <string.h>"]
     out += ["#include <xmmintrin.h>"] if X86 else []
-    out.append(lang.render_helpers(BINARY + UNARY))
+    out.append(lang.render_helpers(BINARY + UNARY + tuple(CASTS)))
     for name in BINARY:
         ret = "int32_t" if name in ("jc_lt_f32", "jc_ne_f32") else "float"
         out.append(
@@ -50,6 +51,15 @@ def _source() -> str:
         out.append(
             f"void run_{name}(const float* a, const float* b, float* o, int n) {{ {FLUSH}\n"
             f"  for (int i = 0; i < n; i++) o[i] = {name}(a[i]);\n  {RESTORE} }}"
+        )
+    for name, (src, dst) in CASTS.items():
+        out.append(
+            f"void run_{name}(const {src}* a, {dst}* o, int n) {{ {FLUSH}\n"
+            f"  for (int i = 0; i < n; i++) o[i] = {name}(a[i]);\n  {RESTORE} }}"
+        )
+        out.append(
+            f"void run_native_{name}(const {src}* a, {dst}* o, int n) {{ {FLUSH}\n"
+            f"  for (int i = 0; i < n; i++) o[i] = ({dst})a[i];\n  {RESTORE} }}"
         )
     for name, expr in NATIVE.items():
         out.append(
@@ -154,6 +164,41 @@ def test_comparisons_and_min_max_order_subnormals(lib: ctypes.CDLL) -> None:
         got, want = _run(lib, name, a, b, np.float32), ref(a, b)
         # NaN propagates; -0 and +0 are equal (either may come back)
         assert ((got == want) | (np.isnan(got) & np.isnan(want))).all(), name
+
+
+def _doubles_near_the_subnormals() -> np.ndarray:
+    """float64 values whose float32 is subnormal, zero or the least normal: random ones, exact
+    midpoints between two subnormals (ties to even), specials."""
+    rng = np.random.default_rng(11)
+    x = rng.uniform(1, 2, 4000) * 2.0 ** rng.uniform(-155, -120, 4000)
+    mid = (rng.integers(0, 2**23, 2000) + 0.5) * 2.0**-149
+    special = [0.0, 2.0**-126, 2.0**-149, 2.0**-150, 3 * 2.0**-151, 2.0**-126 * (1 - 2**-25), 1e-320]
+    special += [np.nan, np.inf, 1.5, 3e38, 1e300]
+    x = np.concatenate([x, mid, special])
+    return np.concatenate([x, -x])
+
+
+@pytest.mark.parametrize("name", ["jc_f64_f32", "jc_f32_f64"])
+def test_float32_float64_casts_keep_subnormals(lib: ctypes.CDLL, name: str) -> None:
+    # a flushing target's conversion loses them (NVIDIA's did, in kernels holding float64 work)
+    wide = name == "jc_f32_f64"
+    x = _doubles_near_the_subnormals() if wide else _values()
+    out_dtype = np.float32 if wide else np.float64
+    with np.errstate(all="ignore"):
+        want = x.astype(out_dtype)
+    ptr = ctypes.c_void_p
+
+    def run(fn: str) -> np.ndarray:
+        out = np.zeros(x.size, dtype=out_dtype)
+        getattr(lib, fn)(ptr(x.ctypes.data), ptr(out.ctypes.data), ctypes.c_int(x.size))
+        return out
+
+    same = lambda g: (g == want) & (np.signbit(g) == np.signbit(want)) | (np.isnan(g) & np.isnan(want))  # noqa: E731
+    if X86:
+        assert not same(run(f"run_native_{name}")).all()
+    got = run(f"run_{name}")
+    bad = ~same(got)
+    assert not bad.any(), (name, x[bad][:5], got[bad][:5], want[bad][:5])
 
 
 def test_helper_for_spells_only_what_may_flush() -> None:

@@ -321,8 +321,6 @@ class WGSLLanguage(CStyleLanguage):
     def render_cast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:
         if dst == DType.bool:
             return f"({x} != {self.render_const(r, 0, src)})"
-        if src == DType.float32 and dst == DType.float64 and self.exact_subnormals:
-            return f"{r.need('jc_f64_f32')}({strip_parens(x)})"
         return f"{self.type_name(dst)}({strip_parens(x)})"
 
     def render_bitcast(self, r: ExpRenderer, dst: DType, src: DType, x: str) -> str:

@@ -72,22 +72,6 @@ fn jc_fmod_f64(a: f64, b: f64) -> f64 {
     ("jc_nan_f32", "jc_isnan_f32"),
 )
 
-# float32 -> float64 on a device that flushes subnormals (the float32 helpers are `jaxcore.softfloat`)
-H["jc_f64_f32"] = (
-    """
-// float32 -> float64 with a subnormal taken from its bits (a flushing device reads it as 0)
-fn jc_f64_f32(x: f32) -> f64 {
-  let b = bitcast<u32>(x);
-  if ((b & 0x7fffffffu) - 1u < 0x007fffffu) {
-    let m = f64(b & 0x007fffffu) * 1.401298464324817e-45lf;  // m 2^-149, normal in float64
-    return select(m, -m, b >= 0x80000000u);
-  }
-  return f64(x);
-}
-""",
-    (),
-)
-
 
 def _threefry_src() -> str:
     lines = [
