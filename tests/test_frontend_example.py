@@ -45,7 +45,7 @@ def backend_or_skip(device: str) -> jaxcore.Backend:
 
 
 # what each step dispatches (kernels + routines): the fusion the example promises
-DISPATCHES = {"mlp": "11 + 0", "attention": "5 + 0", "lstsq": "6 + 3", "sort": "0 + 1"}
+DISPATCHES = {"mlp": "11 + 0", "attention": "5 + 0", "lstsq": "2 + 3", "sort": "0 + 1"}
 
 
 @pytest.mark.parametrize("device", ["cpu", "wasm", "webgpu", "webgl"])

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, SupportsIndex, TypeVar
 
 from jaxcore import settings, split, tracing
 from jaxcore.alu import AluExp, AluGroup, AluOp
+from jaxcore.canonical import canonical_chain
 from jaxcore.dtype import DType, byte_width
 from jaxcore.kernel import Kernel
 from jaxcore.routine import Routine
@@ -105,7 +106,7 @@ class Executable(Generic[T]):
     _site: str | None = field(init=False, default=None, repr=False)
     _fast_path: Any = field(init=False, default=None, repr=False)
     # A part of a kernel split within Capabilities.max_kernel_cost: that kernel, which errors name.
-    _part_of: Kernel | None = field(init=False, default=None, repr=False)
+    _part_of: Kernel | Routine | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self, owner: BaseBackend, token: object) -> None:
         if token is not _PREPARED:
@@ -743,6 +744,9 @@ class BaseBackend:
             gap = self.capabilities.undeclared(routine)
             if gap is not None:
                 raise gap.error(self.name)
+            chain = canonical_chain(routine)  # a layout the device runs through its own
+            if chain is not None:
+                return self._prepare_steps(routine, chain.steps, chain.reads, chain.frees, chain.nargs)
             return Executable(routine, self._compile_routine(routine), self, _PREPARED)
 
         return self._cached(self._routine_cache, routine.key(), build)
@@ -839,18 +843,34 @@ class BaseBackend:
         return plan
 
     def _prepare_kernel_split(self, kernel: Kernel, plan: split.Split) -> Executable:
-        """The executable of `kernel` as `plan`'s parts, each distinct part compiled once."""
-        made: dict[str, Executable] = {}
+        """The executable of `kernel` as `plan`'s parts."""
+        parts = tuple(p.kernel for p in plan.parts)
+        return self._prepare_steps(kernel, parts, tuple(p.reads for p in plan.parts), plan.frees, plan.nargs)
+
+    def _prepare_steps(
+        self,
+        source: Kernel | Routine,
+        steps: Sequence[Kernel | Routine],
+        reads: tuple[tuple[int, ...], ...],
+        frees: tuple[tuple[int, ...], ...],
+        nargs: int,
+    ) -> Executable:
+        """The executable of `source` as a chain of kernels and routines through temporaries
+        (`_SplitRun`), each distinct step compiled once."""
+        made: dict[object, Executable] = {}
         parts = []
-        for p in plan.parts:
-            exe = made.get(p.kernel.key())
+        for step in steps:
+            exe = made.get(step.key())
             if exe is None:
-                part = p.kernel.live()  # what a plugin's _run sees as the source is what it compiled
-                exe = made[p.kernel.key()] = Executable(part, self._compile_kernel(part), self, _PREPARED)
-                object.__setattr__(exe, "_part_of", kernel)
+                if isinstance(step, Kernel):
+                    live = step.live()  # what a plugin's _run sees as the source is what it compiled
+                    exe = Executable(live, self._compile_kernel(live), self, _PREPARED)
+                else:
+                    exe = Executable(step, self._compile_routine(step), self, _PREPARED)
+                object.__setattr__(exe, "_part_of", source)
+                made[step.key()] = exe
             parts.append(exe)
-        run = _SplitRun(tuple(parts), tuple(p.reads for p in plan.parts), plan.frees, plan.nargs)
-        whole = Executable(kernel, run, self, _PREPARED)
+        whole = Executable(source, _SplitRun(tuple(parts), reads, frees, nargs), self, _PREPARED)
         object.__setattr__(whole, "_fast_path", False)  # a queued device records its parts, never it
         return whole
 
@@ -954,9 +974,10 @@ class BaseBackend:
 
 @dataclass(frozen=True)
 class _SplitRun:
-    """The compiled form of a kernel split within `Capabilities.max_kernel_cost`: its parts'
-    executables in order (part j < last writes temporary j), the buffers each reads (an input
-    below `nargs`, else temporary `b - nargs`), and the temporaries free after each."""
+    """The compiled form of a kernel split within `Capabilities.max_kernel_cost`, or of a routine
+    run through the device's own layout (`jaxcore.canonical`): its parts' executables in order
+    (part j < last writes temporary j), the buffers each reads (an input below `nargs`, else
+    temporary `b - nargs`), and the temporaries free after each."""
 
     parts: tuple[Executable, ...]
     reads: tuple[tuple[int, ...], ...]

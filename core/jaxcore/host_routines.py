@@ -167,20 +167,24 @@ def _sort_key32(x: np.ndarray, dtype: DType) -> np.ndarray:
 
 
 def _triangular_solve(routine: Routine, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
-    """Back-substitution, one column of the solution per step, for every matrix and rhs row at once."""
+    """Substitution, one unknown per step, for every matrix and right-hand side at once: backward
+    through an upper op(a), forward through a lower one."""
     (a, b), (x,) = inputs, outputs
     params = routine.params
     assert isinstance(params, TriangularSolveParams)
     wd = _work_dtype(routine.type.input_dtypes[1])
     n = a.shape[-1]
     a = a.astype(wd, copy=False)
-    xt = np.array(b.swapaxes(-1, -2), dtype=wd, order="C")  # [..., n, m]: row i is unknown i of every rhs
-    for i in range(n - 1, -1, -1):
-        if i < n - 1:
-            xt[..., i, :] -= np.matmul(a[..., i : i + 1, i + 1 :], xt[..., i + 1 :, :])[..., 0, :]
+    a = a.swapaxes(-1, -2) if params.transpose_a else a
+    upper = params.lower == params.transpose_a  # op(a)'s triangle
+    xt = np.array(b if params.columns else b.swapaxes(-1, -2), dtype=wd, order="C")  # row i: unknown i
+    for i in range(n - 1, -1, -1) if upper else range(n):
+        done = slice(i + 1, n) if upper else slice(0, i)
+        if done.start < done.stop:
+            xt[..., i, :] -= np.matmul(a[..., i : i + 1, done], xt[..., done, :])[..., 0, :]
         if not params.unit_diagonal:
             xt[..., i, :] /= a[..., i, i, None]
-    x[...] = xt.swapaxes(-1, -2)
+    x[...] = xt if params.columns else xt.swapaxes(-1, -2)
 
 
 def _cholesky(routine: Routine, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:

@@ -17,12 +17,13 @@ page runs it with the device's runtime module (`backend.export_runtime()`).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, SupportsIndex
 
-from jaxcore.backend import Backend, Executable, SlotError
+from jaxcore.backend import Backend, Executable, SlotError, _SplitRun
 from jaxcore.dtype import DType, byte_width
 from jaxcore.kernel import Kernel
 
@@ -129,6 +130,7 @@ class Recording:
     _read_early: set[int] = field(default_factory=set)  # slots whose version 0 was read
     _written: set[int] = field(default_factory=set)
     _saved: dict[str, Any] = field(default_factory=dict)
+    _temps: Iterator[int] = field(default_factory=lambda: itertools.count(-1, -1))
 
     def __enter__(self) -> Recording:
         if self._saved:
@@ -169,10 +171,30 @@ class Recording:
                     self._keep(s)
             inner(exe, inputs, outputs)  # raises on a bad dispatch: nothing is recorded then
             sizes = tuple(size_of(s) for s in ins) if size_of is not None else tuple(need_in)
-            self.dispatches.append(Dispatch(exe, ins, outs, sizes, tuple(need_out)))
+            if type(exe.data) is _SplitRun and not isinstance(exe.source, Kernel):
+                self._steps_of(exe, ins, outs, sizes)
+            else:
+                self.dispatches.append(Dispatch(exe, ins, outs, sizes, tuple(need_out)))
             self._written.update(outs)
 
         return dispatch
+
+    def _steps_of(
+        self, exe: Executable, ins: tuple[int, ...], outs: tuple[int, ...], sizes: tuple[int, ...]
+    ) -> None:
+        """A routine run through the device's own layout (`jaxcore.canonical`) as its steps, each a
+        dispatch of its own; the temporaries between them get slots no backend hands out (< 0)."""
+        run: _SplitRun = exe.data
+        bufs = list(ins)
+        known = dict(zip(ins, sizes))
+        for i, part in enumerate(run.parts):
+            args = tuple(bufs[b] for b in run.reads[i])
+            dst = outs if i == len(run.parts) - 1 else (next(self._temps),)
+            bufs.extend(dst if i < len(run.parts) - 1 else ())
+            need_in, need_out, _ = part._io_bytes
+            arg_bytes = tuple(known.get(a, n) for a, n in zip(args, need_in))
+            self.dispatches.append(Dispatch(part, args, dst, arg_bytes, tuple(need_out)))
+            known.update(zip(dst, need_out))
 
     def _wrap_malloc(self, inner: Callable[..., int]) -> Callable[..., int]:
         def malloc(size: SupportsIndex, initial_data: Any = None) -> int:

@@ -111,10 +111,19 @@ class RoutineType:
 
 @dataclass(frozen=True)
 class TriangularSolveParams:
+    """For each right-hand side v (a row of b, or a column with `columns`), x solves op(a)·x = v:
+    op(a) is the upper triangle of a (the lower with `lower`), transposed with `transpose_a`, its
+    diagonal taken as 1 with `unit_diagonal`. Devices run the default layout; the base class runs
+    the others through it (`jaxcore.canonical`)."""
+
     unit_diagonal: bool = False
+    lower: bool = False
+    transpose_a: bool = False
+    columns: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "unit_diagonal", _as_bool(self.unit_diagonal, "unit_diagonal"))
+        for name in ("unit_diagonal", "lower", "transpose_a", "columns"):
+            object.__setattr__(self, name, _as_bool(getattr(self, name), name))
 
 
 @dataclass(frozen=True)
@@ -297,17 +306,22 @@ def _check_argsort(shapes: tuple[Shape, ...], dtypes: tuple[DType, ...], params:
 def _check_triangular_solve(shapes: tuple[Shape, ...], dtypes: tuple[DType, ...], params: Any) -> _Outputs:
     _expect_inputs("triangular_solve", shapes, 2, " (a, b)")
     a, b = shapes
+    params = _params_of("triangular_solve", params, TriangularSolveParams, TriangularSolveParams)
     if len(a) < 2:
         raise ValueError(f"triangular_solve: a must be at least 2D, got {_fmt_shape(a)}")
     if len(b) < 2:
         raise ValueError(f"triangular_solve: b must be at least 2D, got {_fmt_shape(b)}")
-    if not (a[-1] == a[-2] == b[-1] and a[:-2] == b[:-2]):
-        raise ValueError(f"triangular_solve: incompatible shapes a={_fmt_shape(a)}, b={_fmt_shape(b)}")
+    n_b = b[-2] if params.columns else b[-1]
+    if not (a[-1] == a[-2] == n_b and a[:-2] == b[:-2]):
+        layout = "columns" if params.columns else "rows"
+        raise ValueError(
+            f"triangular_solve: incompatible shapes a={_fmt_shape(a)}, b={_fmt_shape(b)} "
+            f"(right-hand sides as {layout})"
+        )
     if not (is_float(dtypes[0]) and dtypes[0] == dtypes[1]):
         raise TypeError(
             f"triangular_solve: expected matching floating-point a/b arrays, got {dtypes[0]} and {dtypes[1]}"
         )
-    params = _params_of("triangular_solve", params, TriangularSolveParams, TriangularSolveParams)
     return params, [b], [dtypes[1]]
 
 
@@ -481,8 +495,10 @@ class Routine:
     def __str__(self) -> str:
         head = self.name.value
         if self.params is not None:
-            items = ", ".join(
-                f"{f.name}={_plain(getattr(self.params, f.name))!r}" for f in dataclasses.fields(self.params)
+            items = ", ".join(  # the fields set away from their defaults
+                f"{f.name}={_plain(getattr(self.params, f.name))!r}"
+                for f in dataclasses.fields(self.params)
+                if getattr(self.params, f.name) != f.default
             )
-            head += f"({items})"
+            head += f"({items})" if items else ""
         return f"{head}: {self.type}"

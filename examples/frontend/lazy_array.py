@@ -10,8 +10,8 @@ as few kernels as the backend layer can run.
 - Views (reshape, transpose, broadcast, pad, slice, flip) only change how buffers are read.
 - A matmul is a reduction kernel over reads, which the devices recognise and run as a GEMM.
 - Routines (Cholesky, triangular solve, sort) take whole contiguous buffers: their inputs are
-  written to one first when they are views, and the flips and transposes a lower or transposed
-  triangular solve needs are views, folded into that copy.
+  written to one first when they are views. A lower or transposed triangular solve with
+  right-hand sides as columns is the routine's own parameters.
 - Work is dispatched when a value must exist (a matmul's operand, a routine's input, a reduction
   of a reduction, a view of a reduction, `numpy()`), and buffers are freed when the last array or
   pending value that reads them dies (a finalizer calls `dec_ref`).
@@ -402,18 +402,12 @@ def cholesky(a: Array) -> Array:
 
 def solve_triangular(a: Array, b: Array, *, lower: bool = False, trans: bool = False) -> Array:
     """x with op(a) @ x = b, op(a) = a.T when `trans`; b is (n,) or (n, k) (columns are
-    right-hand sides). The routine solves an upper matrix for right-hand sides as rows: a lower
-    one is upper with both axes reversed (and the unknowns reversed with it), all as views."""
+    right-hand sides), as scipy.linalg.solve_triangular."""
     n = a.shape[0]
-    rows = b.reshape((1, n)) if b.ndim == 1 else b.T
-    upper = a.T if trans else a
-    flip = lower != trans
-    if flip:
-        upper, rows = upper.flip((0, 1)), rows.flip((1,))
-    (x,) = _routine("TriangularSolve", [upper, rows], TriangularSolveParams())
-    if flip:
-        x = x.flip((1,))
-    return x.reshape((n,)) if b.ndim == 1 else x.T
+    cols = b.reshape((n, 1)) if b.ndim == 1 else b
+    params = TriangularSolveParams(lower=lower, transpose_a=trans, columns=True)
+    (x,) = _routine("TriangularSolve", [a, cols], params)
+    return x.reshape((n,)) if b.ndim == 1 else x
 
 
 def sort(x: Array) -> Array:

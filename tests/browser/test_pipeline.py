@@ -148,9 +148,10 @@ def forward_routines(
     )
     a = _realize(backend, gram.reduce(AluOp.Add, 2).map(lambda acc, e: acc + e * AluExp.f32(D), eye))
     (chol,) = _call(backend, Routine.build(Routines.Cholesky, [(D, D)], [F32]), [a])
-    upper = _realize(backend, Fused.read(chol, F32, (D, D)).permute((1, 0)))
-    tri = Routine.build(Routines.TriangularSolve, [(D, D), (B, D)], [F32, F32], TriangularSolveParams(False))
-    (solve,) = _call(backend, tri, [upper, x])
+    # a lower solve runs as copies around the device's upper one: each is a step of the export
+    lower = TriangularSolveParams(lower=True)
+    tri = Routine.build(Routines.TriangularSolve, [(D, D), (B, D)], [F32, F32], lower)
+    (solve,) = _call(backend, tri, [chol, x])
     lu, piv, perm = _call(backend, Routine.build(Routines.LU, [(D, D)], [F32]), [a])
     zeros = _realize(backend, Fused.full((B, D), 0.0, F32))
     fft = Routine.build(Routines.Fft, [(B, D), (B, D)], [F32, F32], FftParams.default(D, False))

@@ -271,3 +271,25 @@ def test_record_is_reachable_as_the_contract_names_it() -> None:
     assert callable(jaxcore.record) and jaxcore.record.BufferSpec is BufferSpec
     assert jaxcore.record.RecordError is RecordError
     assert jaxcore.web.write_bundle is write_bundle
+
+
+def test_a_routine_in_another_layout_is_recorded_as_its_steps(cpu: Any) -> None:
+    # a lower solve with right-hand sides as columns runs as copies around the device's own layout;
+    # the export holds each step, the temporaries between them as intermediates
+    from jaxcore.routine import Routine, Routines, TriangularSolveParams
+
+    n = 4
+    a = np.tril(np.arange(1, n * n + 1, dtype=np.float32).reshape(n, n)) + np.eye(n, dtype=np.float32) * 8
+    bmat = np.arange(n * 2, dtype=np.float32).reshape(n, 2)
+    sa, sb = put(cpu, a), put(cpu, bmat)
+    params = TriangularSolveParams(lower=True, columns=True)
+    r = Routine.build(Routines.TriangularSolve, [a.shape, bmat.shape], [F32, F32], params)
+    out = cpu.malloc(bmat.nbytes)
+    with jaxcore.record(cpu) as rec:
+        cpu.dispatch(cpu.prepare_routine(r), [sa, sb], [out])
+    want = np.linalg.solve(np.tril(a), bmat)
+    np.testing.assert_allclose(get(cpu, out).reshape(n, 2), want, rtol=1e-5, atol=1e-6)
+    pipe = rec.export(inputs={"b": (sb, F32, bmat.shape)}, outputs={"x": (out, F32, bmat.shape)})
+    kinds = [type(d.exe.source).__name__ for d in rec.dispatches]
+    assert kinds == ["Kernel", "Kernel", "Routine", "Kernel"]
+    assert len(pipe.steps) == 4 and len(pipe.constants) == 1  # a is a constant

@@ -1075,3 +1075,28 @@ def test_sort_orders_zero_signs_in_long_and_many_rows(shape: tuple[int, ...]) ->
     rows = x.reshape(-1, shape[-1])
     expected = np.array([sorted(row.tolist(), key=_order_key) for row in rows], dtype=x.dtype).reshape(shape)
     assert_same_bits(y, expected)
+
+
+@pytest.mark.parametrize("lower", [False, True])
+@pytest.mark.parametrize("transpose_a", [False, True])
+@pytest.mark.parametrize("columns", [False, True])
+def test_host_triangular_solve_takes_every_layout(lower: bool, transpose_a: bool, columns: bool) -> None:
+    # the host fallback (a host-memory device's routine) runs LAPACK trsm's layouts directly
+    rng = np.random.default_rng(3)
+    n, m = 6, 4
+    a = rng.uniform(-1, 1, (n, n)) + np.eye(n) * 4
+    b = rng.uniform(-1, 1, (n, m) if columns else (m, n))
+    params = TriangularSolveParams(lower=lower, transpose_a=transpose_a, columns=columns)
+    r = Routine.build(Routines.TriangularSolve, [a.shape, b.shape], ["float64", "float64"], params)
+    x = np.zeros_like(b)
+    run_routine(r, [a, b], [x])
+    rhs = b if columns else b.T
+    want = scipy.linalg.solve_triangular(a, rhs, trans=int(transpose_a), lower=lower)
+    np.testing.assert_allclose(x, want if columns else want.T, rtol=1e-12)
+
+
+def test_triangular_solve_checks_the_columns_layout() -> None:
+    with pytest.raises(ValueError, match="right-hand sides as columns"):
+        Routine.build(
+            Routines.TriangularSolve, [(3, 3), (4, 3)], ["float32"] * 2, TriangularSolveParams(columns=True)
+        )

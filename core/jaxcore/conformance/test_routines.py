@@ -212,6 +212,48 @@ def test_triangular_solve(backend: Backend, dtype: str, unit: bool) -> None:
     assert_close(got, want.astype(st), "TriangularSolve", dtype, backend)
 
 
+_LAYOUTS = [(lo, tr, col) for lo in (False, True) for tr in (False, True) for col in (False, True)][1:]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "lower", "transpose_a", "columns"),
+    [("float32", *lay) for lay in _LAYOUTS] + [(d, True, False, True) for d in FLOATS if d != "float32"],
+)
+def test_triangular_solve_layouts(
+    backend: Backend, dtype: str, lower: bool, transpose_a: bool, columns: bool
+) -> None:
+    """LAPACK trsm's layouts: a lower or upper `a` (the other triangle junk), op(a) = a or aᵀ, the
+    right-hand sides as b's rows or columns (a batch of 2, n = 5, m = 3, unit diagonal with a lower a)."""
+    from scipy.linalg import solve_triangular
+
+    rng = np.random.default_rng(5)
+    n, m, batch, unit = 5, 3, 2, lower and not transpose_a
+    tri = np.tril if lower else np.triu
+    a = tri(rng.uniform(-1, 1, size=(batch, n, n))) + np.eye(n) * rng.uniform(2, 3, size=(batch, 1, n))
+    junk = (np.triu if lower else np.tril)(np.full((n, n), 3e4), 1 if lower else -1)
+    a = a + junk + (np.eye(n) * 1e3 if unit else 0)
+    b = rng.uniform(-2, 2, size=(batch, n, m) if columns else (batch, m, n))
+    st = oracle.storage(dtype)
+    a_t, b_t = a.astype(st), b.astype(st)
+    params = TriangularSolveParams(unit, lower=lower, transpose_a=transpose_a, columns=columns)
+    r = prepared(backend, routine(Routines.TriangularSolve, [a_t, b_t], [dtype, dtype], params))
+    (got,) = run_routine(backend, r, [a_t, b_t])
+    want = np.stack(
+        [
+            solve_triangular(
+                a_t[i].astype(np.float64),
+                b_t[i].astype(np.float64) if columns else b_t[i].astype(np.float64).T,
+                trans=int(transpose_a),
+                lower=lower,
+                unit_diagonal=unit,
+            )
+            for i in range(batch)
+        ]
+    )
+    want = want if columns else want.swapaxes(-1, -2)
+    assert_close(got, want.astype(st), "TriangularSolve", dtype, backend)
+
+
 LU_KNOWN = [
     ([[4, 3], [6, 3]], [[6, 3], [2 / 3, 1]], [1, 1], [1, 0]),
     ([[1, 2], [3, 4], [5, 6]], [[5, 6], [0.2, 0.8], [0.6, 0.5]], [2, 2], [2, 0, 1]),
