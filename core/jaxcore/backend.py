@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, SupportsIndex, TypeVar
 
 from jaxcore import settings, split, tracing
 from jaxcore.alu import AluExp, AluGroup, AluOp
-from jaxcore.canonical import canonical_chain
+from jaxcore.canonical import canonical_chain, view_bytes
 from jaxcore.dtype import DType, byte_width
 from jaxcore.kernel import Kernel
 from jaxcore.routine import Routine
@@ -128,7 +128,11 @@ class Executable(Generic[T]):
         t = src.type
         need_in = tuple(_nbytes(s, d) for s, d in zip(t.input_shapes, t.input_dtypes))
         need_out = tuple(_nbytes(s, d) for s, d in zip(t.output_shapes, t.output_dtypes))
-        return need_in, need_out, True
+        if src.views is not None:  # a viewed input's buffer holds what its view reads
+            need_in = tuple(
+                n if v is None else view_bytes(v, d) for n, v, d in zip(need_in, src.views, t.input_dtypes)
+            )
+        return need_in, need_out, src.views is None
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,29 @@
-"""Routine layouts a device need not implement: the base class runs them as the device's one layout
-between copy kernels, so every frontend does not.
+"""What a device's routines need not implement: inputs read through views, and TriangularSolve's
+other layouts. The base class runs such a routine as the device's own between copy kernels
+(`BaseBackend.prepare_routine`), so every frontend does not write those copies itself.
 
-A device implements TriangularSolve for one layout: `a` upper triangular, the right-hand sides as
-`b`'s rows. LAPACK's trsm (and JAX's `triangular_solve`) also take a lower `a`, `a` transposed and
-right-hand sides as columns. Each of those is a view of the one layout:
+- A routine input given a view (`Routine.views`: a transposed or strided operand) is written
+  row-major into a temporary first: one copy kernel.
+- A device implements TriangularSolve for one layout: `a` upper triangular, the right-hand sides as
+  `b`'s rows. LAPACK's trsm (and JAX's `triangular_solve`) also take a lower `a`, `a` transposed
+  and right-hand sides as columns, and each of those is a view of the one layout:
+  `transpose_a` solves with `aᵀ`, whose triangle is the other one; with J the exchange matrix
+  (axes flipped), `J·L·J` is upper and `L·x = v` is `(J·L·J)·(J·x) = J·v`, so a lower triangle
+  flips `a` on both axes and each right-hand side; `columns` transposes `b` and `x`.
 
-- `transpose_a`: solve with `aᵀ`, whose triangle is the other one;
-- a lower triangle: with J the exchange matrix (axes flipped), `J·L·J` is upper and
-  `L·x = v` is `(J·L·J)·(J·x) = J·v`: flip `a` on both axes and each right-hand side;
-- `columns`: the right-hand sides are `b`'s columns, so `b` and `x` are transposed.
-
-`canonical_chain` says which copies a routine needs (`BaseBackend.prepare_routine` compiles and runs
-them; a copy that a layout does not need is not made).
+Each view folds into the one copy its input needs anyway; a copy no view needs is not made.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from jaxcore.dtype import DType
 from jaxcore.fusion import Fused
 from jaxcore.kernel import Kernel
 from jaxcore.routine import Routine, Routines, TriangularSolveParams
+from jaxcore.shape import ShapeTracker
 
 
 @dataclass(frozen=True)
@@ -35,42 +38,58 @@ class Chain:
     nargs: int
 
 
+_Finish = Callable[[Fused], Fused]
+
+
 def canonical_chain(routine: Routine) -> Chain | None:
-    """The chain that runs `routine` through its device layout, or None when it is in that layout."""
-    if routine.name != Routines.TriangularSolve:
+    """The chain that runs `routine` as its device's own, or None when it is that already."""
+    t = routine.type
+    views = routine.views or (None,) * len(t.input_shapes)
+    ins = [Fused.read(i, d, v or s) for i, (s, d, v) in enumerate(zip(t.input_shapes, t.input_dtypes, views))]
+    inner, finish = replace(routine, views=None), None
+    if routine.name == Routines.TriangularSolve:
+        ins, inner, finish = _triangular_layout(inner, ins)
+    if routine.views is None and finish is None:
         return None
+    steps: list[Kernel | Routine] = [f.kernel().kernel for f in ins if f.source is None]
+    reads: list[tuple[int, ...]] = [(i,) for i, f in enumerate(ins) if f.source is None]
+    temps = iter(range(len(ins), len(ins) + len(steps)))
+    reads.append(tuple(i if f.source is not None else next(temps) for i, f in enumerate(ins)))
+    steps.append(inner)
+    if finish is not None:
+        out = finish(Fused.read(0, inner.type.output_dtypes[0], inner.type.output_shapes[0]))
+        if out.source is None:  # the solution moved back into the caller's layout
+            reads.append((len(ins) + len(steps) - 1,))
+            steps.append(out.kernel().kernel)
+    frees = tuple(tuple(b - len(ins) for b in r if b >= len(ins)) for r in reads)
+    return Chain(tuple(steps), tuple(reads), frees, len(ins))
+
+
+def _triangular_layout(routine: Routine, ins: list[Fused]) -> tuple[list[Fused], Routine, _Finish | None]:
+    """TriangularSolve in the device layout: (its inputs as views, the routine, how its solution
+    moves back), or the inputs as given when the routine is in that layout."""
     p = routine.params
     assert isinstance(p, TriangularSolveParams)
     if not (p.lower or p.transpose_a or p.columns):
-        return None
-    (a_shape, b_shape), dtype = routine.type.input_shapes, routine.type.input_dtypes[0]
+        return ins, routine, None
+    a, b = ins
+    nd = a.ndim
+    swap = (*range(nd - 2), nd - 1, nd - 2)
     flip = p.lower != p.transpose_a  # op(a) is lower triangular
-    last2 = tuple(range(len(a_shape) - 2)) + (len(a_shape) - 1, len(a_shape) - 2)
-    nd = len(a_shape)
-
-    a = Fused.read(0, dtype, a_shape)
-    a = a.permute(last2) if p.transpose_a else a
+    a = a.permute(swap) if p.transpose_a else a
     a = a.flip((nd - 2, nd - 1)) if flip else a
-    b = Fused.read(1, dtype, b_shape)
-    b = b.permute(last2) if p.columns else b
+    b = b.permute(swap) if p.columns else b
     b = b.flip((nd - 1,)) if flip else b
-    rows = b.shape  # the right-hand sides as rows: (..., m, n)
-
-    steps: list[Kernel | Routine] = []
-    reads: list[tuple[int, ...]] = []
-    for i, f in enumerate((a, b)):  # a copy of each input its view moves
-        if f.source is None:
-            steps.append(f.kernel().kernel)
-            reads.append((i,))
-    sources = iter(range(2, 2 + len(steps)))
-    reads.append(tuple(i if f.source is not None else next(sources) for i, f in enumerate((a, b))))
     params = replace(p, lower=False, transpose_a=False, columns=False)
-    steps.append(Routine.build(Routines.TriangularSolve, (a.shape, rows), (dtype, dtype), params))
-    x = Fused.read(0, dtype, rows)
-    x = x.flip((nd - 1,)) if flip else x
-    x = x.permute(last2) if p.columns else x
-    if x.source is None:  # the solution moved back into the caller's layout
-        reads.append((2 + len(steps) - 1,))
-        steps.append(x.kernel().kernel)
-    frees = tuple(tuple(t - 2 for t in r if t >= 2) for r in reads)
-    return Chain(tuple(steps), tuple(reads), frees, 2)
+    inner = Routine.build(Routines.TriangularSolve, (a.shape, b.shape), (a.dtype, b.dtype), params)
+
+    def finish(x: Fused) -> Fused:
+        x = x.flip((nd - 1,)) if flip else x
+        return x.permute(swap) if p.columns else x
+
+    return [a, b], inner, finish
+
+
+def view_bytes(view: ShapeTracker, dtype: DType) -> int:
+    """The fewest bytes a buffer read through `view` must hold."""
+    return Fused.read(0, dtype, view).kernel().kernel.input_bytes()[0]

@@ -1,8 +1,10 @@
 """Routines: ops that do not fit AluExp (sorting, linear algebra, FFT, scatter).
 
-A `Routine` names the op, its `RoutineType` (contiguous row-major input/output shapes and dtypes) and
-its typed params. Construction validates everything once, so backends can trust a `Routine` they are
-handed; `Routine.build` infers the outputs the way the frontend's abstract-eval rules do.
+A `Routine` names the op, its `RoutineType` (contiguous row-major input/output shapes and dtypes),
+its typed params and, optionally, a view per input (a transposed or strided operand, read in place
+of a copy the frontend would make: the base class makes it, `jaxcore.canonical`). Construction
+validates everything once, so backends can trust a `Routine` they are handed; `Routine.build`
+infers the outputs the way the frontend's abstract-eval rules do.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from jaxcore.dtype import DType, is_float
+from jaxcore.shape import ShapeTracker
 
 Shape = tuple[int, ...]
 
@@ -413,6 +416,26 @@ _CHECKS: dict[Routines, _Checker] = {
 }
 
 
+def _check_views(
+    label: str, shapes: tuple[Shape, ...], views: Sequence[ShapeTracker | None] | None
+) -> tuple[ShapeTracker | None, ...] | None:
+    """The views, each of its input's shape; None when every one is None or row-major."""
+    if views is None:
+        return None
+    views = tuple(views)
+    if len(views) != len(shapes):
+        raise ValueError(f"{label}: {len(views)} views for {len(shapes)} inputs")
+    for i, (v, s) in enumerate(zip(views, shapes)):
+        if v is not None and not isinstance(v, ShapeTracker):
+            raise TypeError(f"{label}: view {i} must be a ShapeTracker or None, got {type(v).__name__}")
+        if v is not None and v.shape != s:
+            raise ValueError(
+                f"{label}: view {i} has shape {_fmt_shape(v.shape)}, input {i} is {_fmt_shape(s)}"
+            )
+    kept = tuple(None if v is None or v.contiguous else v for v in views)
+    return None if all(v is None for v in kept) else kept
+
+
 def _as_routine_name(name: Any) -> Routines:
     try:
         return Routines(name)
@@ -435,6 +458,8 @@ class Routine:
     name: Routines
     type: RoutineType
     params: RoutineParams | None = None
+    # input i is read through views[i] (its buffer holds what the view reads), None: row-major
+    views: tuple[ShapeTracker | None, ...] | None = None
 
     def __post_init__(self) -> None:
         name = _as_routine_name(self.name)
@@ -457,6 +482,7 @@ class Routine:
                 raise ValueError(f"{label}: output {i} dtype {got_d} does not match the expected {want_d}")
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "params", params)
+        object.__setattr__(self, "views", _check_views(label, t.input_shapes, self.views))
 
     @classmethod
     def build(
@@ -465,6 +491,7 @@ class Routine:
         input_shapes: Sequence[Sequence[int]],
         input_dtypes: Sequence[DType | str],
         params: RoutineParams | None = None,
+        views: Sequence[ShapeTracker | None] | None = None,
     ) -> Routine:
         """Infer the outputs (and default params) from the inputs, as the frontend's abstract eval does."""
         rname = _as_routine_name(name)
@@ -473,7 +500,8 @@ class Routine:
         if len(shapes) != len(dtypes):
             raise ValueError(f"{_LABEL[rname]}: {len(shapes)} input shapes but {len(dtypes)} input dtypes")
         params, out_shapes, out_dtypes = _CHECKS[rname](shapes, dtypes, params)
-        return cls(rname, RoutineType(shapes, dtypes, tuple(out_shapes), tuple(out_dtypes)), params)
+        t = RoutineType(shapes, dtypes, tuple(out_shapes), tuple(out_dtypes))
+        return cls(rname, t, params, None if views is None else tuple(views))
 
     def key(self) -> tuple:
         """A hashable, process-independent cache key made only of str/int/float/bool/None and tuples."""
@@ -483,7 +511,7 @@ class Routine:
             params = (type(self.params).__name__,) + tuple(
                 (f.name, _plain(getattr(self.params, f.name))) for f in dataclasses.fields(self.params)
             )
-        return (
+        key = (
             self.name.value,
             t.input_shapes,
             tuple(d.value for d in t.input_dtypes),
@@ -491,6 +519,9 @@ class Routine:
             tuple(d.value for d in t.output_dtypes),
             params,
         )
+        if self.views is None:
+            return key
+        return (*key, tuple(None if v is None else v.key() for v in self.views))
 
     def __str__(self) -> str:
         head = self.name.value
@@ -501,4 +532,6 @@ class Routine:
                 if getattr(self.params, f.name) != f.default
             )
             head += f"({items})" if items else ""
+        if self.views is not None:
+            head += " [" + ", ".join(f"input {i} through {v}" for i, v in enumerate(self.views) if v) + "]"
         return f"{head}: {self.type}"

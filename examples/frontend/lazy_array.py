@@ -10,8 +10,9 @@ as few kernels as the backend layer can run.
 - Views (reshape, transpose, broadcast, pad, slice, flip) only change how buffers are read.
 - A matmul is a reduction kernel over reads, which the devices recognise and run as a GEMM.
 - Routines (Cholesky, triangular solve, sort) take whole contiguous buffers: their inputs are
-  written to one first when they are views. A lower or transposed triangular solve with
-  right-hand sides as columns is the routine's own parameters.
+  handed a view of one buffer as that buffer and its view (the backend makes the copy), and a
+  lower or transposed triangular solve with right-hand sides as columns is the routine's own
+  parameters.
 - Work is dispatched when a value must exist (a matmul's operand, a routine's input, a reduction
   of a reduction, a view of a reduction, `numpy()`), and buffers are freed when the last array or
   pending value that reads them dies (a finalizer calls `dec_ref`).
@@ -28,7 +29,17 @@ from typing import Any
 import numpy as np
 
 import jaxcore
-from jaxcore import AluExp, AluOp, Backend, DType, Fused, FusedReduce, Routine, TriangularSolveParams
+from jaxcore import (
+    AluExp,
+    AluOp,
+    Backend,
+    DType,
+    Fused,
+    FusedReduce,
+    Routine,
+    ShapeTracker,
+    TriangularSolveParams,
+)
 
 F32, I32, BOOL = DType.float32, DType.int32, DType.bool
 MAX_DEPTH = 64  # elementwise ops fused into one expression before it is written out
@@ -119,11 +130,9 @@ class Array:
         return out.astype(bool) if self.dtype == BOOL else out
 
     def block_until_ready(self) -> Array:
-        """Wait until this array is computed. A 4-byte read waits for the work that writes its
-        buffer (the protocol has no barrier yet: `backend.synchronize()` will be one)."""
-        buf = self.buffer()
-        if buf.nbytes:
-            self.backend.read(buf.slot, 0, min(4, buf.nbytes))
+        """Wait until this array is computed (and every dispatch before it)."""
+        self.realize()
+        self.backend.synchronize()
         return self
 
     def _fused(self) -> Fused:
@@ -381,10 +390,19 @@ def _gemm_operand(x: Array) -> Fused:
 # ---- routines -------------------------------------------------------------------------------------------
 
 
+def _routine_operand(x: Array) -> tuple[Buffer, ShapeTracker | None]:
+    """A routine operand: a view of one buffer goes in as that buffer and its view (the backend
+    makes the one copy its device needs); anything else is computed into a buffer first."""
+    f = x.value
+    if isinstance(f, Fused) and f.view is not None and f.source is None:
+        return f.inputs[0], f.view  # type: ignore[return-value]
+    return x.buffer(), None
+
+
 def _routine(name: str, inputs: Sequence[Array], params: Any = None) -> list[Array]:
     backend = inputs[0].backend
-    bufs = [x.buffer() for x in inputs]
-    routine = Routine.build(name, [x.shape for x in inputs], [x.dtype for x in inputs], params)
+    bufs, views = zip(*(_routine_operand(x) for x in inputs))
+    routine = Routine.build(name, [x.shape for x in inputs], [x.dtype for x in inputs], params, views)
     t = routine.type
     outs = [
         Buffer(backend, math.prod(s) * jaxcore.byte_width(d))

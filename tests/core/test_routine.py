@@ -1100,3 +1100,20 @@ def test_triangular_solve_checks_the_columns_layout() -> None:
         Routine.build(
             Routines.TriangularSolve, [(3, 3), (4, 3)], ["float32"] * 2, TriangularSolveParams(columns=True)
         )
+
+
+def test_routine_views_are_checked_and_keyed() -> None:
+    from jaxcore.shape import ShapeTracker
+
+    t = ShapeTracker.from_shape((3, 2)).permute((1, 0))
+    r = Routine.build("Cholesky", [(2, 2)], ["float32"])
+    with pytest.raises(ValueError, match=r"view 0 has shape \[2, 3\], input 0 is \[2, 2\]"):
+        Routine.build("Sort", [(2, 2)], ["float32"], views=[t])
+    with pytest.raises(ValueError, match="1 views for 2 inputs"):
+        Routine.build("TriangularSolve", [(2, 2), (1, 2)], ["float32"] * 2, views=[None])
+    with pytest.raises(TypeError, match="must be a ShapeTracker"):
+        Routine.build("Sort", [(2, 3)], ["float32"], views=[(2, 3)])  # type: ignore[list-item]
+    viewed = Routine.build("Sort", [(2, 3)], ["float32"], views=[t])
+    plain = Routine.build("Sort", [(2, 3)], ["float32"], views=[ShapeTracker.from_shape((2, 3))])
+    assert plain.views is None and plain.key() == Routine.build("Sort", [(2, 3)], ["float32"]).key()
+    assert viewed.key() != plain.key() and "input 0 through" in str(viewed) and r.views is None

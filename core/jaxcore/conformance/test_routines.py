@@ -254,6 +254,38 @@ def test_triangular_solve_layouts(
     assert_close(got, want.astype(st), "TriangularSolve", dtype, backend)
 
 
+def test_routines_read_inputs_through_views(backend: Backend) -> None:
+    """A routine input given a view reads what the view reads, from a buffer that holds more: Sort
+    of every other element of each row, Cholesky of a transposed matrix (its upper triangle is
+    read as the lower), a TriangularSolve whose one right-hand side row is broadcast to three."""
+    from jaxcore.shape import ShapeTracker
+
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(4, 10)).astype(np.float32)
+    every_other = ShapeTracker.from_shape((4, 10)).reshape((4, 5, 2)).shrink(((0, 4), (0, 5), (0, 1)))
+    r = Routine.build(Routines.Sort, [(4, 5)], ["float32"], views=[every_other.reshape((4, 5))])
+    (got,) = run_routine(backend, prepared(backend, r), [x])
+    np.testing.assert_array_equal(got, np.sort(x[:, ::2], axis=-1))
+
+    spd_t = spd(1, 4, seed=3)[0].astype(np.float32)
+    stored = np.triu(spd_t) + np.tril(np.full((4, 4), 3e4, np.float32), -1)  # junk where the view never reads
+    r = Routine.build(
+        Routines.Cholesky, [(4, 4)], ["float32"], views=[ShapeTracker.from_shape((4, 4)).permute((1, 0))]
+    )
+    (got,) = run_routine(backend, prepared(backend, r), [stored])
+    want = np.linalg.cholesky(spd_t.astype(np.float64)).astype(np.float32)
+    assert_close(got, want, "Cholesky", "float32", backend)
+
+    a = (np.triu(rng.uniform(-1, 1, (4, 4))) + 3 * np.eye(4)).astype(np.float32)
+    row = rng.uniform(-1, 1, (1, 4)).astype(np.float32)
+    wide = ShapeTracker.from_shape((1, 4)).expand((3, 4))
+    params = TriangularSolveParams(lower=False, columns=False)
+    r = Routine.build(Routines.TriangularSolve, [(4, 4), (3, 4)], ["float32"] * 2, params, views=[None, wide])
+    (got,) = run_routine(backend, prepared(backend, r), [a, row])
+    want = np.broadcast_to(np.linalg.solve(a.astype(np.float64), row[0].astype(np.float64)), (3, 4))
+    assert_close(got, want.astype(np.float32), "TriangularSolve", "float32", backend)
+
+
 LU_KNOWN = [
     ([[4, 3], [6, 3]], [[6, 3], [2 / 3, 1]], [1, 1], [1, 0]),
     ([[1, 2], [3, 4], [5, 6]], [[5, 6], [0.2, 0.8], [0.6, 0.5]], [2, 2], [2, 0, 1]),
