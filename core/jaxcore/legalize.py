@@ -21,6 +21,7 @@ import numpy as np
 
 from jaxcore.alu import NORMAL_RANGE, AluExp, AluOp
 from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, is_float, to_numpy
+from jaxcore.floatbits import pack
 
 
 @dataclass(frozen=True)
@@ -475,8 +476,6 @@ def _subnormal_quotient(q: AluExp, r: AluExp, k: AluExp, sign: AluExp, scaled: A
     """`scaled` (q 2^k with the sign), but where that is below the normal range: q's 24-bit mantissa
     times 4, one less or more as the exact quotient lies below or above q (residual `r`), rounded
     once to nearest even at its subnormal position."""
-    from jaxcore.softfloat import pack  # softfloat builds on this module's legalize
-
     u32, i32 = DType.uint32, DType.int32
     bits = AluExp.bitcast(u32, q)
     mant = AluExp.bit_or(AluExp.bit_and(bits, 0x007FFFFF), 0x00800000)
