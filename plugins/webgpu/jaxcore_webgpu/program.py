@@ -95,6 +95,7 @@ class PipelineCache:
         self._lock = threading.Lock()
         self.compiles = 0
         self.hits = 0
+        self._scratch: list[Any] = []  # storage buffers a new pipeline's warm-up binds (_warm)
 
     def pipeline(self, code: str, entry: str) -> Any:
         key = (code, entry)
@@ -137,6 +138,31 @@ class PipelineCache:
             self.compiles += 1
         return pipe
 
+    def _warm(self, passes: list[CompiledPass]) -> None:
+        """One workgroup of each new pipeline over scratch buffers (WGSL bounds-checks every
+        access), submitted now: a driver that compiles at the first dispatch (lavapipe) does it
+        here, beside the caller, not in its first dispatch. Best effort: a pass it cannot bind
+        (a binding the shader does not use) is left to that dispatch."""
+        import wgpu
+
+        for cp in passes:
+            try:
+                while len(self._scratch) < len(cp.bindings):
+                    self._scratch.append(self.device.create_buffer(size=256, usage=wgpu.BufferUsage.STORAGE))
+                entries = [{"binding": i, "resource": {"buffer": b}} for i, b in enumerate(self._scratch)]
+                group = self.device.create_bind_group(layout=cp.layout, entries=entries[: len(cp.bindings)])
+                enc = self.device.create_command_encoder()
+                run = enc.begin_compute_pass()
+                run.set_pipeline(cp.pipeline)
+                run.set_bind_group(0, group)
+                if cp.uniform_group is not None:
+                    run.set_bind_group(1, cp.uniform_group)
+                run.dispatch_workgroups(1, 1, 1)
+                run.end()
+                self.device.queue.submit([enc.finish()])
+            except Exception:  # noqa: S112 (the real dispatch reports what is wrong)
+                continue
+
     def _keep(self, key: tuple[str, str], pipe: Any) -> None:
         self._pipelines[key] = pipe
         self._pipelines.move_to_end(key)
@@ -160,8 +186,9 @@ class PipelineCache:
     def compile(self, plan: Plan) -> CompiledPlan:
         import wgpu
 
-        passes = []
+        passes, fresh = [], []
         for p in plan.passes:
+            made = self.compiles
             pipe = self.pipeline(p.code, p.entry)
             ugroup, data = None, None
             if p.uniform is not None:
@@ -172,6 +199,8 @@ class PipelineCache:
                     entries=[{"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": len(data)}}],
                 )
             passes.append(CompiledPass(pipe, pipe.get_bind_group_layout(0), p.grid, p.bindings, ugroup, data))
+            fresh += passes[-1:] if self.compiles != made else []
+        self._warm(fresh)
         return CompiledPlan(tuple(passes), tuple(plan.scratch), tuple(p.code for p in plan.passes))
 
 
