@@ -278,4 +278,5 @@ def _is_chain(exe: Any) -> bool:
     """A routine the base class runs as steps around the device's own layout (jaxcore.canonical):
     one dispatch of several programs, which a page runs through jaxcore.record's export instead
     (test_pipeline's lower TriangularSolve)."""
-    return not isinstance(exe.source, Kernel) and type(exe.data) is _SplitRun
+    data = getattr(exe, "data", None)  # a misuse case dispatches what is not an Executable
+    return type(data) is _SplitRun and not isinstance(exe.source, Kernel)
