@@ -295,17 +295,8 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     if op == AluOp.Cmplt and e.src[0].dtype == DType.bool:
         a, b = e.src  # false < true is the only true case
         return _and(_ne(a, AluExp.bool_(True)), b)
-    if op == AluOp.Idiv and dt in (DType.float32, DType.float16) and not t.native_correct_division:
-        a, b = e.src
-        if dt == DType.float16:  # f32 has 2*11+2 bits: rounding the f32 quotient to f16 is exact
-            a, b = AluExp.cast(DType.float32, a), AluExp.cast(DType.float32, b)
-            return _trunc(AluExp.cast(DType.float16, divide_rn(a, b)))  # round to f16, then trunc
-        return _trunc(divide_rn(a, b))
-    if op == AluOp.Div and dt in (DType.float32, DType.float16) and not t.native_correct_division:
-        a, b = e.src
-        if dt == DType.float16:  # f32 has 2*11+2 bits: rounding the f32 quotient to f16 is exact
-            return AluExp.cast(dt, divide_rn(AluExp.cast(DType.float32, a), AluExp.cast(DType.float32, b)))
-        return divide_rn(a, b, exact_subnormal=True)
+    if op in (AluOp.Idiv, AluOp.Div) and dt in _HALF_SINGLE and not t.native_correct_division:
+        return _float_quotient(e)
     if op in (AluOp.Idiv, AluOp.Mod) and dt in (DType.int32, DType.uint32):
         return _int_divmod(e, t)
     if op in (AluOp.Min, AluOp.Max) and is_float(dt) and not t.native_nan_minmax:
@@ -328,6 +319,7 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     return None
 
 
+_HALF_SINGLE = (DType.float16, DType.float32)
 _FOLDABLE = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv, AluOp.Div})
 
 
@@ -366,6 +358,19 @@ def _const_over_const(op: AluOp, c: AluExp, other: AluExp) -> bool:
     if other.op not in _FOLDABLE:
         return False
     return any(s.op == AluOp.Const for s in other.src) or _FAMILY[other.op] == _FAMILY[op]
+
+
+def _float_quotient(e: AluExp) -> AluExp:
+    """A float32 or float16 Div correctly rounded, an Idiv that quotient truncated: float16 through
+    float32 (which has 2*11+2 bits, so rounding its quotient to float16 is exact). Idiv's truncation
+    hides a subnormal quotient's double rounding, so it takes divide_rn's cheaper form."""
+    a, b = e.src
+    if e.dtype == DType.float16:
+        f32 = DType.float32
+        q = AluExp.cast(DType.float16, divide_rn(AluExp.cast(f32, a), AluExp.cast(f32, b)))
+    else:
+        q = divide_rn(a, b, exact_subnormal=e.op == AluOp.Div)
+    return _trunc(q) if e.op == AluOp.Idiv else q
 
 
 def _trunc(q: AluExp) -> AluExp:
