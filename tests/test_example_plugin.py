@@ -40,6 +40,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     )
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(target), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["JAXCORE_DEVICES"] = "example,cpu"  # cpu is the differential reference; the rest need not start
     return env
 
 
