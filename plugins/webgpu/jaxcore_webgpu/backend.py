@@ -64,18 +64,6 @@ class _Token:
     n_queries: int = 0
 
 
-def _declared_routines() -> frozenset:
-    from jaxcore_webgpu.routines import DECLARED
-
-    return DECLARED
-
-
-def _undeclared_routine_dtypes() -> frozenset:
-    from jaxcore_webgpu.routines import UNDECLARED_DTYPES
-
-    return UNDECLARED_DTYPES
-
-
 def _bound(nbytes: int) -> int:
     """The bytes a slot of `nbytes` is bound with: rounded up to 4, and at least one element."""
     return max(_MIN_BINDING, -(-nbytes // 4) * 4)
@@ -102,9 +90,11 @@ class WebGpuBackend(QueuedBackend):
         quirks = self._quirks(gpu)
         if "shader-f64" in feat:
             dtypes.add(DType.float64)
+        from jaxcore_webgpu.routines import DECLARED, UNDECLARED_DTYPES  # (they import this module)
+
         self.capabilities = Capabilities(
             dtypes=frozenset(dtypes),
-            routines=_declared_routines(),
+            routines=DECLARED,
             max_args=lim["max-storage-buffers-per-shader-stage"] - 1,  # one binding is the output
             max_buffer_bytes=min(self.binding_limit, lim.get("max-buffer-size", self.binding_limit)) // 4 * 4,
             device_timestamps=self.timestamps,
@@ -116,7 +106,7 @@ class WebGpuBackend(QueuedBackend):
             # costliest split part takes lavapipe about a second to compile, where 50 sines took 6 s
             max_kernel_cost=3000,
         )
-        gaps = self._compiler_gaps() | _undeclared_routine_dtypes()
+        gaps = self._compiler_gaps() | UNDECLARED_DTYPES
         if "shader-f16" not in feat:  # the routines' float16 is WGSL's f16
             gaps |= {(r, DType.float16) for r in self.capabilities.routines}
         self.capabilities = replace(self.capabilities, unsupported_ops=gaps)
@@ -203,21 +193,18 @@ class WebGpuBackend(QueuedBackend):
 
     def _read_buffer(self, buf: QueuedBuffer, start: int, count: int) -> bytes:
         staging, cap, skip = self._window(buf, start, count)
-        size = -(-(skip + count) // 4) * 4
-        staging.map_sync("READ", 0, size)
-        try:
-            data = bytes(staging.read_mapped(0, size, copy=False)[skip : skip + count])
-        finally:
-            staging.unmap()
-        self.staging.free(staging, cap)
-        return data
+        staging.map_sync("READ", 0, -(-(skip + count) // 4) * 4)
+        return self._take_window(staging, cap, skip, count)
 
     async def _read_buffer_async(self, buf: QueuedBuffer, start: int, count: int) -> bytes:
         staging, cap, skip = self._window(buf, start, count)
-        size = -(-(skip + count) // 4) * 4
-        await staging.map_async("READ", 0, size)
+        await staging.map_async("READ", 0, -(-(skip + count) // 4) * 4)
+        return self._take_window(staging, cap, skip, count)
+
+    def _take_window(self, staging: Any, cap: int, skip: int, count: int) -> bytes:
+        """The mapped window's `count` bytes after `skip`; the staging buffer goes back to its pool."""
         try:
-            data = bytes(staging.read_mapped(0, size, copy=False)[skip : skip + count])
+            data = bytes(staging.read_mapped(0, -(-(skip + count) // 4) * 4, copy=False)[skip : skip + count])
         finally:
             staging.unmap()
         self.staging.free(staging, cap)

@@ -14,6 +14,7 @@ disk; `JAXCORE_WEBGPU_DUMP=DIR` writes every shader compiled, named by its diges
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -96,6 +97,7 @@ class PipelineCache:
         self.compiles = 0
         self.hits = 0
         self._scratch: list[Any] = []  # storage buffers a new pipeline's warm-up binds (_warm)
+        self._cold: set[tuple[str, str]] = set()  # pipelines made but not yet warmed
 
     def pipeline(self, code: str, entry: str) -> Any:
         key = (code, entry)
@@ -139,16 +141,16 @@ class PipelineCache:
         return pipe
 
     def _warm(self, passes: list[CompiledPass]) -> None:
-        """One workgroup of each new pipeline over scratch buffers (WGSL bounds-checks every
-        access), submitted now: a driver that compiles at the first dispatch (lavapipe) does it
-        here, beside the caller, not in its first dispatch. Best effort: a pass it cannot bind
-        (a binding the shader does not use) is left to that dispatch."""
+        """One workgroup of each new pipeline over scratch buffers (WGSL bounds-checks every access),
+        waited for: a driver that compiles at the first dispatch (lavapipe) does it in prepare. Best
+        effort: a pass it cannot bind is left to its first dispatch, which reports what is wrong."""
         import wgpu
 
-        for cp in passes:
-            try:
-                while len(self._scratch) < len(cp.bindings):
-                    self._scratch.append(self.device.create_buffer(size=256, usage=wgpu.BufferUsage.STORAGE))
+        with contextlib.suppress(Exception):
+            for cp in passes:
+                for _ in range(len(cp.bindings) - len(self._scratch)):
+                    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
+                    self._scratch.append(self.device.create_buffer(size=256, usage=usage))
                 entries = [{"binding": i, "resource": {"buffer": b}} for i, b in enumerate(self._scratch)]
                 group = self.device.create_bind_group(layout=cp.layout, entries=entries[: len(cp.bindings)])
                 enc = self.device.create_command_encoder()
@@ -160,14 +162,15 @@ class PipelineCache:
                 run.dispatch_workgroups(1, 1, 1)
                 run.end()
                 self.device.queue.submit([enc.finish()])
-            except Exception:  # noqa: S112 (the real dispatch reports what is wrong)
-                continue
+            self.device.queue.read_buffer(self._scratch[0], 0, 4)  # returns once the queue has run them
 
     def _keep(self, key: tuple[str, str], pipe: Any) -> None:
+        if key not in self._pipelines:
+            self._cold.add(key)
         self._pipelines[key] = pipe
         self._pipelines.move_to_end(key)
         while len(self._pipelines) > self.size:
-            self._pipelines.popitem(last=False)
+            self._cold.discard(self._pipelines.popitem(last=False)[0])
 
     async def compile_async(self, plan: Plan) -> CompiledPlan:
         for p in plan.passes:
@@ -175,20 +178,17 @@ class PipelineCache:
         return self.compile(plan)  # every pipeline is cached now: this only binds
 
     def _dump(self, code: str) -> None:
-        if self.dump_dir is None:
-            return
-        self.dump_dir.mkdir(parents=True, exist_ok=True)
-        name = hashlib.blake2b(code.encode(), digest_size=8).hexdigest()
-        path = self.dump_dir / f"{name}.wgsl"
-        if not path.exists():
-            path.write_text(code)
+        if self.dump_dir is not None:
+            self.dump_dir.mkdir(parents=True, exist_ok=True)
+            path = self.dump_dir / f"{hashlib.blake2b(code.encode(), digest_size=8).hexdigest()}.wgsl"
+            if not path.exists():
+                path.write_text(code)
 
     def compile(self, plan: Plan) -> CompiledPlan:
         import wgpu
 
         passes, fresh = [], []
         for p in plan.passes:
-            made = self.compiles
             pipe = self.pipeline(p.code, p.entry)
             ugroup, data = None, None
             if p.uniform is not None:
@@ -199,7 +199,9 @@ class PipelineCache:
                     entries=[{"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": len(data)}}],
                 )
             passes.append(CompiledPass(pipe, pipe.get_bind_group_layout(0), p.grid, p.bindings, ugroup, data))
-            fresh += passes[-1:] if self.compiles != made else []
+            if (p.code, p.entry) in self._cold:  # made here or by compile_async, not yet warmed
+                self._cold.discard((p.code, p.entry))
+                fresh.append(passes[-1])
         self._warm(fresh)
         return CompiledPlan(tuple(passes), tuple(plan.scratch), tuple(p.code for p in plan.passes))
 

@@ -1,5 +1,4 @@
-"""WGSL helper functions: constants WGSL cannot write, the opaque identity, float64's exact fmod
-and its conversion from a float32 subnormal, and threefry.
+"""WGSL helper functions: constants WGSL cannot write, the opaque identity, float64's fmod, threefry.
 
 The transcendentals (float32 from `jaxcore.expansions`, float64 from `jaxcore.expansions64`) and
 the float32 ops exact on subnormals (`jaxcore.softfloat`) are the core's, rendered by this dialect.
