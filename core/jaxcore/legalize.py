@@ -365,6 +365,10 @@ def _float_quotient(e: AluExp) -> AluExp:
     float32 (which has 2*11+2 bits, so rounding its quotient to float16 is exact). Idiv's truncation
     hides a subnormal quotient's double rounding, so it takes divide_rn's cheaper form."""
     a, b = e.src
+    if _bare(b).op == AluOp.Const:
+        # A constant divisor as an unknown: NVIDIA's compiler folded divide_rn's work on it in a
+        # precision of its own in kernels that hold float64 work (quotients one ulp off).
+        b = opaque(b)
     if e.dtype == DType.float16:
         f32 = DType.float32
         q = AluExp.cast(DType.float16, divide_rn(AluExp.cast(f32, a), AluExp.cast(f32, b)))

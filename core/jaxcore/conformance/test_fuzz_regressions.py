@@ -57,6 +57,10 @@ def u(*v: int) -> tuple[int, ...]:
     return v
 
 
+def _mod3() -> AluExp:
+    return AluExp.mod(AluVar.gidx, AluExp.i32(3))
+
+
 # name -> the finding
 CASES: dict[str, Regression] = {
     # -- wrap-around, as the issue's probe found them
@@ -282,6 +286,33 @@ CASES: dict[str, Regression] = {
             * AluExp.cast(F16, read(F32, 0, 3))
         ),
         ((F32, (math.nan, math.inf, 2.0)),),
+        3,
+    ),
+    # -- fuzzed on an NVIDIA H100 (Vulkan): only in kernels that also hold float64 work, a float32
+    # quotient by a constant came back one ulp off; float64 divided by a constant in float32's
+    # precision; a select of an infinity times 0 folded to 0
+    "f32_div_by_a_constant_beside_float64_work": Regression(
+        lambda: AluExp.where(
+            AluExp.cmplt(AluVar.gidx, AluExp.i32(3)),
+            AluExp.cast(F32, AluExp.cast(BOOL, AluExp.cast(F64, _mod3()) - AluExp.cast(F64, _mod3()))),
+            AluExp(AluOp.Div, F32, (AluExp.cast(F32, read(I32, 0, 3, _mod3())), AluExp.f32(-1.5))),
+        ),
+        ((I32, u(-10, 10, 13)),),
+        6,
+    ),
+    "f64_div_by_a_constant": Regression(
+        lambda: (read(F64, 0, 3) - read(F64, 0, 3)) - AluExp.idiv(read(F64, 0, 3), AluExp.f64(-2147483649.0)),
+        ((F64, (1e20, 3.0, -7.5e15)),),
+        3,
+    ),
+    "f64_select_of_infinity_times_zero": Regression(
+        lambda: (
+            AluExp.where(
+                AluExp.cast(BOOL, read(I32, 0, 3)), AluExp.f64(math.inf), AluExp.cast(F64, read(I32, 0, 3))
+            )
+            * AluExp.f64(0.0)
+        ),
+        ((I32, u(1, -3, 0)),),
         3,
     ),
     # -- NaN bits of a bitcast constant (a bitcast keeps its bits; the simplifier folds it to a Const)
