@@ -36,8 +36,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     env["JAXCORE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
     env["JAXCORE_DEVICES"] = "c,cpu"  # cpu is the differential reference; the GPUs need not start
     # the fuzz area's cases each compile a library (half of the run): the in-tree devices take the
-    # full count, the example a quarter of it
-    env["JAXCORE_FUZZ_COUNT"] = "200"
+    # full count, the example a seventh of it
+    env["JAXCORE_FUZZ_COUNT"] = "100"
     return env
 
 
