@@ -202,7 +202,8 @@ class PipelineCache:
             if (p.code, p.entry) in self._cold:  # made here or by compile_async, not yet warmed
                 self._cold.discard((p.code, p.entry))
                 fresh.append(passes[-1])
-        self._warm(fresh)
+        if fresh:  # (the wait below syncs the whole queue: only for new pipelines)
+            self._warm(fresh)
         return CompiledPlan(tuple(passes), tuple(plan.scratch), tuple(p.code for p in plan.passes))
 
 
