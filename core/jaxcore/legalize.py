@@ -35,6 +35,9 @@ class TargetTraits:
     # float32 a / b is correctly rounded (Vulkan and GLSL ES only promise 2.5 ULP), so float Idiv
     # (the truncated, correctly rounded quotient) can use it as is
     native_correct_division: bool = False
+    # the float Idiv the dialect spells (float64's; float32's above) truncates its quotient exactly
+    # (lavapipe, Mesa 22.3 on an x86 without AVX-512, returned WGSL's float64 trunc(q) as q)
+    native_float_trunc: bool = True
     native_nan_minmax: bool = False  # min/max return NaN when either operand is NaN
     native_saturating_casts: bool = False  # float->int clamps to [MIN, MAX] and NaN -> 0
     native_nan_compare: bool = False  # `a != b` is true for NaN and never folded away
@@ -297,6 +300,8 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
         return _and(_ne(a, AluExp.bool_(True)), b)
     if op in (AluOp.Idiv, AluOp.Div) and dt in _HALF_SINGLE and not t.native_correct_division:
         return _float_quotient(e)
+    if op == AluOp.Idiv and is_float(dt) and not t.native_float_trunc:
+        return _trunc(AluExp(AluOp.Div, dt, e.src))
     if op in (AluOp.Idiv, AluOp.Mod) and dt in (DType.int32, DType.uint32):
         return _int_divmod(e, t)
     if op in (AluOp.Min, AluOp.Max) and is_float(dt) and not t.native_nan_minmax:

@@ -217,6 +217,24 @@ def test_float_idiv_is_the_truncated_correctly_rounded_quotient() -> None:
     assert np.isnan(got[np.isnan(want)]).all()
 
 
+@pytest.mark.parametrize("dtype", [F64, F32])
+def test_float_idiv_without_a_native_trunc_truncates_through_floor_and_ceil(dtype: DType) -> None:
+    """lavapipe on an x86 without AVX-512 returned WGSL's float64 trunc(q) as q: such a target's
+    float Idiv keeps no Idiv node and gives trunc(a / b) bit for bit, -0.0 and NaN included."""
+    from dataclasses import replace
+
+    v = _arr(dtype)
+    a, b = (x.ravel() for x in np.meshgrid(v, v, indexing="ij"))
+    x, y = AluExp.variable(dtype, "a"), AluExp.variable(dtype, "b")
+    e = AluExp(AluOp.Idiv, dtype, (x, y))
+    legal = legalize(e, replace(NOTHING_NATIVE, native_float_trunc=False, native_correct_division=True))
+    assert not legal.some(lambda n: n.op == AluOp.Idiv)
+    got, want = _flat_eval(legal, {"a": a, "b": b}), _run(e, {"a": a, "b": b})
+    nan = np.isnan(want)
+    assert np.isnan(got[nan]).all()
+    assert got[~nan].tobytes() == want[~nan].tobytes()
+
+
 def test_the_normal_range_promise_holds_inside_float_idiv() -> None:
     """Every node the Idiv expansion marks NORMAL_RANGE sees and gives only zeros and normal floats
     (a flushing device computes them natively), on subnormal, huge, zero, inf and NaN operands."""

@@ -34,7 +34,7 @@ from jaxcore.cstyle import (
     OpRender,
     strip_parens,
 )
-from jaxcore.dtype import INT32_MIN, DType, is_float, to_numpy
+from jaxcore.dtype import INT32_MIN, DType, to_numpy
 from jaxcore.dtype import bitcast as bitcast_values
 from jaxcore.dtype import cast as cast_values
 from jaxcore.legalize import TargetTraits
@@ -47,6 +47,7 @@ WGSL_TRAITS = TargetTraits(
     native_int_min_div_neg1=True,  # WGSL: INT_MIN / -1 == INT_MIN, INT_MIN % -1 == 0
     native_nan_minmax=False,
     native_saturating_casts=False,
+    native_float_trunc=False,  # lavapipe on an x86 without AVX-512: float64 trunc(q) gave q
     native_nan_compare=False,
     nan_check_by_bits=True,
     shift_masks_count=False,  # WGSL masks, but naga/SPIR-V paths differ; one AND is cheap
@@ -61,12 +62,6 @@ WGSL_TRAITS = TargetTraits(
     f16_in_f32=True,
     flushes_subnormals=True,  # the device that runs an exported program is unknown; a probe may turn it off
 )
-
-
-def _idiv(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
-    if is_float(e.dtype):  # (legalize spells float32's; this one is float64's)
-        return f"trunc({a[0]} / {a[1]})"
-    return f"({a[0]} / {a[1]})"
 
 
 def _mod(r: ExpRenderer, e: AluExp, a: list[str]) -> str:
@@ -223,7 +218,6 @@ class WGSLLanguage(CStyleLanguage):
     traits = WGSL_TRAITS
     code_for_op = {
         **CStyleLanguage.code_for_op,
-        AluOp.Idiv: _idiv,
         AluOp.Mod: _mod,
         AluOp.Min: _minmax("min", "<"),
         AluOp.Max: _minmax("max", ">"),
