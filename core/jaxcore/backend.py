@@ -118,6 +118,12 @@ class Executable(Generic[T]):
         """Whether `backend` (this very instance) prepared this executable."""
         return self._owner() is backend
 
+    @property
+    def runs_as_steps(self) -> bool:
+        """A routine the base class runs as steps around the device's own layout (`jaxcore.canonical`):
+        one dispatch of several programs, which a recorder keeps as its steps."""
+        return type(self.data) is _SplitRun and not isinstance(self.source, Kernel)
+
     @cached_property
     def _io_bytes(self) -> tuple[tuple[int, ...], tuple[int, ...], bool]:
         """(bytes per input, bytes per output, whether inputs must be exactly that size): what every

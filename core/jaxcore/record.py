@@ -171,7 +171,7 @@ class Recording:
                     self._keep(s)
             inner(exe, inputs, outputs)  # raises on a bad dispatch: nothing is recorded then
             sizes = tuple(size_of(s) for s in ins) if size_of is not None else tuple(need_in)
-            if type(exe.data) is _SplitRun and not isinstance(exe.source, Kernel):
+            if exe.runs_as_steps:
                 self._steps_of(exe, ins, outs, sizes)
             else:
                 self.dispatches.append(Dispatch(exe, ins, outs, sizes, tuple(need_out)))

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jaxcore import Kernel
-from jaxcore.backend import _SplitRun
 
 _PENDING = object()  # slot written by a recorded dispatch whose output is not yet known
 
@@ -210,8 +209,6 @@ def _digest(prog: dict[str, Any]) -> str:
 
 def _describe(src: Any) -> dict[str, Any]:
     """What the comparison needs of the source: op names (for tolerances) and output dtypes."""
-    from jaxcore.kernel import Kernel
-
     if isinstance(src, Kernel):
         ops = {n.op.name for n in src.nodes()}
         if src.reduction is not None:
@@ -275,8 +272,6 @@ def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
 
 
 def _is_chain(exe: Any) -> bool:
-    """A routine the base class runs as steps around the device's own layout (jaxcore.canonical):
-    one dispatch of several programs, which a page runs through jaxcore.record's export instead
-    (test_pipeline's lower TriangularSolve)."""
-    data = getattr(exe, "data", None)  # a misuse case dispatches what is not an Executable
-    return type(data) is _SplitRun and not isinstance(exe.source, Kernel)
+    """A routine run as steps (test_pipeline's lower TriangularSolve): a page runs it through
+    jaxcore.record's export instead. A misuse case dispatches what is not an Executable."""
+    return bool(getattr(exe, "runs_as_steps", False))
