@@ -7,6 +7,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxcore-installed
 PACKAGES := -e "core[test]" -e plugins/cpu -e plugins/wasm -e plugins/webgpu -e plugins/webgl
 BENCH_ARGS ?=
+# pytest-xdist workers for `make test` (each test file runs on one; conftest.py keeps the recorded
+# conformance run and the browser tests together)
+TEST_WORKERS ?= 2
 
 .PHONY: bench test venv wheels clean-venv system-deps
 
@@ -31,7 +34,7 @@ test: system-deps $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest tests $(sort $(wildcard plugins/*/tests)) --durations=25
+	$(BIN)/python -m pytest tests $(sort $(wildcard plugins/*/tests)) -n $(TEST_WORKERS) --durations=25
 
 # every distribution (core and each plugin) as a wheel in dist/
 wheels: $(STAMP)

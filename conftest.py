@@ -156,6 +156,41 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [f"jaxcore conformance: --jaxcore-device={config.getoption('jaxcore_device')} ({mode})"]
 
 
+# Lines a test leaves for the end of the run, by heading: a ("jaxcore-summary", (heading, lines))
+# user property, which reaches this process in the test's report from any xdist worker.
+_SUMMARIES: dict[str, list[str]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        for key, value in report.user_properties:
+            if key == "jaxcore-summary":
+                heading, lines = value
+                _SUMMARIES.setdefault(heading, []).extend(lines)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     for problem in config.stash.get(_PROBLEMS, []):
         terminalreporter.write_line(f"not available: {problem}", yellow=True)
+    for heading, lines in _SUMMARIES.items():
+        terminalreporter.write_sep("=", heading)
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+# With pytest-xdist (`make test` runs two workers), each test file goes to one worker, except that
+# the in-tree conformance run and the browser tests share one: the parity tests replay in Chromium
+# what that run recorded in the same process.
+_RECORDED_TOGETHER = ("tests/test_conformance_intree.py", "tests/browser/")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "recorded" if path.startswith(_RECORDED_TOGETHER) else path
+
+    return ByFile(config, log)

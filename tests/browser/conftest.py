@@ -28,7 +28,6 @@ import recording  # noqa: E402
 DEVICES = ("webgpu", "webgl")
 _RECORDER = pytest.StashKey[recording.Recorder]()
 _IN_SESSION = pytest.StashKey[set[str]]()
-SUMMARY = harness.SUMMARY
 
 
 def _is_conformance(item: Any) -> bool:
@@ -59,7 +58,6 @@ class _CurrentTest:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "parity: compares with what the conformance run recorded (runs last)")
-    config.stash[SUMMARY] = []
 
 
 def _here(item: Any) -> bool:
@@ -86,15 +84,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     for name in sorted(devices):
         rec.attach(jaxcore.get_backend(name), exporters[name])
     config.pluginmanager.register(_CurrentTest(rec), "jaxcore-browser-recorder")
-
-
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    lines = config.stash.get(SUMMARY, [])
-    if not lines:
-        return
-    terminalreporter.write_sep("=", "jaxcore browser parity (Chromium)")
-    for line in lines:
-        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -41,7 +41,12 @@ BATCH_PROGRAMS = {"webgpu": 64, "webgl": 16}  # programs per page.evaluate (webg
 BATCH_BYTES = 6 << 20  # input+output bytes per page.evaluate
 
 
-SUMMARY = pytest.StashKey[list[str]]()  # the summary lines the parity tests print at the end
+def summary_lines(request: pytest.FixtureRequest) -> list[str]:
+    """A list whose lines the run prints at its end, under the browser's heading: carried in the
+    test's report (the root conftest.py gathers them), so they arrive from any xdist worker."""
+    lines: list[str] = []
+    request.node.user_properties.append(("jaxcore-summary", ("jaxcore browser parity (Chromium)", lines)))
+    return lines
 
 
 def in_ci() -> bool:

@@ -90,7 +90,7 @@ def test_parity(device: str, browser: Any, recorded: dict[str, Any], request: py
             )
     ran = len(runnable) - sum(unsupported.values())
     distinct = len({json.dumps(c.program, sort_keys=True) for c in runnable})
-    lines = request.config.stash[harness.SUMMARY]
+    lines = harness.summary_lines(request)
     info = browser.info.get(device) or {}
     lines.append(
         f"{device}: {len(cases)} recorded dispatches ({distinct} distinct programs) from "

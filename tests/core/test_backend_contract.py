@@ -345,7 +345,7 @@ def test_kernel_cache_is_bounded_lru_and_evicted_executables_still_run(
     try:
         b = CpuBackend()
     finally:
-        monkeypatch.delenv("JAXCORE_KERNEL_CACHE")
+        monkeypatch.undo()  # the environment as it was, then the settings read from it
         settings.reload()
     assert b._kernel_cache.capacity == b._routine_cache.capacity == 3
     first = b.prepare_kernel(scale(2.0))

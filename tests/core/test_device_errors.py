@@ -200,7 +200,7 @@ def sync(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("JAXCORE_SYNC", "1")
     settings.reload()
     yield
-    monkeypatch.delenv("JAXCORE_SYNC")
+    monkeypatch.undo()  # the environment as it was, then the settings read from it
     settings.reload()
 
 

@@ -83,7 +83,7 @@ def budget_of(monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setattr(worker, "_here", n)  # this process's budget is spent
 
     yield set_budget
-    monkeypatch.delenv("JAXCORE_WASM_COMPILES_PER_PROCESS")
+    monkeypatch.undo()  # the environment as it was, then the settings read from it
     settings.reload()
     worker._close_idle()
 

@@ -81,7 +81,7 @@ def test_shader_dump_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     try:
         b = WebGLBackend(platform="egl")
     finally:
-        monkeypatch.delenv("JAXCORE_WEBGL_DUMP")
+        monkeypatch.undo()  # the environment as it was, then the settings read from it
         settings.reload()
     try:
         x = np.arange(8, dtype=np.float32)
@@ -193,7 +193,7 @@ def test_a_broken_platform_declines_through_the_registry(monkeypatch: pytest.Mon
             plugin._create()
         assert "JAXCORE_WEBGL_PLATFORM" in str(info.value)
     finally:
-        monkeypatch.delenv("JAXCORE_WEBGL_PLATFORM")
+        monkeypatch.undo()  # the environment as it was, then the settings read from it
         settings.reload()
 
 
@@ -320,7 +320,7 @@ def test_program_binaries_cached_on_disk(tmp_path: Path, monkeypatch: pytest.Mon
             finally:
                 b.close()
     finally:
-        monkeypatch.delenv("JAXCORE_CACHE_DIR")
+        monkeypatch.undo()  # the environment as it was, then the settings read from it
         settings.reload()
     assert results[0].tobytes() == results[1].tobytes()
     if not supported:
