@@ -182,18 +182,25 @@ def _hold_f16(e: AluExp) -> AluExp | None:
     return None
 
 
-# What a compiler cannot know before the kernel runs: buffer reads, indices, loop variables (every
-# Variable but the epilogue's accumulator) and opaque values.
+# What a compiler cannot know before the kernel runs: buffer reads, indices, loop variables and
+# opaque values; but the epilogue's accumulator (from constant items) and the reduction index it
+# may know, as it unrolls a short reduction loop (lavapipe folded Bitcast<float32>(ridx) * x to 0
+# in the copy where ridx = 0, so 0 * inf gave 0, not NaN).
 _RUNTIME_LEAVES = frozenset({AluOp.GlobalIndex, AluOp.GlobalView, AluOp.Special, AluOp.Variable})
 ACC = "acc"
+_UNROLLED = frozenset({ACC, "ridx"})
 
 
 def _is_known(e: AluExp, known: dict[str, bool]) -> bool:
     """Whether the compiler may know `e`'s value when it compiles (its operands already judged)."""
     if e.op == AluOp.Bitcast and e.arg == OPAQUE:
         return False
+    if e.op == AluOp.Variable:
+        return e.arg in _UNROLLED
+    if e.op == AluOp.Special:  # the tuner's grid and loop indices
+        return e.arg[0] == "ridx"
     if e.op in _RUNTIME_LEAVES:
-        return e.op == AluOp.Variable and e.arg == ACC
+        return False
     return all(known.get(s.key(), False) for s in e.src)
 
 
@@ -205,6 +212,10 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
         src = tuple(opaque(s) if _a_choice(s, known) else s for s in src)
         if src != e.src:
             e = AluExp(e.op, e.dtype, src, e.arg)
+    elif t.assumes_finite_math and e.op in _SEES_INFINITY and any(map(_non_finite_const, e.src)):
+        # An infinity or NaN it can see is undefined to such a compiler: NVIDIA made
+        # select(b, inf, f64(x)) * 0 zero (it may move the product into the select's arms).
+        e = AluExp(e.op, e.dtype, tuple(opaque(s) if _non_finite_const(s) else s for s in e.src), e.arg)
     if (
         t.divides_by_reciprocal
         and e.op in (AluOp.Idiv, AluOp.Div)
@@ -226,6 +237,15 @@ def _a_choice(e: AluExp, known: dict[str, bool]) -> bool:
         return e.src[0].dtype == DType.bool
     # a select of such values too: NVIDIA proved select(b, 0, f64(b)) zero and made its / 0 zero
     return e.op == AluOp.Where and all(known.get(v.key(), False) or _a_choice(v, known) for v in e.src[1:])
+
+
+# Ops that pass or compare a float without rounding it: + - * / are handled above.
+_SEES_INFINITY = frozenset({AluOp.Where, AluOp.Min, AluOp.Max, AluOp.Cmplt, AluOp.Cmpne})
+
+
+def _non_finite_const(e: AluExp) -> bool:
+    b = _bare(e)
+    return b.op == AluOp.Const and is_float(b.dtype) and not math.isfinite(b.arg)
 
 
 def _finite_nonzero(e: AluExp) -> bool:

@@ -321,6 +321,42 @@ def test_operands_a_finite_math_compiler_may_know_are_opaque() -> None:
         _same(_run(legalize(e, traits), {"acc": vals}), _run(e, {"acc": vals}))
 
 
+def test_an_infinity_a_finite_math_compiler_may_see_is_opaque() -> None:
+    """With assumes_finite_math, no select, min/max, compare or arithmetic takes an infinity or NaN
+    constant (through float casts) but through `opaque`: NVIDIA made select(b, inf, f64(x)) * 0
+    zero. Finite constants stay as they are, and the value is unchanged."""
+    traits = TargetTraits(assumes_finite_math=True)
+    x = AluExp.variable(F64, "x")
+    b = AluExp.cmplt(x, AluExp.f64(1.0))
+    inf, nan = AluExp.f64(math.inf), AluExp.cast(F64, AluExp.f32(math.nan))
+    ops = {AluOp.Where, AluOp.Min, AluOp.Max, AluOp.Cmplt, AluOp.Cmpne, AluOp.Add, AluOp.Mul, AluOp.Idiv}
+
+    def exposed(e: AluExp) -> list[AluExp]:
+        def bare_const(s: AluExp) -> bool:
+            while s.op == AluOp.Cast and s.dtype != DType.bool:
+                s = s.src[0]
+            return s.op == AluOp.Const and not math.isfinite(s.arg)
+
+        return [n for n in e.nodes() if n.op in ops and any(map(bare_const, n.src))]
+
+    cases = [
+        AluExp.where(b, inf, x) * AluExp.f64(0.0),
+        AluExp(AluOp.Max, F64, (x, nan)),
+        AluExp.cmplt(x, inf),
+        AluExp.idiv(x, inf),
+    ]
+    vals = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3.0])
+    for e in cases:
+        assert exposed(e) and not exposed(legalize(e, traits)), e
+        _same(_run(legalize(e, traits), {"x": vals}), _run(e, {"x": vals}))
+    from jaxcore.legalize import OPAQUE
+
+    finite = legalize(AluExp.where(b, AluExp.f64(2.0), x), traits)
+    assert not finite.some(lambda n: n.op == AluOp.Bitcast and n.arg == OPAQUE)
+    plain = legalize(AluExp.where(b, inf, x), TargetTraits())  # a compiler that keeps infinities
+    assert not plain.some(lambda n: n.op == AluOp.Bitcast and n.arg == OPAQUE)
+
+
 def test_a_sum_beside_a_constant_of_its_family_is_opaque() -> None:
     """(x - y) + c and (x * y) * c: the sum beside the constant is opaque, as a driver may
     reassociate the two ops (with an opaque constant too: NVIDIA, float64); a constant beside

@@ -417,6 +417,24 @@ def test_reductions_a_compiler_could_fold_away(backend: Backend) -> None:
     assert got.view("<u2").tolist() == [0x015F] * 4, f"got {got.tolist()}"
 
 
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_a_reduction_item_of_the_reduction_index_times_infinity(backend: Backend, dtype: DType) -> None:
+    """A sum of bitcast(ridx) * -inf and a max of f16(ridx) * f16(huge) are NaN, from the item at
+    ridx = 0 (fuzzed: lavapipe unrolled the short loop, knew that item's factor was 0 and folded
+    0 * x to 0, giving -inf and inf)."""
+    if dtype == F32:
+        x = oracle.array([-math.inf], "float32")
+        item = AluExp.bitcast(F32, AluVar.ridx) * read(F32, 0, 1, AluExp.i32(0))
+        kernel = Kernel(1, 1, item, Reduction(F32, AluOp.Add, 3))
+    else:
+        x = oracle.array([4294967295], "uint32")
+        item = AluExp.cast(F16, read(U32, 0, 1, AluExp.i32(0))) * AluExp.cast(F16, AluVar.ridx)
+        kernel = Kernel(1, 4, item, Reduction(F16, AluOp.Max, 5))
+    skip_if_undeclared(backend, kernel)
+    got = run(backend, kernel, [x])
+    assert np.isnan(got.astype(np.float64)).all(), f"got {got.tolist()}, expected NaN"
+
+
 # ---- NaN bits: moved values keep them; computed NaNs are only NaN ---------------------------------
 
 NAN_PATTERNS = {
