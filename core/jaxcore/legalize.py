@@ -277,21 +277,34 @@ def _guard_float_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     # computed once, an opaque product per element (5 % of a softmax on the H200).
     if _const_over_const(op, b, a):
         same = _FAMILY.get(a.op) == _FAMILY[op]
-        return AluExp(op, dt, (opaque(a), b) if same else (a, opaque(b)), e.arg)
+        return AluExp(op, dt, (_hide(a, b), b) if same else (a, _hide(b, a)), e.arg)
     if _const_over_const(op, a, b):
         same = _FAMILY.get(b.op) == _FAMILY[op]
-        return AluExp(op, dt, (a, opaque(b)) if same else (opaque(a), b), e.arg)
+        return AluExp(op, dt, (a, _hide(b, a)) if same else (_hide(a, b), b), e.arg)
     if ba == bb or _zero_const(b) or ba in in_b:  # x - x, x / x, x * 0, x + 0, x - (x - y)
-        return AluExp(op, dt, (a, opaque(b)), e.arg)
+        return AluExp(op, dt, (a, _hide(b, a)), e.arg)
     if _shares_a_term(op, ba, bb):  # (c1 - x) - (c2 - x) -> c1 - c2 (NVIDIA, float64)
-        return AluExp(op, dt, (a, opaque(b)), e.arg)
+        return AluExp(op, dt, (a, _hide(b, a)), e.arg)
     if _zero_const(a) or bb in in_a:  # 0 * x, 0 + x, 0 - x; (x + y) - y, select(c, x, x) - x
-        return AluExp(op, dt, (opaque(a), b), e.arg)
+        return AluExp(op, dt, (_hide(a, b), b), e.arg)
     if bb in _near(ba, 3):  # (select(c, x, x) * 0) / x -> 0 (NVIDIA, float64)
-        return AluExp(op, dt, (a, opaque(b)), e.arg)
+        return AluExp(op, dt, (a, _hide(b, a)), e.arg)
     if ba in _near(bb, 3):
-        return AluExp(op, dt, (opaque(a), b), e.arg)
+        return AluExp(op, dt, (_hide(a, b), b), e.arg)
     return out
+
+
+def _hide(x: AluExp, beside: AluExp) -> AluExp:
+    """`opaque(x)`, distinct from an opaque of `x` that the other operand already holds: the
+    renderer computes one node once, and lavapipe folded (x - o(x)) + o(x) to x (inf for NaN)."""
+    o = opaque(x)
+    level, seen = [beside], {beside}
+    for _ in range(3):
+        level = [s for n in level for s in n.src]
+        seen.update(level)
+    while o in seen:
+        o = opaque(o)
+    return o
 
 
 def _near(e: AluExp, depth: int) -> set[AluExp]:

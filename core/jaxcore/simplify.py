@@ -484,9 +484,13 @@ def _identities(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp])
                     return AluExp.bool_(True) if v else other
                 if not v:  # xor
                     return other
-    # R3a: min(x, x) = max(x, x) = x, in every dtype (NaN and -0 included)
+    # R3a: min(x, x) = max(x, x) = x, in every dtype (NaN and -0 included); x | x = x & x = x and
+    # x ^ x = 0 (a compiler decides them, then folds what they feed: lavapipe made
+    # bitcast<f32>(v | v) - bitcast<f32>(v) zero for a NaN v)
     if op in (AluOp.Min, AluOp.Max) and src[0] == src[1]:
         return src[0]
+    if op == AluOp.BitCombine and src[0] == src[1]:
+        return src[0] if e.arg in ("and", "or") else AluExp.const(dtype, 0)
     return None
 
 
@@ -520,6 +524,13 @@ def _decided(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp]) ->
     if op == AluOp.Where and src[1].op == AluOp.Const and src[2].op == AluOp.Const:
         if src[1].arg == 1 and src[2].arg == 0:
             return AluExp.cast(dtype, src[0])
+    # A select of one value is that value, and x != x is false for an integer or a bool: a compiler
+    # decides both, and then folds what they feed (lavapipe: f16(select(c, v, v)) - f16(v) gave 0
+    # where inf - inf is NaN), so the legalizer must see what the compiler will
+    if op == AluOp.Where and src[1] == src[2]:
+        return src[1]
+    if op == AluOp.Cmpne and src[0] == src[1] and not is_float(src[0].dtype):
+        return AluExp.bool_(False)
     # R6, R7: comparisons decided by ranges; x < x is false in every dtype (NaN < NaN too), which
     # a compiler assuming finite math would decide itself, and then fold what the select feeds
     # (lavapipe: select(x < x, y, 0) * f16(NaN) gave 0)

@@ -315,6 +315,46 @@ CASES: dict[str, Regression] = {
         ((I32, u(1, -3, 0)),),
         3,
     ),
+    # -- what a compiler decides before it folds (lavapipe, fresh seeds on 2026-12-06): a select of
+    # one value, and an integer or bool compared with itself
+    "f16_of_a_select_of_one_value_minus_itself": Regression(
+        lambda: (
+            AluExp.cast(
+                F16, AluExp.where(AluExp.cast(BOOL, read(I32, 0, 4)), read(I32, 0, 4), read(I32, 0, 4))
+            )
+            - AluExp.cast(F16, read(I32, 0, 4))
+        ),
+        ((I32, u(0, 5, 70000, -70000)),),
+        4,
+    ),
+    "bitcast_of_an_or_with_itself_minus_its_value": Regression(
+        lambda: (
+            AluExp.bitcast(F32, AluExp.bit_or(read(I32, 0, 4), read(I32, 0, 4)))
+            - AluExp.bitcast(F32, read(I32, 0, 4))
+        ),
+        ((I32, u(-9, 2147483647, 1065353216, 0)),),
+        4,
+    ),
+    "select_by_a_bool_compared_with_itself": Regression(
+        lambda: (
+            (read(F64, 1, 4) - read(F64, 1, 4))
+            - AluExp.where(
+                AluExp.cmpne(AluExp.cast(BOOL, read(F64, 1, 4)), AluExp.cast(BOOL, read(F64, 1, 4))),
+                AluExp.cast(F64, read(F16, 0, 4)),
+                AluExp.f64(2.305221004784644e-5),
+            )
+        ),
+        ((F16, (1.0, -2.0, 0.5, 3.0)), (F64, (1e20, -3e15, 7.5, 0.0))),
+        4,
+    ),
+    "difference_plus_its_term": Regression(  # (x - o(x)) + o(x) rendered one opaque value twice
+        lambda: (
+            (AluExp.cast(F64, read(F16, 0, 4)) - AluExp.cast(F64, read(F16, 0, 4)))
+            + AluExp.cast(F64, read(F16, 0, 4))
+        ),
+        ((F16, (math.inf, 1.0, -math.inf, 2.5)),),
+        4,
+    ),
     # -- NaN bits of a bitcast constant (a bitcast keeps its bits; the simplifier folds it to a Const)
     "bitcast_of_int_constant_keeps_nan_payload": Regression(
         lambda: AluExp.bitcast(F32, AluExp.i32(-9)), (), 3, bits=True
