@@ -491,6 +491,12 @@ def _identities(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp])
         return src[0]
     if op == AluOp.BitCombine and src[0] == src[1]:
         return src[0] if e.arg in ("and", "or") else AluExp.const(dtype, 0)
+    # a bitcast of an int32 <-> uint32 cast is one of its operand: the cast keeps the bits (lavapipe
+    # made bitcast<f32>(i32(u)) - bitcast<f32>(u) zero for a NaN pattern u)
+    if op == AluOp.Bitcast and e.arg is None and src[0].op == AluOp.Cast:
+        inner = src[0].src[0]
+        if {src[0].dtype, inner.dtype} <= {DType.int32, DType.uint32}:
+            return again(AluExp.bitcast(dtype, inner))
     return None
 
 

@@ -335,6 +335,11 @@ CASES: dict[str, Regression] = {
         ((I32, u(-9, 2147483647, 1065353216, 0)),),
         4,
     ),
+    "bitcast_of_a_sign_cast_minus_the_bitcast": Regression(
+        lambda: AluExp.bitcast(F32, AluExp.cast(I32, read(U32, 0, 4))) - AluExp.bitcast(F32, read(U32, 0, 4)),
+        ((U32, u(0x7FC00000, 0xFFFFFFF7, 0x3F800000, 0)),),
+        4,
+    ),
     "select_by_a_bool_compared_with_itself": Regression(
         lambda: (
             (read(F64, 1, 4) - read(F64, 1, 4))
