@@ -182,25 +182,23 @@ def _hold_f16(e: AluExp) -> AluExp | None:
     return None
 
 
-# What a compiler cannot know before the kernel runs: buffer reads, indices, loop variables and
-# opaque values; but the epilogue's accumulator (from constant items) and the reduction index it
-# may know, as it unrolls a short reduction loop (lavapipe folded Bitcast<float32>(ridx) * x to 0
-# in the copy where ridx = 0, so 0 * inf gave 0, not NaN).
-_RUNTIME_LEAVES = frozenset({AluOp.GlobalIndex, AluOp.GlobalView, AluOp.Special, AluOp.Variable})
+# What a compiler cannot know before the kernel runs: buffer reads, opaque values, and indices and
+# loop variables but two: the epilogue's accumulator (from constant items) and the reduction index,
+# which it may know as it unrolls a short reduction loop (lavapipe folded Bitcast<float32>(ridx) * x
+# to 0 in the copy where ridx = 0, so 0 * inf gave 0, not NaN).
+_READS = frozenset({AluOp.GlobalIndex, AluOp.GlobalView})
 ACC = "acc"
 _UNROLLED = frozenset({ACC, "ridx"})
 
 
 def _is_known(e: AluExp, known: dict[str, bool]) -> bool:
     """Whether the compiler may know `e`'s value when it compiles (its operands already judged)."""
-    if e.op == AluOp.Bitcast and e.arg == OPAQUE:
+    if e.op in _READS or (e.op == AluOp.Bitcast and e.arg == OPAQUE):
         return False
     if e.op == AluOp.Variable:
         return e.arg in _UNROLLED
-    if e.op == AluOp.Special:  # the tuner's grid and loop indices
+    if e.op == AluOp.Special:  # the tuner's grid and loop indices, named first in its arg
         return e.arg[0] == "ridx"
-    if e.op in _RUNTIME_LEAVES:
-        return False
     return all(known.get(s.key(), False) for s in e.src)
 
 
