@@ -44,6 +44,24 @@ def _torch() -> Any:
     return importlib.import_module("torch") if importlib.util.find_spec("torch") else None
 
 
+def _torch_step(fn: Callable[..., Any], *arrays: np.ndarray) -> Step | None:
+    """`fn(torch, *tensors)` as PyTorch's step, on the GPU where CUDA is (the GPU devices' peer),
+    each step waiting for its results as the device's step does; None without torch."""
+    torch = _torch()
+    if torch is None:
+        return None
+    cuda = torch.cuda.is_available()
+    tensors = [torch.from_numpy(a).to("cuda" if cuda else "cpu") for a in arrays]
+
+    def step() -> object:
+        out = fn(torch, *tensors)
+        if cuda:
+            torch.cuda.synchronize()
+        return out
+
+    return step
+
+
 # ---- MLP training step: 784 -> 256 -> 10, softmax cross-entropy, hand-written backward, SGD ----
 
 
@@ -126,12 +144,12 @@ def mlp(device: str | None, small: bool, rng: np.random.Generator) -> Prepared:
             problems.append(_close(f"{name} update", got.numpy() - p, want - p, 1e-3, 1e-7))
         return next((p for p in problems if p), None)
 
-    torch = _torch()
-    torch_step = None
-    if torch is not None:
-        tx, tonehot = torch.from_numpy(x), torch.from_numpy(onehot)
-        tparams = [torch.from_numpy(p) for p in params]
-        torch_step = lambda: mlp_step(tx, tonehot, tparams, lr, torch_ops(torch))  # noqa: E731
+    torch_step = _torch_step(
+        lambda torch, tx, tonehot, *tparams: mlp_step(tx, tonehot, tparams, lr, torch_ops(torch)),
+        x,
+        onehot,
+        *params,
+    )
     return Prepared(step, numpy, check, torch_step, f"batch {batch}, {d_in}->{hidden}->{classes}")
 
 
@@ -155,11 +173,7 @@ def attention(device: str | None, small: bool, rng: np.random.Generator) -> Prep
 
     numpy = lambda: attend(q, k, v, NUMPY)  # noqa: E731
     check = lambda: _close("attention", out["y"].numpy(), numpy(), 1e-4)  # noqa: E731
-    torch = _torch()
-    torch_step = None
-    if torch is not None:
-        tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
-        torch_step = lambda: attend(tq, tk, tv, torch_ops(torch))  # noqa: E731
+    torch_step = _torch_step(lambda torch, *qkv: attend(*qkv, torch_ops(torch)), q, k, v)
     return Prepared(step, numpy, check, torch_step, f"seq {seq}, d {dim}")
 
 
@@ -186,16 +200,13 @@ def least_squares(device: str | None, small: bool, rng: np.random.Generator) -> 
 
     want = np.linalg.lstsq(a.astype(np.float64), y.astype(np.float64), rcond=None)[0]
     check = lambda: _close("least squares", out["x"].numpy(), want, 2e-3)  # noqa: E731
-    torch = _torch()
-    torch_step = None
-    if torch is not None:
-        ta, ty = torch.from_numpy(a), torch.from_numpy(y)
 
-        def torch_step() -> object:
-            chol = torch.linalg.cholesky(ta.T @ ta)
-            z = torch.linalg.solve_triangular(chol, (ta.T @ ty)[:, None], upper=False)
-            return torch.linalg.solve_triangular(chol.T, z, upper=True)
+    def solve(torch: Any, ta: Any, ty: Any) -> object:
+        chol = torch.linalg.cholesky(ta.T @ ta)
+        z = torch.linalg.solve_triangular(chol, (ta.T @ ty)[:, None], upper=False)
+        return torch.linalg.solve_triangular(chol.T, z, upper=True)
 
+    torch_step = _torch_step(solve, a, y)
     return Prepared(step, numpy, check, torch_step, f"A {2 * n}x{n}")
 
 
@@ -213,11 +224,7 @@ def sort(device: str | None, small: bool, rng: np.random.Generator) -> Prepared:
 
     numpy = lambda: np.sort(x)  # noqa: E731
     check = lambda: _close("sort", out["y"].numpy(), numpy(), 0.0)  # noqa: E731
-    torch = _torch()
-    torch_step = None
-    if torch is not None:
-        tx = torch.from_numpy(x)
-        torch_step = lambda: torch.sort(tx)  # noqa: E731
+    torch_step = _torch_step(lambda torch, tx: torch.sort(tx), x)
     return Prepared(step, numpy, check, torch_step, f"{n} float32")
 
 
