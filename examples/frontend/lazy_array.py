@@ -131,9 +131,7 @@ class Array:
 
     def block_until_ready(self) -> Array:
         """Wait until this array is computed (and every dispatch before it)."""
-        self.realize()
-        self.backend.synchronize()
-        return self
+        return block_until_ready(self)[0]
 
     def _fused(self) -> Fused:
         if isinstance(self.value, FusedReduce):
@@ -268,6 +266,15 @@ class Array:
 
 
 # ---- construction ---------------------------------------------------------------------------------------
+
+
+def block_until_ready(*arrays: Array) -> tuple[Array, ...]:
+    """Compute every array, then wait once per device (one barrier, not one per array)."""
+    for a in arrays:
+        a.realize()
+    for backend in {id(a.backend): a.backend for a in arrays}.values():
+        backend.synchronize()
+    return arrays
 
 
 def array(x: Any, device: str | None = None, dtype: DType | None = None) -> Array:

@@ -130,8 +130,7 @@ def mlp(device: str | None, small: bool, rng: np.random.Generator) -> Prepared:
 
     def step() -> None:
         loss, new = mlp_step(dx, donehot, dparams, lr, LAZY)
-        for a in (loss, *new):
-            a.block_until_ready()
+        lz.block_until_ready(loss, *new)
         out["loss"], out["params"] = loss, new
 
     def numpy() -> tuple[Any, list[Any]]:
