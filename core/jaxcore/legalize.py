@@ -15,7 +15,8 @@ the simplifier knows the contract, not the target, and could undo a guard.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -65,6 +66,16 @@ class TargetTraits:
     # The compiler may divide by a constant as a multiplication by its reciprocal, which rounds
     # twice (NVIDIA's Vulkan driver: float64 x / 7 an ulp off): a divisor it may know is opaque.
     divides_by_reciprocal: bool = False
+    # The compiler may reassociate float sums around unknown operands ((a - b) - c -> a - (b + c)):
+    # NVIDIA's Vulkan driver gave (x - x) - 4 as 4 - 2^-51 and (1 - g) - g / 7 an ulp off (float64).
+    # Every sum or difference taken by another is passed through `opaque`.
+    reassociates_sums: bool = False
+    # In a program that also computes float64, float32 division is not correctly rounded, even
+    # spelled exactly (NVIDIA's Vulkan driver: quotients an ulp off beside float64 work and only
+    # there): such a program (`for_kernel`) divides float32 in float64 and rounds once, which is
+    # exact (53 >= 2 * 24 + 2 bits).
+    f32_division_inexact_beside_f64: bool = False
+    divide_f32_in_f64: bool = False  # set by `for_kernel`, never by a dialect
     # float16 is held in float32 (`jaxcore.half`): every float16 op whose float32 result may not be
     # a float16 value is computed in float32 and rounded back (`Cast<float16>`), casts into float16
     # go through float32; the dialect spells float16 as float32, the f32 -> f16 cast as the
@@ -127,6 +138,17 @@ def _ne(a: AluExp, b: AluExp | int) -> AluExp:
 
 def _eq(a: AluExp, b: AluExp | int) -> AluExp:
     return _ne(_ne(a, b), AluExp.bool_(True))
+
+
+def for_kernel(traits: TargetTraits, exps: Iterable[AluExp]) -> TargetTraits:
+    """The traits to legalize one kernel's expressions with: what the target does in a program
+    that holds float64 work where that differs (`f32_division_inexact_beside_f64`)."""
+    f64 = DType.float64
+    if traits.f32_division_inexact_beside_f64 and any(
+        e.some(lambda n: n.dtype == f64 or any(s.dtype == f64 for s in n.src)) for e in exps
+    ):
+        return replace(traits, divide_f32_in_f64=True)
+    return traits
 
 
 def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
@@ -222,8 +244,17 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
     ):
         e = AluExp(e.op, e.dtype, (e.src[0], opaque(e.src[1])), e.arg)
     out = _guard_float_node(e, t) or e
+    if t.reassociates_sums and out.op in (AluOp.Add, AluOp.Sub) and is_float(out.dtype):
+        a, b = out.src
+        hid = (_hide(a, b) if _is_sum(a) else a, _hide(b, a) if _is_sum(b) else b)
+        if hid != out.src:
+            out = AluExp(out.op, out.dtype, hid, out.arg)
     known[out.key()] = _is_known(out, known)
     return out
+
+
+def _is_sum(e: AluExp) -> bool:
+    return _bare(e).op in (AluOp.Add, AluOp.Sub)
 
 
 def _a_choice(e: AluExp, known: dict[str, bool]) -> bool:
@@ -330,7 +361,7 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
         a, b = e.src  # false < true is the only true case
         return _and(_ne(a, AluExp.bool_(True)), b)
     if op in (AluOp.Idiv, AluOp.Div) and dt in _HALF_SINGLE and not t.native_correct_division:
-        return _float_quotient(e)
+        return _float_quotient(e, t)
     if op == AluOp.Idiv and is_float(dt) and not t.native_float_trunc:
         return _trunc(AluExp(AluOp.Div, dt, e.src))
     if op in (AluOp.Idiv, AluOp.Mod) and dt in (DType.int32, DType.uint32):
@@ -396,11 +427,16 @@ def _const_over_const(op: AluOp, c: AluExp, other: AluExp) -> bool:
     return any(s.op == AluOp.Const for s in other.src) or _FAMILY[other.op] == _FAMILY[op]
 
 
-def _float_quotient(e: AluExp) -> AluExp:
+def _float_quotient(e: AluExp, t: TargetTraits) -> AluExp:
     """A float32 or float16 Div correctly rounded, an Idiv that quotient truncated: float16 through
     float32 (which has 2*11+2 bits, so rounding its quotient to float16 is exact). Idiv's truncation
     hides a subnormal quotient's double rounding, so it takes divide_rn's cheaper form."""
     a, b = e.src
+    if t.divide_f32_in_f64:
+        f64 = DType.float64
+        wide = AluExp(AluOp.Div, f64, (AluExp.cast(f64, a), AluExp.cast(f64, b)))
+        q = AluExp.cast(e.dtype, wide if e.dtype == DType.float32 else AluExp.cast(DType.float32, wide))
+        return _trunc(q) if e.op == AluOp.Idiv else q
     if _bare(b).op == AluOp.Const:
         # A constant divisor as an unknown: NVIDIA's compiler folded divide_rn's work on it in a
         # precision of its own in kernels that hold float64 work (quotients one ulp off).

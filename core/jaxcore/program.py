@@ -47,7 +47,7 @@ from jaxcore.backend import UnsupportedOpError
 from jaxcore.cstyle import CStyleLanguage, ExpRenderer, strip_parens
 from jaxcore.dtype import DType, byte_width, is_float
 from jaxcore.kernel import Kernel, Reduction
-from jaxcore.legalize import TargetTraits, legalize, opaque
+from jaxcore.legalize import TargetTraits, for_kernel, legalize, opaque
 from jaxcore.tuner import TuneResult
 
 
@@ -783,6 +783,10 @@ def build_program(
     return passes[0]
 
 
+def _kernel_exps(kernel: Kernel) -> tuple[AluExp, ...]:
+    return (kernel.exp,) if kernel.reduction is None else (kernel.exp, kernel.reduction.epilogue)
+
+
 def build_passes(
     kernel: Kernel,
     tune: TuneResult,
@@ -791,6 +795,7 @@ def build_passes(
     name: str = "kernel",
 ) -> tuple[Program, ...]:
     """The first strategy's programs for this kernel and plan, in the order they run."""
+    traits = for_kernel(traits, _kernel_exps(kernel))
     for strategy in strategies:
         program = strategy(kernel, tune, traits, name)
         if program is not None:

@@ -438,3 +438,46 @@ def test_the_interpreter_memoises_under_masks() -> None:
     interp._eval = counting  # type: ignore[method-assign]
     interp.run(exp)
     assert calls < 20 * len(list(exp.nodes())), calls
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("op", [AluOp.Div, AluOp.Idiv])
+def test_float32_division_beside_float64_goes_through_float64(dtype: DType, op: AluOp) -> None:
+    """A target whose float32 quotients are inexact in a program that also computes float64
+    (NVIDIA's Vulkan driver) divides there in float64, rounded once: bit for bit the contract's
+    quotient; a kernel without float64 keeps the float32 spelling."""
+    from dataclasses import replace
+
+    from jaxcore.legalize import for_kernel
+
+    traits = replace(NOTHING_NATIVE, f32_division_inexact_beside_f64=True)
+    x, y = AluExp.variable(dtype, "a"), AluExp.variable(dtype, "b")
+    e = AluExp(op, dtype, (x, y))
+    assert for_kernel(traits, [e]) is traits
+    beside = for_kernel(traits, [e, AluExp.cast(F64, x)])
+    assert beside.divide_f32_in_f64
+    legal = legalize(e, beside)
+    assert legal.some(lambda n: n.op == AluOp.Div and n.dtype == F64)
+    v = _arr(dtype)
+    a, b = (w.ravel() for w in np.meshgrid(v, v, indexing="ij"))
+    got, want = _flat_eval(legal, {"a": a, "b": b}), _run(e, {"a": a, "b": b})
+    nan = np.isnan(want)
+    assert np.isnan(got[nan]).all()
+    assert got[~nan].tobytes() == want[~nan].tobytes()
+
+
+def test_a_sum_taken_by_another_sum_is_opaque_where_sums_reassociate() -> None:
+    """(x - x) - c: NVIDIA's driver computed x - (x + c) (4 - 2^-51 for 4 at x = 1e20); on a target
+    that reassociates sums, the inner difference reaches the outer one only through `opaque`."""
+    from dataclasses import replace
+
+    from jaxcore.legalize import OPAQUE
+
+    x, c = AluExp.variable(F64, "x"), AluExp.variable(F64, "c")
+    e = (x - x) - c
+    plain = legalize(e, replace(NOTHING_NATIVE, folds_float_identities=True))
+    legal = legalize(e, replace(NOTHING_NATIVE, folds_float_identities=True, reassociates_sums=True))
+    assert plain.src[0].op == AluOp.Sub
+    assert legal.src[0].op == AluOp.Bitcast and legal.src[0].arg == OPAQUE
+    xs, cs = np.array([1e20, 3.0, -7.5e15]), np.array([-4.0, 7.0, 1.0])
+    assert _flat_eval(legal, {"x": xs, "c": cs}).tolist() == [4.0, -7.0, -1.0]

@@ -300,6 +300,30 @@ CASES: dict[str, Regression] = {
         ((I32, u(-10, 10, 13)),),
         6,
     ),
+    # -- the same GPU on 2026-12-06: a float32 quotient of two unknowns an ulp off beside float64
+    # work (10 / 3 as 10 * (1 / 3)), and float64 sums reassociated around unknown operands
+    "f32_div_beside_float64_work": Regression(
+        lambda: AluExp.where(
+            AluExp.cmplt(AluVar.gidx, AluExp.i32(3)),
+            AluExp.cast(F32, AluExp.cast(F64, read(F32, 0, 3, _mod3()))),
+            AluExp(AluOp.Div, F32, (read(F32, 0, 3, _mod3()), read(F32, 1, 3, _mod3()))),
+        ),
+        ((F32, (10.0, 65520.0, -7.0)), (F32, (3.0, 118.1, 0.3))),
+        6,
+    ),
+    "f64_difference_minus_an_unknown": Regression(
+        lambda: (read(F64, 0, 3) - read(F64, 0, 3)) - AluExp.cast(F64, read(I32, 1, 3)),
+        ((F64, (1e20, 3.0, -7.5e15)), (I32, u(-4, 7, 1))),
+        3,
+    ),
+    "f64_difference_minus_a_quotient": Regression(
+        lambda: (
+            (AluExp.f64(1.0) - AluExp.cast(F64, AluVar.gidx))
+            - AluExp(AluOp.Div, F64, (AluExp.cast(F64, AluVar.gidx), AluExp.f64(7.0)))
+        ),
+        (),
+        10,
+    ),
     "f64_div_by_a_constant": Regression(
         lambda: (read(F64, 0, 3) - read(F64, 0, 3)) - AluExp.idiv(read(F64, 0, 3), AluExp.f64(-2147483649.0)),
         ((F64, (1e20, 3.0, -7.5e15)),),
