@@ -70,12 +70,13 @@ class TargetTraits:
     # NVIDIA's Vulkan driver gave (x - x) - 4 as 4 - 2^-51 and (1 - g) - g / 7 an ulp off (float64).
     # Every sum or difference taken by another is passed through `opaque`.
     reassociates_sums: bool = False
-    # In a program that also computes float64, float32 division is not correctly rounded, even
-    # spelled exactly (NVIDIA's Vulkan driver: quotients an ulp off beside float64 work and only
-    # there): such a program (`for_kernel`) divides float32 in float64 and rounds once, which is
-    # exact (53 >= 2 * 24 + 2 bits).
-    f32_division_inexact_beside_f64: bool = False
-    divide_f32_in_f64: bool = False  # set by `for_kernel`, never by a dialect
+    # In a program that also computes float64, float32 is not IEEE's (NVIDIA's Vulkan driver, only
+    # there): quotients an ulp off even spelled exactly. Such a program (`for_kernel`) divides
+    # float32 in float64, rounded once (exact: 53 >= 2 * 24 + 2 bits). Open: there `0 < x` and
+    # `min(x, 0)` also took a subnormal x as 0, though spelled on its bits, and a constant operand
+    # passed through `opaque` did not change that.
+    f32_inexact_beside_f64: bool = False
+    beside_f64: bool = False  # set by `for_kernel`, never by a dialect
     # float16 is held in float32 (`jaxcore.half`): every float16 op whose float32 result may not be
     # a float16 value is computed in float32 and rounded back (`Cast<float16>`), casts into float16
     # go through float32; the dialect spells float16 as float32, the f32 -> f16 cast as the
@@ -142,12 +143,12 @@ def _eq(a: AluExp, b: AluExp | int) -> AluExp:
 
 def for_kernel(traits: TargetTraits, exps: Iterable[AluExp]) -> TargetTraits:
     """The traits to legalize one kernel's expressions with: what the target does in a program
-    that holds float64 work where that differs (`f32_division_inexact_beside_f64`)."""
+    that holds float64 work where that differs (`f32_inexact_beside_f64`)."""
     f64 = DType.float64
-    if traits.f32_division_inexact_beside_f64 and any(
+    if traits.f32_inexact_beside_f64 and any(
         e.some(lambda n: n.dtype == f64 or any(s.dtype == f64 for s in n.src)) for e in exps
     ):
-        return replace(traits, divide_f32_in_f64=True)
+        return replace(traits, beside_f64=True)
     return traits
 
 
@@ -432,7 +433,7 @@ def _float_quotient(e: AluExp, t: TargetTraits) -> AluExp:
     float32 (which has 2*11+2 bits, so rounding its quotient to float16 is exact). Idiv's truncation
     hides a subnormal quotient's double rounding, so it takes divide_rn's cheaper form."""
     a, b = e.src
-    if t.divide_f32_in_f64:
+    if t.beside_f64:
         f64 = DType.float64
         wide = AluExp(AluOp.Div, f64, (AluExp.cast(f64, a), AluExp.cast(f64, b)))
         q = AluExp.cast(e.dtype, wide if e.dtype == DType.float32 else AluExp.cast(DType.float32, wide))

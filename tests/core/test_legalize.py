@@ -450,12 +450,12 @@ def test_float32_division_beside_float64_goes_through_float64(dtype: DType, op: 
 
     from jaxcore.legalize import for_kernel
 
-    traits = replace(NOTHING_NATIVE, f32_division_inexact_beside_f64=True)
+    traits = replace(NOTHING_NATIVE, f32_inexact_beside_f64=True)
     x, y = AluExp.variable(dtype, "a"), AluExp.variable(dtype, "b")
     e = AluExp(op, dtype, (x, y))
     assert for_kernel(traits, [e]) is traits
     beside = for_kernel(traits, [e, AluExp.cast(F64, x)])
-    assert beside.divide_f32_in_f64
+    assert beside.beside_f64
     legal = legalize(e, beside)
     assert legal.some(lambda n: n.op == AluOp.Div and n.dtype == F64)
     v = _arr(dtype)

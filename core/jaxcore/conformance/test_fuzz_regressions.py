@@ -311,6 +311,22 @@ CASES: dict[str, Regression] = {
         ((F32, (10.0, 65520.0, -7.0)), (F32, (3.0, 118.1, 0.3))),
         6,
     ),
+    # open there: a float32 compare or min with a subnormal took it as 0 beside float64 work
+    "f32_min_of_a_subnormal_beside_float64_work": Regression(
+        lambda: AluExp.where(
+            AluExp.cmplt(AluVar.gidx, AluExp.i32(4)),
+            AluExp.min(read(F32, 0, 4, AluExp.mod(AluVar.gidx, AluExp.i32(4))), AluExp.f32(0.0))
+            + AluExp.cast(
+                F32, AluExp.cmplt(AluExp.f32(0.0), read(F32, 0, 4, AluExp.mod(AluVar.gidx, AluExp.i32(4))))
+            ),
+            AluExp.cast(
+                F32,
+                AluExp.cast(F64, read(F32, 1, 4, AluExp.mod(AluVar.gidx, AluExp.i32(4)))) * AluExp.f64(2.0),
+            ),
+        ),
+        ((F32, (1e-45, 9.99e-41, -1e-40, 3.0)), (F32, (1.0, 2.0, 3.0, 4.0))),
+        8,
+    ),
     "f64_difference_minus_an_unknown": Regression(
         lambda: (read(F64, 0, 3) - read(F64, 0, 3)) - AluExp.cast(F64, read(I32, 1, 3)),
         ((F64, (1e20, 3.0, -7.5e15)), (I32, u(-4, 7, 1))),

@@ -58,7 +58,7 @@ WGSL_TRAITS = TargetTraits(
     assumes_finite_math=True,  # WGSL: an implementation may assume no infinity or NaN
     divides_by_reciprocal=True,  # NVIDIA: float64 x / 7 as x * (1/7), an ulp off
     reassociates_sums=True,  # NVIDIA: (x - x) - 4 as x - (x + 4) in float64
-    f32_division_inexact_beside_f64=True,  # NVIDIA: float32 quotients an ulp off beside float64 work
+    f32_inexact_beside_f64=True,  # NVIDIA: float32 quotients an ulp off beside float64 work
     # NVIDIA's float16 turned NaN into numbers and f32 infinity into finite float16; held in f32,
     # float16 also needs no shader-f16 (every browser runs it)
     f16_in_f32=True,
