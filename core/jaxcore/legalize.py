@@ -439,8 +439,9 @@ def _float_quotient(e: AluExp, t: TargetTraits) -> AluExp:
         q = AluExp.cast(e.dtype, wide if e.dtype == DType.float32 else AluExp.cast(DType.float32, wide))
         return _trunc(q) if e.op == AluOp.Idiv else q
     if _bare(b).op == AluOp.Const:
-        # A constant divisor as an unknown: NVIDIA's compiler folded divide_rn's work on it in a
-        # precision of its own in kernels that hold float64 work (quotients one ulp off).
+        # A constant divisor as an unknown, against a compiler that folds divide_rn's work on it.
+        # (Tried first for NVIDIA's quotients an ulp off beside float64 work; it did not fix them,
+        # the float64 path above did, and this has run there since.)
         b = opaque(b)
     if e.dtype == DType.float16:
         f32 = DType.float32
