@@ -40,6 +40,9 @@ T0=$(date +%s)
 stamp() { echo "== $* ($(( $(date +%s) - T0 )) s)"; }
 
 "$PY" -c "import jaxcore; jaxcore.init(); [print(i.name, i.status, i.reason, i.capabilities and i.capabilities.description) for i in jaxcore.device_info()]" 2>&1 | tail -4
+case " $DEVICES " in *" webgpu "*)  # what float64 work does to float32 in the same kernel (open)
+    "$PY" bench/probe_beside_f64.py 2>&1 | tee "$OUT/probe-beside-f64.txt" | tail -17 ;;
+esac
 for d in $DEVICES; do
     if [ "$SUITE" = 1 ]; then
         stamp "suite $d"
