@@ -72,9 +72,9 @@ class TargetTraits:
     reassociates_sums: bool = False
     # In a program that also computes float64, float32 is not IEEE's (NVIDIA's Vulkan driver, only
     # there): quotients an ulp off even spelled exactly. Such a program (`for_kernel`) divides
-    # float32 in float64, rounded once (exact: 53 >= 2 * 24 + 2 bits). Open: there `0 < x` and
-    # `min(x, 0)` also took a subnormal x as 0, though spelled on its bits, and a constant operand
-    # passed through `opaque` did not change that.
+    # float32 in float64, rounded once (exact: 53 >= 2 * 24 + 2 bits). There `0 < x` and
+    # `min(x, 0)` also took a subnormal x as 0, though spelled on its bits (see
+    # `softfloat.BITS_PARAMS`).
     f32_inexact_beside_f64: bool = False
     beside_f64: bool = False  # set by `for_kernel`, never by a dialect
     # float16 is held in float32 (`jaxcore.half`): every float16 op whose float32 result may not be
