@@ -1,9 +1,10 @@
 """Which float32 ops on subnormals a device gets wrong in a kernel that also computes float64.
 
 NVIDIA's Vulkan driver (H100, driver 580) took a subnormal x as 0 in `0 < x` and `min(x, 0)` there,
-and only there, though both are spelled on x's bits through the exact helpers (`jc_lt_f32`,
-`jc_min_f32`). The `inline` rows spell the same bit tests in the kernel itself (no helper call):
-if they pass where the helper rows fail, the driver flushes a float32 helper parameter.
+and only there, though both were spelled on x's bits through the exact helpers (`jc_lt_f32`,
+`jc_min_f32`, then with float32 parameters; they take uint32 bits since). The `inline` rows spell
+the same bit tests in the kernel itself (no helper call): if only the helper rows fail, the
+helper's call is still the culprit; if both fail, the bits of a float32 read are.
 
     python bench/probe_beside_f64.py [--device webgpu]
 """
