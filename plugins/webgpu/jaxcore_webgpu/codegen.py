@@ -41,7 +41,7 @@ from jaxcore.alu import AluExp, AluOp
 from jaxcore.backend import UnsupportedOpError
 from jaxcore.dtype import DType, byte_width
 from jaxcore.kernel import Kernel
-from jaxcore.legalize import TargetTraits, for_kernel, legalize
+from jaxcore.legalize import TargetTraits, legalize
 from jaxcore.ordered_keys import fold_on_keys
 from jaxcore.program import GpuTarget, Param, Program, WorkgroupFold, build_passes, gpu_strategies
 from jaxcore.tuner import GpuLimits, TuneResult, tune_gpu
@@ -146,7 +146,6 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
     """WGSL for `kernel` on `target`: a `ShaderPlan` of one or two passes (see the module doc)."""
     kernel = fold_on_keys(kernel)
     tune = tune_gpu(kernel, target.limits())
-    traits = for_kernel(traits, (tune.exp, *([tune.epilogue] if tune.epilogue is not None else [])))
     lang = WGSLLanguage(replace(traits, flushes_subnormals=target.exact_subnormals))
     exp = legalize(tune.exp, traits)
     epilogue = legalize(tune.epilogue, traits) if tune.epilogue is not None else None
