@@ -73,8 +73,8 @@ class TargetTraits:
     # In a program that also computes float64, float32 is not IEEE's (NVIDIA's Vulkan driver, only
     # there): quotients an ulp off even spelled exactly. Such a program (`for_kernel`) divides
     # float32 in float64, rounded once (exact: 53 >= 2 * 24 + 2 bits). There `0 < x` and
-    # `min(x, 0)` also took a subnormal x as 0, though spelled on its bits (see
-    # `softfloat.BITS_PARAMS`).
+    # `min(x, 0)` also took a subnormal x as 0, though spelled on its bits: where subnormals are
+    # spelled exact, an operand whose bits an op tests goes through `opaque` there (`_bits_hidden`).
     f32_inexact_beside_f64: bool = False
     beside_f64: bool = False  # set by `for_kernel`, never by a dialect
     # float16 is held in float32 (`jaxcore.half`): every float16 op whose float32 result may not be
@@ -166,6 +166,7 @@ def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
         or traits.contracts_mul_add
         or traits.assumes_finite_math
         or traits.divides_by_reciprocal
+        or (traits.beside_f64 and traits.flushes_subnormals)  # see _bits_hidden
     ):
         # a compiler that keeps float ops as written needs no opaque identity (the expansions
         # write some), and a dialect for it need not spell one
@@ -349,6 +350,33 @@ def _near(e: AluExp, depth: int) -> set[AluExp]:
 
 
 def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
+    hidden = _bits_hidden(e) if t.beside_f64 and t.flushes_subnormals else None
+    if hidden is None:
+        return _legalize_rules(e, t)
+    return _legalize_rules(hidden, t) or hidden
+
+
+# Ops that look at a float32 operand's bits on a target that flushes subnormals (the exact
+# helpers of `jaxcore.softfloat` compare them as integers), and the float -> bool cast (x != 0).
+_BITS_TESTED = frozenset({AluOp.Cmplt, AluOp.Cmpne, AluOp.Min, AluOp.Max})
+
+
+def _bits_hidden(e: AluExp) -> AluExp | None:
+    """`e` with its float32 operands through `opaque`, where it tests their bits in a program that
+    also computes float64. There NVIDIA's Vulkan driver took a subnormal x as 0 in `0 < x` and
+    `min(x, 0)`, though they were spelled on x's bits, as helpers and inline alike (it turns
+    integer tests of a float's bits back into float compares, which flush there); an xor with an
+    unknown zero leaves it no float to compare."""
+    tested = e.op in _BITS_TESTED or (
+        e.op in (AluOp.Cast, AluOp.Bitcast) and e.arg != OPAQUE and not is_float(e.dtype)
+    )
+    if not tested or not e.src or e.src[0].dtype != DType.float32:
+        return None
+    src = tuple(s if s.op == AluOp.Const else opaque(s) for s in e.src)
+    return AluExp(e.op, e.dtype, src, e.arg)
+
+
+def _legalize_rules(e: AluExp, t: TargetTraits) -> AluExp | None:
     op, dt = e.op, e.dtype
     if dt == DType.bool and op in (AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Min, AluOp.Max):
         # Bool arithmetic is arithmetic on 0/1 normalised back to bool.

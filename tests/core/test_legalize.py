@@ -8,6 +8,7 @@ expansions must meet the suite's float32 tolerance table.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -481,3 +482,35 @@ def test_a_sum_taken_by_another_sum_is_opaque_where_sums_reassociate() -> None:
     assert legal.src[0].op == AluOp.Bitcast and legal.src[0].arg == OPAQUE
     xs, cs = np.array([1e20, 3.0, -7.5e15]), np.array([-4.0, 7.0, 1.0])
     assert _flat_eval(legal, {"x": xs, "c": cs}).tolist() == [4.0, -7.0, -1.0]
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda x: AluExp.cmplt(AluExp.f32(0.0), x),
+        lambda x: AluExp.min(x, AluExp.f32(0.0)),
+        lambda x: AluExp.max(x, x * x),
+        lambda x: AluExp.cast(DType.bool, x),
+        lambda x: AluExp.bitcast(DType.uint32, x),
+    ],
+    ids=["0 < x", "min(x, 0)", "max(x, x*x)", "bool(x)", "bits(x)"],
+)
+def test_a_float32_whose_bits_are_tested_beside_float64_is_opaque(build: Callable[[AluExp], AluExp]) -> None:
+    """NVIDIA's Vulkan driver took a subnormal x as 0 in `0 < x` and `min(x, 0)` in a program that
+    also computes float64, spelled on x's bits or not: there a float32 operand whose bits an op
+    tests reaches it through `opaque` (constants need not); nowhere else."""
+    from dataclasses import replace
+
+    from jaxcore.legalize import OPAQUE, for_kernel
+
+    x = AluExp.variable(F32, "x")
+    e = build(x)
+    traits = replace(NOTHING_NATIVE, f32_inexact_beside_f64=True, flushes_subnormals=True)
+    beside = for_kernel(traits, [e, AluExp.cast(F64, x)])
+
+    def hidden(n: AluExp) -> bool:
+        return n.op == AluOp.Bitcast and n.arg == OPAQUE and n.src[0].op != AluOp.Const
+
+    assert legalize(e, beside).some(hidden)
+    assert not legalize(e, traits).some(hidden)
+    assert not legalize(e, replace(beside, flushes_subnormals=False)).some(hidden)
