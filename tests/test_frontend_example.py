@@ -35,6 +35,7 @@ def load_run() -> ModuleType:
 
 RUN = load_run()
 import lazy_array as lz  # noqa: E402 - importable once run.py is loaded
+from lazy_jit import jit  # noqa: E402
 
 
 def backend_or_skip(device: str) -> jaxcore.Backend:
@@ -139,3 +140,40 @@ def test_bench_runs_the_model_family() -> None:
     results = json.loads(proc.stdout)["results"]
     assert [r["workload"] for r in results] == ["model-mlp", "model-attention", "model-lstsq", "model-sort"]
     assert all(r["status"] == "ok" for r in results), results
+
+
+@pytest.mark.parametrize("device", ["cpu", "wasm"])
+def test_jit_replays_a_step_on_new_arguments(device: str) -> None:
+    """The first call records; later ones replay the same dispatches on the new arguments' buffers
+    (a routine and an array from outside the step included), with the results numpy gives, the
+    same number of dispatches, no kernel built again, and every buffer freed when the results die."""
+    backend = backend_or_skip(device)
+    rng = np.random.default_rng(11)
+    outside = lz.array(np.float32([1.0, -2.0, 0.5]), device)
+
+    def step(a: lz.Array, b: lz.Array, scale: float) -> tuple[lz.Array, list[lz.Array]]:
+        h = lz.maximum(a @ b + outside, 0.0) * scale
+        return h.sum(axis=1), [lz.sort(h.reshape((-1,))), a]
+
+    def want(a: np.ndarray, b: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+        h = np.maximum(a @ b + np.float32([1.0, -2.0, 0.5]), 0) * np.float32(scale)
+        return h.sum(axis=1), np.sort(h.ravel())
+
+    jitted = jit(step)
+    gc.collect()
+    live = backend.live_slots()
+    counts = []
+    for scale in (2.0, 2.0, 2.0, 3.0):
+        a, b = rng.normal(size=(4, 5)).astype(np.float32), rng.normal(size=(5, 3)).astype(np.float32)
+        da, db = lz.array(a, device), lz.array(b, device)
+        before = dict(lz.STATS)
+        total, (ordered, same) = jitted(da, db, scale)
+        counts.append((lz.STATS["kernels"] - before["kernels"], lz.STATS["routines"] - before["routines"]))
+        np.testing.assert_allclose(total.numpy(), want(a, b, scale)[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(ordered.numpy(), want(a, b, scale)[1], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(same.numpy(), a)
+        del total, ordered, same, da, db
+        gc.collect()
+        assert backend.live_slots() == live
+    assert len(jitted.plans) == 2  # scale is part of the key: 3.0 recorded again
+    assert counts[0] == counts[1] == counts[2] and counts[0][1] == 1, counts

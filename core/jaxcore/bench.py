@@ -343,7 +343,8 @@ def _model(name: str) -> Callable[[Buffers, np.random.Generator], Case]:
     def build(b: Buffers, rng: np.random.Generator) -> Case:
         if not (FRONTEND_EXAMPLE / "workloads.py").is_file():
             raise WorkloadUnavailable(f"the model family runs {FRONTEND_EXAMPLE}, which is not here")
-        _example_module("lazy_array", FRONTEND_EXAMPLE / "lazy_array.py")
+        for helper in ("lazy_array", "lazy_jit"):
+            _example_module(helper, FRONTEND_EXAMPLE / f"{helper}.py")
         mod = _example_module("jaxcore_example_frontend_workloads", FRONTEND_EXAMPLE / "workloads.py")
         prepared = mod.WORKLOADS[name](b.be.name, False, rng)
         peers = {"torch": prepared.torch} if prepared.torch is not None else {}

@@ -34,6 +34,7 @@ from jaxcore import (
     AluOp,
     Backend,
     DType,
+    Executable,
     Fused,
     FusedReduce,
     Routine,
@@ -44,6 +45,7 @@ from jaxcore import (
 F32, I32, BOOL = DType.float32, DType.int32, DType.bool
 MAX_DEPTH = 64  # elementwise ops fused into one expression before it is written out
 STATS = {"kernels": 0, "routines": 0}  # dispatches so far, for the example's report
+TRACE: list[Any] = []  # while `jit.py` records a step: [its recorder] (Buffer and _dispatch tell it)
 
 Scalar = float | int | bool
 
@@ -57,6 +59,18 @@ class Buffer:
         self.slot = backend.malloc(nbytes, data)
         self.nbytes = nbytes
         weakref.finalize(self, backend.dec_ref, self.slot).atexit = False  # the device closes at exit
+        if TRACE:
+            TRACE[0].made_buffer(self, backend, data)
+
+
+def _dispatch(
+    backend: Backend, prepared: Executable, inputs: Sequence[Buffer], outputs: Sequence[Buffer]
+) -> None:
+    """Every dispatch of the frontend goes through here (and into a jit trace, when one records)."""
+    backend.dispatch(prepared, _slots(inputs), _slots(outputs))
+    STATS["kernels" if isinstance(prepared.source, jaxcore.Kernel) else "routines"] += 1
+    if TRACE:
+        TRACE[0].dispatched(backend, prepared, inputs, outputs)
 
 
 def _slots(inputs: Sequence[Any]) -> list[int]:
@@ -111,8 +125,7 @@ class Array:
             return self
         kernel, inputs = v.kernel()
         out = Buffer(self.backend, kernel.bytes)
-        self.backend.dispatch(self.backend.prepare_kernel(kernel), _slots(inputs), [out.slot])
-        STATS["kernels"] += 1
+        _dispatch(self.backend, self.backend.prepare_kernel(kernel), inputs, [out])
         self.value, self.depth = Fused.read(out, kernel.dtype, self.shape), 0
         return self
 
@@ -415,8 +428,7 @@ def _routine(name: str, inputs: Sequence[Array], params: Any = None) -> list[Arr
         Buffer(backend, math.prod(s) * jaxcore.byte_width(d))
         for s, d in zip(t.output_shapes, t.output_dtypes)
     ]
-    backend.dispatch(backend.prepare_routine(routine), _slots(bufs), _slots(outs))
-    STATS["routines"] += 1
+    _dispatch(backend, backend.prepare_routine(routine), bufs, outs)
     return [Array(backend, Fused.read(o, d, s)) for o, s, d in zip(outs, t.output_shapes, t.output_dtypes)]
 
 

@@ -53,6 +53,9 @@ def run_one(name: str, device: str, small: bool, reps: int) -> Row:
     prepared.step()
     counts = f"{lz.STATS['kernels'] - before['kernels']} + {lz.STATS['routines'] - before['routines']}"
     sides = {device: prepared.step, "numpy": prepared.numpy}
+    if prepared.eager is not None:
+        prepared.eager()  # its own warm-up (the jitted step built its kernels: they are cached)
+        sides["eager"] = prepared.eager
     if prepared.torch is not None:
         prepared.torch()
         sides["torch"] = prepared.torch
@@ -81,11 +84,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = [run_one(w, backend.name, args.small, args.reps) for w in args.workload or workloads.WORKLOADS]
     gc.collect()
     sizes = "small" if args.small else "full"
-    print(f"example frontend on {backend.name} ({sizes} sizes): median of {args.reps} steps, results read")
-    head = ("workload", "sizes", "kernels + routines", "first step", backend.name, "numpy", "torch", "check")
+    print(f"example frontend on {backend.name} ({sizes} sizes): median of {args.reps} steps")
+    print(f"each step waits for its results (the MLP's reads its loss); {backend.name}: jitted, eager: not")
+    head = ("workload", "sizes", "kernels + routines", "first step", backend.name, "eager", "numpy", "torch")
+    head += ("check",)
     table = [head] + [
         (r.workload, r.sizes, r.dispatches, _fmt(r.first))
-        + tuple(_fmt(r.times.get(side)) for side in (backend.name, "numpy", "torch"))
+        + tuple(_fmt(r.times.get(side)) for side in (backend.name, "eager", "numpy", "torch"))
         + (r.check,)
         for r in rows
     ]

@@ -16,18 +16,20 @@ from typing import Any
 
 import lazy_array as lz
 import numpy as np
+from lazy_jit import jit
 
 Step = Callable[[], object]
 
 
 @dataclass
 class Prepared:
-    step: Step
+    step: Step  # jitted: the dispatches recorded on the first call, replayed after
     numpy: Step
     check: Callable[[], str | None]
     torch: Step | None = None
     sizes: str = ""
     results: dict[str, Any] = field(default_factory=dict)
+    eager: Step | None = None  # the same step with every kernel built again (no jit)
 
 
 def _close(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float = 0.0) -> str | None:
@@ -128,10 +130,16 @@ def mlp(device: str | None, small: bool, rng: np.random.Generator) -> Prepared:
     dparams = [lz.array(p, device) for p in params]
     out: dict[str, Any] = {}
 
-    def step() -> None:
-        loss, new = mlp_step(dx, donehot, dparams, lr, LAZY)
-        lz.block_until_ready(loss, *new)
-        out["loss"], out["params"] = loss, new
+    def run(lazy_step: Callable[..., Any]) -> Step:
+        def step() -> float:
+            loss, new = lazy_step(dx, donehot, dparams)
+            lz.block_until_ready(loss, *new)
+            out["loss"], out["params"] = loss, new
+            return float(loss.numpy())  # the loss read back, as a training loop prints it
+
+        return step
+
+    eager = lambda x, onehot, params: mlp_step(x, onehot, params, lr, LAZY)  # noqa: E731
 
     def numpy() -> tuple[Any, list[Any]]:
         return mlp_step(x, onehot, params, lr, NUMPY)
@@ -144,12 +152,13 @@ def mlp(device: str | None, small: bool, rng: np.random.Generator) -> Prepared:
         return next((p for p in problems if p), None)
 
     torch_step = _torch_step(
-        lambda torch, tx, tonehot, *tparams: mlp_step(tx, tonehot, tparams, lr, torch_ops(torch)),
+        lambda torch, tx, tonehot, *tparams: mlp_step(tx, tonehot, tparams, lr, torch_ops(torch))[0].item(),
         x,
         onehot,
         *params,
     )
-    return Prepared(step, numpy, check, torch_step, f"batch {batch}, {d_in}->{hidden}->{classes}")
+    sizes = f"batch {batch}, {d_in}->{hidden}->{classes}"
+    return Prepared(run(jit(eager)), numpy, check, torch_step, sizes, eager=run(eager))
 
 
 # ---- single-head attention --------------------------------------------------------------------------
