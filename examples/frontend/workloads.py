@@ -64,6 +64,11 @@ def _torch_step(fn: Callable[..., Any], *arrays: np.ndarray) -> Step | None:
     return step
 
 
+def _runner(body: Callable[[Callable[..., Any]], object]) -> Callable[[Callable[..., Any]], Step]:
+    """`run(f)`: the step that calls `body(f)`, for `f` the jitted computation or the eager one."""
+    return lambda f: lambda: body(f)
+
+
 # ---- MLP training step: 784 -> 256 -> 10, softmax cross-entropy, hand-written backward, SGD ----
 
 
@@ -175,14 +180,12 @@ def attention(device: str | None, small: bool, rng: np.random.Generator) -> Prep
     q, k, v = (rng.normal(size=(seq, dim)).astype(np.float32) for _ in range(3))
     dq, dk, dv = (lz.array(a, device) for a in (q, k, v))
     out: dict[str, Any] = {}
-
-    def step() -> None:
-        out["y"] = attend(dq, dk, dv, LAZY).block_until_ready()
-
+    run = _runner(lambda f: out.__setitem__("y", f(dq, dk, dv).block_until_ready()))
+    eager = lambda *qkv: attend(*qkv, LAZY)  # noqa: E731
     numpy = lambda: attend(q, k, v, NUMPY)  # noqa: E731
     check = lambda: _close("attention", out["y"].numpy(), numpy(), 1e-4)  # noqa: E731
     torch_step = _torch_step(lambda torch, *qkv: attend(*qkv, torch_ops(torch)), q, k, v)
-    return Prepared(step, numpy, check, torch_step, f"seq {seq}, d {dim}")
+    return Prepared(run(jit(eager)), numpy, check, torch_step, f"seq {seq}, d {dim}", eager=run(eager))
 
 
 # ---- least squares through Cholesky of AᵀA and two triangular solves ----------------------------------
@@ -195,12 +198,14 @@ def least_squares(device: str | None, small: bool, rng: np.random.Generator) -> 
     da, dy = lz.array(a, device), lz.array(y, device)
     out: dict[str, Any] = {}
 
-    def step() -> None:
+    def eager(da: lz.Array, dy: lz.Array) -> lz.Array:
         gram = da.T @ da  # AᵀA: A read transposed, no copy
         rhs = (da.T @ dy.reshape((2 * n, 1))).reshape((n,))
         chol = lz.cholesky(gram)
         z = lz.solve_triangular(chol, rhs, lower=True)
-        out["x"] = lz.solve_triangular(chol, z, lower=True, trans=True).block_until_ready()
+        return lz.solve_triangular(chol, z, lower=True, trans=True)
+
+    run = _runner(lambda f: out.__setitem__("x", f(da, dy).block_until_ready()))
 
     def numpy() -> np.ndarray:
         chol = np.linalg.cholesky(a.T @ a)
@@ -215,7 +220,7 @@ def least_squares(device: str | None, small: bool, rng: np.random.Generator) -> 
         return torch.linalg.solve_triangular(chol.T, z, upper=True)
 
     torch_step = _torch_step(solve, a, y)
-    return Prepared(step, numpy, check, torch_step, f"A {2 * n}x{n}")
+    return Prepared(run(jit(eager)), numpy, check, torch_step, f"A {2 * n}x{n}", eager=run(eager))
 
 
 # ---- sort ---------------------------------------------------------------------------------------------
@@ -226,14 +231,11 @@ def sort(device: str | None, small: bool, rng: np.random.Generator) -> Prepared:
     x = rng.normal(size=n).astype(np.float32)
     dx = lz.array(x, device)
     out: dict[str, Any] = {}
-
-    def step() -> None:
-        out["y"] = lz.sort(dx).block_until_ready()
-
+    run = _runner(lambda f: out.__setitem__("y", f(dx).block_until_ready()))
     numpy = lambda: np.sort(x)  # noqa: E731
     check = lambda: _close("sort", out["y"].numpy(), numpy(), 0.0)  # noqa: E731
     torch_step = _torch_step(lambda torch, tx: torch.sort(tx), x)
-    return Prepared(step, numpy, check, torch_step, f"{n} float32")
+    return Prepared(run(jit(lz.sort)), numpy, check, torch_step, f"{n} float32", eager=run(lz.sort))
 
 
 WORKLOADS: dict[str, Callable[[str | None, bool, np.random.Generator], Prepared]] = {
