@@ -264,8 +264,10 @@ def _a_choice(e: AluExp, known: dict[str, bool]) -> bool:
     between values it knows (through casts between floats). NVIDIA's Vulkan driver made
     `x * f64(b)` a select of x and 0, so that NaN * 0 gave 0, and `select(b, 0, 0) / 0` 0."""
     e = _bare(e)
-    if e.op == AluOp.Cast:
-        return e.src[0].dtype == DType.bool
+    if e.op == AluOp.Cast:  # through a chain of casts: f64(u32(b)) too (NVIDIA: NaN * f64(u32(0)) = 0)
+        while e.op == AluOp.Cast and e.src[0].dtype != DType.bool:
+            e = e.src[0]
+        return e.op == AluOp.Cast
     # a select of such values too: NVIDIA proved select(b, 0, f64(b)) zero and made its / 0 zero
     return e.op == AluOp.Where and all(known.get(v.key(), False) or _a_choice(v, known) for v in e.src[1:])
 

@@ -514,3 +514,22 @@ def test_a_float32_whose_bits_are_tested_beside_float64_is_opaque(build: Callabl
     assert legalize(e, beside).some(hidden)
     assert not legalize(e, traits).some(hidden)
     assert not legalize(e, replace(beside, flushes_subnormals=False)).some(hidden)
+
+
+@pytest.mark.parametrize(
+    "chain", [[F64], [U32, F64], [I32, F32, F64]], ids=["f64(b)", "f64(u32(b))", "f64(f32(i32(b)))"]
+)
+def test_a_product_with_a_bool_cast_to_float_is_opaque(chain: list[DType]) -> None:
+    """NVIDIA's Vulkan driver made `x * f64(u32(b))` a select of x and 0 (NaN * 0 gave 0): with
+    assumes_finite_math a float from a bool, through any chain of casts, reaches + - * / opaque."""
+    from jaxcore.legalize import OPAQUE
+
+    x = AluExp.variable(F64, "x")
+    b = AluExp.cmplt(x, AluExp.f64(1.0))
+    v = b
+    for dt in chain:
+        v = AluExp.cast(dt, v)
+    legal = legalize(x * v, TargetTraits(assumes_finite_math=True))
+    assert any(s.op == AluOp.Bitcast and s.arg == OPAQUE for s in legal.src), legal
+    vals = np.array([0.0, np.nan, -np.inf, 3.0])
+    _same(_run(legal, {"x": vals}), _run(x * v, {"x": vals}))

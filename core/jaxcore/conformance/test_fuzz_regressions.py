@@ -327,6 +327,12 @@ CASES: dict[str, Regression] = {
         ((F32, (1e-45, 9.99e-41, -1e-40, 3.0)), (F32, (1.0, 2.0, 3.0, 4.0))),
         8,
     ),
+    # NVIDIA (H100): a Max reduction of f64(u32(b)) * f64(x) dropped the NaN of a lane with b false
+    "f64_product_with_a_bool_through_casts": Regression(
+        lambda: AluExp.cast(F64, AluExp.cast(U32, read(BOOL, 0, 4))) * AluExp.cast(F64, read(F32, 1, 4)),
+        ((BOOL, u(0, 1, 0, 0)), (F32, (math.nan, math.nan, math.inf, 2.0))),
+        4,
+    ),
     "f64_difference_minus_an_unknown": Regression(
         lambda: (read(F64, 0, 3) - read(F64, 0, 3)) - AluExp.cast(F64, read(I32, 1, 3)),
         ((F64, (1e20, 3.0, -7.5e15)), (I32, u(-4, 7, 1))),
