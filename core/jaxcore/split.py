@@ -23,8 +23,9 @@ temporaries), and every part above it reads the temporary instead. Every node ke
 op, so a temporary holds exactly the value the fused kernel computes (the contract rounds per
 op): the parts together give the fused kernel's result bit for bit.
 
-Reductions are cut only inside the item expression and in the parts of the epilogue that do not
-read `acc`. An item node that depends on `ridx` is materialised over `size * reduction.size`
+Reductions are cut inside the item expression and in the parts of the epilogue that do not read
+`acc`; where what reads `acc` is still over the budget, the fold goes apart into a temporary of the
+accumulator's dtype and the epilogue becomes an elementwise kernel reading it. An item node that depends on `ridx` is materialised over `size * reduction.size`
 elements (flat index i: gidx = i // R, ridx = i % R) and read back at gidx * R + ridx; one that
 depends on gidx alone over `size` elements, read at gidx. Index arithmetic (int32/bool computed
 from the position alone) is cut only where the device declares int32 and bool, since the nodes
@@ -330,15 +331,7 @@ class _Plan:
         if last is None:
             return None
         parts.append(last)
-        last_use: dict[int, int] = {}
-        for p, part in enumerate(parts):
-            for b in part.reads:
-                if b >= nargs:
-                    last_use[b - nargs] = p
-        frees: list[list[int]] = [[] for _ in parts]
-        for t in range(len(parts) - 1):
-            frees[last_use.get(t, t)].append(t)
-        return Split(nargs, tuple(parts), tuple(tuple(f) for f in frees))
+        return _chain(nargs, parts)
 
     def gather_final(self) -> int:
         """The cost of the last part: the roots' parts together (shared nodes once)."""
@@ -361,6 +354,65 @@ def split_kernel(
         return None
     plan = _Plan(kernel, budget, max_args, dtypes, max_buffer_bytes)
     plan.walk()
-    if not plan.cut:
+    split = plan.build() if plan.cut else None
+    if kernel.reduction is not None and (split is None or split.cost > budget):
+        apart = _epilogue_apart(kernel, budget, max_args, dtypes, max_buffer_bytes)
+        if apart is not None and (split is None or apart.cost < split.cost):
+            return apart
+    return split
+
+
+def _whole(kernel: Kernel) -> Split:
+    return Split(kernel.nargs, (Part(kernel, tuple(range(kernel.nargs)), kernel_cost(kernel)),), ((),))
+
+
+def _epilogue_apart(
+    kernel: Kernel, budget: int, max_args: int, dtypes: Collection[DType] | None, max_buffer_bytes: int
+) -> Split | None:
+    """A reduction whose epilogue costs too much where it reads `acc` (where no cut can reach): the
+    fold into a temporary of the accumulator's dtype, then the epilogue as an elementwise kernel
+    that reads it, each split further as needed. The temporary holds exactly `acc`, so the parts
+    give the fused kernel's result bit for bit."""
+    red = kernel.reduction
+    assert red is not None
+    if (dtypes is not None and red.dtype not in dtypes) or kernel.size * byte_width(
+        red.dtype
+    ) > max_buffer_bytes:
         return None
-    return plan.build()
+    nargs = kernel.nargs
+    fold = Kernel(nargs, kernel.size, kernel.exp, Reduction(red.dtype, red.op, red.size))
+    used = sorted({n.arg[0] for n in red.epilogue.nodes() if n.op in _READS})
+    if len(used) + 1 > max_args:
+        return None
+    remap = [0] * nargs
+    for new, old in enumerate(used):
+        remap[old] = new
+    acc = AluExp.global_index(red.dtype, len(used), kernel.size, AluVar.gidx)
+    finish = Kernel(len(used) + 1, kernel.size, red.epilogue.reindex_gids(remap).substitute({"acc": acc}))
+    first, then = (
+        split_kernel(k, budget, max_args=max_args, dtypes=dtypes, max_buffer_bytes=max_buffer_bytes)
+        or _whole(k)
+        for k in (fold, finish)
+    )
+    folded = nargs + len(first.parts) - 1  # the temporary first's last part writes
+    inputs = (*used, folded)
+
+    def moved(r: int) -> int:  # a read of `then`'s, in the chain's buffers
+        return inputs[r] if r < finish.nargs else folded + 1 + (r - finish.nargs)
+
+    return _chain(
+        nargs, [*first.parts, *(Part(p.kernel, tuple(map(moved, p.reads)), p.cost) for p in then.parts)]
+    )
+
+
+def _chain(nargs: int, parts: list[Part]) -> Split:
+    """`parts` as a Split, each temporary freed after the last part that reads it."""
+    last_use: dict[int, int] = {}
+    for i, part in enumerate(parts):
+        for b in part.reads:
+            if b >= nargs:
+                last_use[b - nargs] = i
+    frees: list[list[int]] = [[] for _ in parts]
+    for t in range(len(parts) - 1):
+        frees[last_use.get(t, t)].append(t)
+    return Split(nargs, tuple(parts), tuple(tuple(f) for f in frees))

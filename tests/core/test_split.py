@@ -271,10 +271,27 @@ def test_empty_outputs_and_empty_reductions(size: int, rsize: int) -> None:
     check(k, [data(DType.float32, N * R)], 600)
 
 
+@pytest.mark.parametrize("dtype", [DType.float32, DType.float16, DType.float64])
+def test_an_epilogue_too_costly_where_it_reads_acc_runs_apart_from_the_fold(dtype: DType) -> None:
+    """The fold into a temporary of the accumulator's dtype (float32 for a float16 sum), then the
+    epilogue as elementwise parts reading it: bit for bit the fused kernel (a float64 fmod of acc
+    twice in an epilogue was refused on webgpu before)."""
+    item = read(dtype, 0, N * R, AluVar.gidx * R + AluVar.ridx)
+    epilogue = chain(AluVar.acc(dtype), 40) + read(dtype, 1)
+    k = Kernel(2, N, item, Reduction(dtype, AluOp.Add, R, epilogue))
+    backend = check(k, [data(dtype, N * R), data(dtype, N, 1)], 500)
+    assert (
+        backend.compiled[0].reduction is not None
+        and backend.compiled[0].reduction.epilogue.op == AluOp.Variable
+    )
+    assert all(p.reduction is None for p in backend.compiled[1:])
+    assert backend.compiled[0].reduction.dtype == (DType.float32 if dtype == DType.float16 else dtype)
+
+
 def test_a_kernel_no_cut_brings_within_the_budget_is_refused_at_prepare() -> None:
     item = read(DType.float32, 0, N * R, AluVar.gidx * R + AluVar.ridx)
     k = Kernel(1, N, item, Reduction(DType.float32, AluOp.Add, R, chain(AluVar.acc(DType.float32), 40)))
-    backend = Budgeted(500)
+    backend = Budgeted(500, max_buffer_bytes=4 * N - 4)  # no room for the accumulators apart
     with pytest.raises(UnsupportedOpError, match="max_kernel_cost"):
         backend.prepare_kernel(k)
     assert backend.compiled == []
