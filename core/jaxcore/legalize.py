@@ -268,8 +268,10 @@ def _a_choice(e: AluExp, known: dict[str, bool]) -> bool:
         while e.op == AluOp.Cast and e.src[0].dtype != DType.bool:
             e = e.src[0]
         return e.op == AluOp.Cast
-    # a select of such values too: NVIDIA proved select(b, 0, f64(b)) zero and made its / 0 zero
-    return e.op == AluOp.Where and all(known.get(v.key(), False) or _a_choice(v, known) for v in e.src[1:])
+    # a select of such values too: NVIDIA proved select(b, 0, f64(b)) zero and made its / 0 zero;
+    # and a select with one arm it knows (a masked read, select(c, x[i], 0)): lavapipe moved
+    # `v / o(v)` into the arms and made the masked 0 / 0 zero
+    return e.op == AluOp.Where and any(known.get(v.key(), False) or _a_choice(v, known) for v in e.src[1:])
 
 
 # Ops that pass or compare a float without rounding it: + - * / are handled above.

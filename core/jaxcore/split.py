@@ -25,9 +25,10 @@ op): the parts together give the fused kernel's result bit for bit.
 
 Reductions are cut inside the item expression and in the parts of the epilogue that do not read
 `acc`; where what reads `acc` is still over the budget, the fold goes apart into a temporary of the
-accumulator's dtype and the epilogue becomes an elementwise kernel reading it. An item node that depends on `ridx` is materialised over `size * reduction.size`
-elements (flat index i: gidx = i // R, ridx = i % R) and read back at gidx * R + ridx; one that
-depends on gidx alone over `size` elements, read at gidx. Index arithmetic (int32/bool computed
+accumulator's dtype and the epilogue becomes an elementwise kernel reading it. An item node that
+depends on `ridx` is materialised over `size * reduction.size` elements (flat index i: gidx =
+i // R, ridx = i % R) and read back at gidx * R + ridx; one that depends on gidx alone over `size`
+elements, read at gidx. Index arithmetic (int32/bool computed
 from the position alone) is cut only where the device declares int32 and bool, since the nodes
 above a cut become data (`Capabilities`: a buffer read is never index arithmetic).
 
@@ -375,6 +376,8 @@ def _epilogue_apart(
     give the fused kernel's result bit for bit."""
     red = kernel.reduction
     assert red is not None
+    if red.epilogue.op == AluOp.Variable:  # the fold alone already: nothing to set apart
+        return None
     if (dtypes is not None and red.dtype not in dtypes) or kernel.size * byte_width(
         red.dtype
     ) > max_buffer_bytes:

@@ -288,6 +288,15 @@ def test_an_epilogue_too_costly_where_it_reads_acc_runs_apart_from_the_fold(dtyp
     assert backend.compiled[0].reduction.dtype == (DType.float32 if dtype == DType.float16 else dtype)
 
 
+def test_a_fold_alone_over_the_budget_is_compiled_as_it_is() -> None:
+    """An item of one costly node under a bare `acc` epilogue: nothing to set apart (this recursed
+    once: the fold apart was the same kernel again)."""
+    item = AluExp.mod(read(DType.float64, 0, N * R, AluVar.gidx * R + AluVar.ridx), AluExp.f64(-1.87e-23))
+    k = Kernel(1, N, item, Reduction(DType.float64, AluOp.Max, R))
+    x = [data(DType.float64, N * R)]
+    assert run(Budgeted(100), k, x) == run(REFERENCE, k, x)
+
+
 def test_a_kernel_no_cut_brings_within_the_budget_is_refused_at_prepare() -> None:
     item = read(DType.float32, 0, N * R, AluVar.gidx * R + AluVar.ridx)
     k = Kernel(1, N, item, Reduction(DType.float32, AluOp.Add, R, chain(AluVar.acc(DType.float32), 40)))

@@ -526,6 +526,20 @@ def test_a_reduction_item_of_the_reduction_index_times_infinity(backend: Backend
     assert np.isnan(got.astype(np.float64)).all(), f"got {got.tolist()}, expected NaN"
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_a_sum_of_a_padded_read_divided_by_itself(backend: Backend, dtype: DType) -> None:
+    """x / x over a view padded on both sides is 0 / 0 = NaN at the pads (fuzzed: lavapipe moved the
+    division into the masked read's select and folded the padding's 0 / 0 to 0, float64)."""
+    from jaxcore.shape import ShapeTracker
+
+    st = ShapeTracker.from_shape([1]).pad([[1, 1]]).reshape([1, 3])
+    v = AluExp.global_view(dtype, 0, st, [AluExp.i32(0), AluVar.ridx])
+    kernel = Kernel(1, 1, AluExp(AluOp.Div, dtype, (v, v)), Reduction(dtype, AluOp.Add, 3))
+    skip_if_undeclared(backend, kernel)
+    got = run(backend, kernel, [oracle.array([2.5], str(dtype))])
+    assert np.isnan(got.astype(np.float64)).all(), f"got {got.tolist()}, expected NaN"
+
+
 # ---- NaN bits: moved values keep them; computed NaNs are only NaN ---------------------------------
 
 NAN_PATTERNS = {
