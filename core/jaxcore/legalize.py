@@ -222,7 +222,9 @@ def _is_known(e: AluExp, known: dict[str, bool]) -> bool:
     if e.op == AluOp.Variable:
         return e.arg in _UNROLLED
     if e.op == AluOp.Special:  # the tuner's grid and loop indices, named first in its arg
-        return e.arg[0] == "ridx"
+        return e.arg[0] == "ridx" or e.arg[1] == 1  # a grid of one: its bounds check tells it 0
+    if not is_float(e.dtype) and e.vmin == e.vmax:  # 0 << x, x & 0 (lavapipe: that times NaN gave 0)
+        return True
     return all(known.get(s.key(), False) for s in e.src)
 
 
@@ -236,7 +238,8 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
             e = AluExp(e.op, e.dtype, src, e.arg)
     elif t.assumes_finite_math and e.op in _SEES_INFINITY and any(map(_non_finite_const, e.src)):
         # An infinity or NaN it can see is undefined to such a compiler: NVIDIA made
-        # select(b, inf, f64(x)) * 0 zero (it may move the product into the select's arms).
+        # select(b, inf, f64(x)) * 0 zero (it may move the product into the select's arms); a -0.0
+        # is a zero whose sign it may drop.
         e = AluExp(e.op, e.dtype, tuple(opaque(s) if _non_finite_const(s) else s for s in e.src), e.arg)
     if (
         t.divides_by_reciprocal
@@ -279,8 +282,12 @@ _SEES_INFINITY = frozenset({AluOp.Where, AluOp.Min, AluOp.Max, AluOp.Cmplt, AluO
 
 
 def _non_finite_const(e: AluExp) -> bool:
+    """An infinity, a NaN or -0.0: constants such a compiler may change (lavapipe made
+    `select(c, -0.0, 1.0)` the float of `!c`, +0.0 where -0.0 was due)."""
     b = _bare(e)
-    return b.op == AluOp.Const and is_float(b.dtype) and not math.isfinite(b.arg)
+    if b.op != AluOp.Const or not is_float(b.dtype):
+        return False
+    return not math.isfinite(b.arg) or (b.arg == 0 and math.copysign(1.0, b.arg) < 0)
 
 
 def _finite_nonzero(e: AluExp) -> bool:

@@ -212,6 +212,8 @@ def _range_inner(e: AluExp) -> _Pair:
             return (0, 1)
         if op == AluOp.Where:
             return (min(s[1][0], s[2][0]), max(s[1][1], s[2][1]))
+        if (op == AluOp.BitShift and s[0] == (0, 0)) or (e.arg == "and" and (0, 0) in s):
+            return (0, 0)  # 0 shifted, or anything and 0: a shader compiler knows it too
     except (OverflowError, ValueError):
         return (-_INF, _INF)
     return (-_INF, _INF)
@@ -526,9 +528,9 @@ def _cancellations(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluEx
 def _decided(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp]) -> AluExp | None:
     """Where/comparisons decided by value ranges (R5-R8)."""
     op, dtype = e.op, e.dtype
-    # R5: where(c, 1, 0) -> cast(c)
+    # R5: where(c, 1, 0) -> cast(c); not where(c, 1, -0.0), whose false lanes keep the sign
     if op == AluOp.Where and src[1].op == AluOp.Const and src[2].op == AluOp.Const:
-        if src[1].arg == 1 and src[2].arg == 0:
+        if src[1].arg == 1 and src[2].arg == 0 and math.copysign(1.0, src[2].arg) > 0:
             return AluExp.cast(dtype, src[0])
     # A select of one value is that value, and x != x is false for an integer or a bool: a compiler
     # decides both, and then folds what they feed (lavapipe: f16(select(c, v, v)) - f16(v) gave 0

@@ -327,6 +327,17 @@ CASES: dict[str, Regression] = {
         ((F32, (1e-45, 9.99e-41, -1e-40, 3.0)), (F32, (1.0, 2.0, 3.0, 4.0))),
         8,
     ),
+    # lavapipe: in a kernel of one lane gidx << n is 0, and 0 * NaN became 0
+    "f32_zero_shifted_times_nan": Regression(
+        lambda: (
+            AluExp.bitcast(
+                F32, AluExp(AluOp.BitShift, I32, (AluVar.gidx, AluExp.cast(U32, read(BOOL, 0, 1))), "shl")
+            )
+            * AluExp.f32(math.nan)
+        ),
+        ((BOOL, u(1)),),
+        1,
+    ),
     # NVIDIA (H100): a Max reduction of f64(u32(b)) * f64(x) dropped the NaN of a lane with b false
     "f64_product_with_a_bool_through_casts": Regression(
         lambda: AluExp.cast(F64, AluExp.cast(U32, read(BOOL, 0, 4))) * AluExp.cast(F64, read(F32, 1, 4)),
@@ -538,6 +549,22 @@ def test_a_sum_of_a_padded_read_divided_by_itself(backend: Backend, dtype: DType
     skip_if_undeclared(backend, kernel)
     got = run(backend, kernel, [oracle.array([2.5], str(dtype))])
     assert np.isnan(got.astype(np.float64)).all(), f"got {got.tolist()}, expected NaN"
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, F16])
+def test_a_select_of_constants_keeps_negative_zero(backend: Backend, dtype: DType) -> None:
+    """select(c, -0.0, 1.0), select(c, 1.0, -0.0) and a chain of them move -0.0: its sign stays
+    (fuzzed: the simplifier made the second cast(c), and lavapipe made the first the float of !c)."""
+    g, c = AluVar.gidx, AluExp.const
+    first = AluExp.cmplt(g, AluExp.i32(2))
+    for a, b in ((-0.0, 1.0), (1.0, -0.0), (-0.0, -3.0)):
+        inner = AluExp.where(AluExp.cmplt(g, AluExp.i32(4)), c(dtype, a), c(dtype, b))
+        for exp in (inner, AluExp.where(first, c(dtype, 5.0), inner)):
+            kernel = Kernel(0, 6, exp)
+            skip_if_undeclared(backend, kernel)
+            want = np.array([exp.evaluate({"gidx": i}) for i in range(6)], str(dtype))
+            got = run(backend, kernel, [])
+            assert got.tobytes() == want.tobytes(), f"{exp}: got {got.tolist()}, want {want.tolist()}"
 
 
 # ---- NaN bits: moved values keep them; computed NaNs are only NaN ---------------------------------
