@@ -733,8 +733,7 @@ class BaseBackend:
                 if plan is not None:
                     return self._prepare_kernel_split(kernel, plan)
             if live is not kernel:  # one part, so that every compiled object sits beside its source
-                whole = split.Part(live, tuple(range(kernel.nargs)), split.kernel_cost(live))
-                return self._prepare_kernel_split(kernel, split.Split(kernel.nargs, (whole,), ((),)))
+                return self._prepare_kernel_split(kernel, split.whole(live))
             return Executable(kernel, self._compile_kernel(kernel), self, _PREPARED)
 
         return self._cached(self._kernel_cache, key, build)

@@ -28,9 +28,9 @@ Reductions are cut inside the item expression and in the parts of the epilogue t
 accumulator's dtype and the epilogue becomes an elementwise kernel reading it. An item node that
 depends on `ridx` is materialised over `size * reduction.size` elements (flat index i: gidx =
 i // R, ridx = i % R) and read back at gidx * R + ridx; one that depends on gidx alone over `size`
-elements, read at gidx. Index arithmetic (int32/bool computed
-from the position alone) is cut only where the device declares int32 and bool, since the nodes
-above a cut become data (`Capabilities`: a buffer read is never index arithmetic).
+elements, read at gidx. Index arithmetic (int32/bool computed from the position alone) is cut only
+where the device declares int32 and bool, since the nodes above a cut become data (`Capabilities`:
+a buffer read is never index arithmetic).
 
 Each part reads its buffers as gids 0.. in the order of their first use (post-order), so that the
 periodic parts of a regular chain are the same kernel, compiled once.
@@ -363,7 +363,8 @@ def split_kernel(
     return split
 
 
-def _whole(kernel: Kernel) -> Split:
+def whole(kernel: Kernel) -> Split:
+    """`kernel` as a Split of one part (reading the inputs in order)."""
     return Split(kernel.nargs, (Part(kernel, tuple(range(kernel.nargs)), kernel_cost(kernel)),), ((),))
 
 
@@ -394,7 +395,7 @@ def _epilogue_apart(
     finish = Kernel(len(used) + 1, kernel.size, red.epilogue.reindex_gids(remap).substitute({"acc": acc}))
     first, then = (
         split_kernel(k, budget, max_args=max_args, dtypes=dtypes, max_buffer_bytes=max_buffer_bytes)
-        or _whole(k)
+        or whole(k)
         for k in (fold, finish)
     )
     folded = nargs + len(first.parts) - 1  # the temporary first's last part writes

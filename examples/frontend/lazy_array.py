@@ -45,7 +45,7 @@ from jaxcore import (
 F32, I32, BOOL = DType.float32, DType.int32, DType.bool
 MAX_DEPTH = 64  # elementwise ops fused into one expression before it is written out
 STATS = {"kernels": 0, "routines": 0}  # dispatches so far, for the example's report
-TRACE: list[Any] = []  # while `jit.py` records a step: [its recorder] (Buffer and _dispatch tell it)
+TRACE: list[Any] = []  # while `lazy_jit.py` records a step: [its recorder] (Buffer and _dispatch tell it)
 
 Scalar = float | int | bool
 
