@@ -304,10 +304,6 @@ class CStyleLanguage:
         if op in (AluOp.BitCombine, AluOp.BitShift):
             return self.render_bit(r, e, args)
         if (name := self.exact_helper(e)) is not None:
-            from jaxcore.softfloat import BITS_PARAMS
-
-            if name in BITS_PARAMS:
-                args = [self.render_bitcast(r, DType.uint32, DType.float32, a) for a in args]
             return f"{r.need(name)}({', '.join(strip_parens(a) for a in args)})"
         fn = self.code_for_op.get(op)
         if fn is None:

@@ -303,11 +303,6 @@ _BINARY = {
     "jc_min_f32": (F32, lambda a, b: _minmax_body(a, b, True)),
     "jc_max_f32": (F32, lambda a, b: _minmax_body(a, b, False)),
 }
-# Of these the helper takes its operands' bits (uint32): NVIDIA's Vulkan driver read a float32
-# helper parameter's subnormal bits as 0 in a kernel that also computes float64 (`0 < x` false).
-BITS_PARAMS = frozenset(_BINARY)
-_UAB = (("a", U32), ("b", U32))
-
 _UNARY = {
     "jc_floor_f32": lambda x: _floor_ceil_body(x, True),
     "jc_ceil_f32": lambda x: _floor_ceil_body(x, False),
@@ -348,24 +343,12 @@ def helper_for(e: AluExp) -> str | None:
     return name
 
 
-def _on_bits(body: AluExp) -> AluExp:
-    """`body` with the bits of a float of a uint32 parameter read from the parameter itself."""
-
-    def unwrap(e: AluExp) -> AluExp | None:
-        inner = e.src[0] if e.op == AluOp.Bitcast and e.dtype == U32 else None
-        if inner is not None and inner.op == AluOp.Bitcast and inner.src[0].op == AluOp.Variable:
-            return inner.src[0]
-        return None
-
-    return body.rewrite(unwrap)
-
-
 def definition(name: str) -> Procedure | tuple[tuple[tuple[str, DType], ...], AluExp]:
     """A helper as a Procedure, or as (parameters, body) for one that is a single expression."""
     if name in _PROCEDURES:
         return _PROCEDURES[name]
     if name in _BINARY:
-        return _UAB, _on_bits(_BINARY[name][1](_float(_var(U32, "a")), _float(_var(U32, "b"))))
+        return _AB, _BINARY[name][1](A, B)
     if name in _CASTS:
         dtype, body = _CASTS[name]
         return (("x", dtype),), body(_var(dtype, "x"))

@@ -43,9 +43,8 @@ def _source() -> str:
     out.append(lang.render_helpers(BINARY + UNARY + tuple(CASTS)))
     for name in BINARY:
         ret = "int32_t" if name in ("jc_lt_f32", "jc_ne_f32") else "float"
-        arg = "uint32_t" if name in softfloat.BITS_PARAMS else "float"  # (the same memory: the floats' bits)
         out.append(
-            f"void run_{name}(const {arg}* a, const {arg}* b, {ret}* o, int n) {{ {FLUSH}\n"
+            f"void run_{name}(const float* a, const float* b, {ret}* o, int n) {{ {FLUSH}\n"
             f"  for (int i = 0; i < n; i++) o[i] = {name}(a[i], b[i]);\n  {RESTORE} }}"
         )
     for name in UNARY:
