@@ -236,11 +236,11 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
         src = tuple(opaque(s) if _a_choice(s, known) else s for s in src)
         if src != e.src:
             e = AluExp(e.op, e.dtype, src, e.arg)
-    elif t.assumes_finite_math and e.op in _SEES_INFINITY and any(map(_non_finite_const, e.src)):
+    elif t.assumes_finite_math and e.op in _SEES_INFINITY and any(_changeable(e, s) for s in e.src):
         # An infinity or NaN it can see is undefined to such a compiler: NVIDIA made
         # select(b, inf, f64(x)) * 0 zero (it may move the product into the select's arms); a -0.0
         # is a zero whose sign it may drop.
-        e = AluExp(e.op, e.dtype, tuple(opaque(s) if _non_finite_const(s) else s for s in e.src), e.arg)
+        e = AluExp(e.op, e.dtype, tuple(_hidden_const(s) if _changeable(e, s) else s for s in e.src), e.arg)
     if (
         t.divides_by_reciprocal
         and e.op in (AluOp.Idiv, AluOp.Div)
@@ -288,6 +288,33 @@ def _non_finite_const(e: AluExp) -> bool:
     if b.op != AluOp.Const or not is_float(b.dtype):
         return False
     return not math.isfinite(b.arg) or (b.arg == 0 and math.copysign(1.0, b.arg) < 0)
+
+
+def _changeable(e: AluExp, s: AluExp) -> bool:
+    """Whether operand `s` of `e` is a constant a finite-math compiler may change there: a
+    non-finite or -0.0 one anywhere, and a zero in a select of two float constants, which lavapipe
+    made -b2f(!c) (select(c, 0.0, -1.0) gave -0.0; a float32 select of constants is an integer
+    select of their bits by then, which NIR matches all the same)."""
+    if _non_finite_const(s):
+        return True
+    arms = e.src[1:] if e.op == AluOp.Where else ()
+    return (
+        s in arms
+        and all(_bare(a).op == AluOp.Const and is_float(a.dtype) for a in arms)
+        and _bare(s).arg == 0
+    )
+
+
+def _hidden_const(s: AluExp) -> AluExp:
+    """`opaque(s)`; a float zero as an opaque of its float32 bits (cast, exactly, to its dtype), so
+    that no float zero literal reaches the compiler: Chromium's WebGPU gave an opaque 0.0 the sign
+    of a -0.0 elsewhere in the program."""
+    b = _bare(s)
+    if not is_float(s.dtype) or b.op != AluOp.Const or b.arg != 0:
+        return opaque(s)
+    bits = AluExp.const(DType.uint32, 0x80000000 if math.copysign(1.0, b.arg) < 0 else 0)
+    zero = AluExp(AluOp.Bitcast, DType.float32, (opaque(bits),))
+    return zero if s.dtype == DType.float32 else AluExp(AluOp.Cast, s.dtype, (zero,))
 
 
 def _finite_nonzero(e: AluExp) -> bool:

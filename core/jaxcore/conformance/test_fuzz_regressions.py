@@ -552,12 +552,13 @@ def test_a_sum_of_a_padded_read_divided_by_itself(backend: Backend, dtype: DType
 
 
 @pytest.mark.parametrize("dtype", [F32, F64, F16])
-def test_a_select_of_constants_keeps_negative_zero(backend: Backend, dtype: DType) -> None:
-    """select(c, -0.0, 1.0), select(c, 1.0, -0.0) and a chain of them move -0.0: its sign stays
-    (fuzzed: the simplifier made the second cast(c), and lavapipe made the first the float of !c)."""
+def test_a_select_of_constants_keeps_the_sign_of_zero(backend: Backend, dtype: DType) -> None:
+    """select(c, -0.0, 1.0), select(c, 1.0, -0.0), select(c, 0.0, -1.0) and chains of them move a
+    zero: its sign stays (fuzzed: the simplifier made the second cast(c); lavapipe made the first the
+    float of !c, +0.0, and the third -b2f(!c), -0.0)."""
     g, c = AluVar.gidx, AluExp.const
     first = AluExp.cmplt(g, AluExp.i32(2))
-    for a, b in ((-0.0, 1.0), (1.0, -0.0), (-0.0, -3.0)):
+    for a, b in ((-0.0, 1.0), (1.0, -0.0), (-0.0, -3.0), (0.0, -1.0), (-1.0, 0.0)):
         inner = AluExp.where(AluExp.cmplt(g, AluExp.i32(4)), c(dtype, a), c(dtype, b))
         for exp in (inner, AluExp.where(first, c(dtype, 5.0), inner)):
             kernel = Kernel(0, 6, exp)

@@ -157,7 +157,7 @@ class GLSLLanguage(CStyleLanguage):
         raise UnsupportedOpError(AluOp.Const, dtype, self.name)
 
     def render_opaque(self, r: ExpRenderer, dtype: DType, x: str) -> str:
-        if dtype not in FLOATS:
+        if dtype not in FLOATS and dtype != U32:
             return super().render_opaque(r, dtype, x)
         return _opaque(r, x)
 

@@ -27,6 +27,7 @@ _LIBRARY = """
 uniform uint jx_z;
 // Without it GLSL compilers fold x * 0.0 to 0.0, x - x to 0.0 and c ? -1.0 : 0.0 to -float(c).
 float jx_o(float x) { return uintBitsToFloat(floatBitsToUint(x) + jx_z); }
+uint jx_o(uint x) { return x + jx_z; }
 // NVIDIA's compiler (GLES 3.2, driver 580) made uint(true) 0xffffffff inside max(acc, uint(b)).
 uint jx_b2u(bool b) { return uint(b) & (1u ^ jx_z); }
 // float16 by the core's integer-op conversions (jaxcore.half): NVIDIA's packHalf2x16 flushes

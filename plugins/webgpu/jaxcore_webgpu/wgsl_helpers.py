@@ -39,6 +39,7 @@ H["jc_o_f32"] = (
     "fn jc_o_f32(x: f32, k: u32) -> f32 { return bitcast<f32>(bitcast<u32>(x) ^ (jc_zero.x * k)); }",
     ("jc_zero",),
 )
+H["jc_o_u32"] = ("fn jc_o_u32(x: u32, k: u32) -> u32 { return x ^ (jc_zero.x * k); }", ("jc_zero",))
 H["jc_o_f64"] = (
     "fn jc_o_f64(x: f64, k: u32) -> f64 { return select(x, f64(bitcast<f32>(jc_zero.y)), jc_zero.x == k); }",
     ("jc_zero",),
