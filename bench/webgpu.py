@@ -141,6 +141,13 @@ def softmax(g: Gpu, t: Torch, rows: int, cols: int, reps: int) -> Row:
     e = np.exp(x - x.max(axis=1, keepdims=True))
     ok = check(g.get(out).reshape(rows, cols), e / e.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-7)
     s = g.time(run, reps)
+    parts = [
+        g.time(lambda: g.be.dispatch(row_max, [gx], [gmax]), reps),
+        g.time(lambda: g.be.dispatch(exp_sum, [gx, gmax], [ginv]), reps),
+        g.time(lambda: g.be.dispatch(divide, [gx, gmax, ginv], [out]), reps),
+    ]
+    ms = " / ".join(f"{p * 1e3:.3f}" for p in parts)
+    note = f"of which max / exp-sum / divide alone: {ms} ms"
     if t.torch is not None:
         tx = t.torch.from_numpy(x).cuda()
         ref_s, ref = t.time(lambda: t.torch.softmax(tx, dim=1), reps), "torch"
@@ -152,7 +159,7 @@ def softmax(g: Gpu, t: Torch, rows: int, cols: int, reps: int) -> Row:
 
         ref_s, ref = host_time(np_run, reps), "numpy"
     g.free()
-    return Row(f"row softmax {rows}x{cols}", s, ref_s, ref, 8.0 * n, "B", ok)
+    return Row(f"row softmax {rows}x{cols}", s, ref_s, ref, 8.0 * n, "B", ok, note)
 
 
 def matvec(g: Gpu, t: Torch, m: int, k: int, reps: int) -> Row:
