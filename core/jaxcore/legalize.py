@@ -377,12 +377,13 @@ def _hide(x: AluExp, beside: AluExp) -> AluExp:
 
 
 def _near(e: AluExp, depth: int) -> set[AluExp]:
-    """The operands of float arithmetic and selects below `e`, `depth` levels down (through casts
-    between floats): terms a driver's algebra reaches when it cancels (x * y) / x."""
+    """The operands of float arithmetic, selects and floor/ceil below `e`, `depth` levels down
+    (through casts between floats): terms a driver's algebra reaches when it cancels (x * y) / x.
+    Mesa drops a floor of what it knows is whole (f32(i) - 5) and then cancels through it."""
     out: set[AluExp] = set()
     level = [e]
     for _ in range(depth):
-        level = [_bare(s) for n in level if n.op in _FOLDABLE or n.op == AluOp.Where for s in n.src]
+        level = [_bare(s) for n in level if n.op in _FOLDABLE or n.op in _SEEN_THROUGH for s in n.src]
         out.update(level)
     return out
 
@@ -455,6 +456,7 @@ def _legalize_rules(e: AluExp, t: TargetTraits) -> AluExp | None:
 
 _HALF_SINGLE = (DType.float16, DType.float32)
 _FOLDABLE = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Idiv, AluOp.Div})
+_SEEN_THROUGH = frozenset({AluOp.Where, AluOp.Floor, AluOp.Ceil})
 
 
 # Ops a driver reassociates with each other: (x - y) + c -> x - (y - c) (lavapipe gave 0, not 2.5,

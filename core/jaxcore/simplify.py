@@ -499,6 +499,11 @@ def _identities(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp])
         inner = src[0].src[0]
         if {src[0].dtype, inner.dtype} <= {DType.int32, DType.uint32}:
             return again(AluExp.bitcast(dtype, inner))
+    # and a bitcast of a bitcast is one bitcast (lavapipe decided it, making bitcast<f32>(i32(x))
+    # - bitcast<f32>(u32(x)) zero for a NaN x; here it is x - x, which legalize keeps apart)
+    if op == AluOp.Bitcast and e.arg is None and src[0].op == AluOp.Bitcast and src[0].arg is None:
+        inner = src[0].src[0]
+        return inner if inner.dtype == dtype else again(AluExp.bitcast(dtype, inner))
     return None
 
 

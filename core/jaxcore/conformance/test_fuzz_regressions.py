@@ -392,6 +392,25 @@ CASES: dict[str, Regression] = {
         ((I32, u(-9, 2147483647, 1065353216, 0)),),
         4,
     ),
+    # lavapipe: the two bitcast chains are one value to Mesa, and x - x became 0 for a NaN x
+    "f32_through_two_bitcast_chains_minus_itself": Regression(
+        lambda: (
+            AluExp.bitcast(F32, AluExp.bitcast(I32, read(F32, 0, 4)))
+            - AluExp.bitcast(F32, AluExp.bitcast(U32, read(F32, 0, 4)))
+        ),
+        ((F32, (math.nan, math.inf, 1.0, -0.0)),),
+        4,
+    ),
+    # lavapipe: floor(f32(i) - 5) - f32(i) gave -5 where f32(i) - 5 rounds (Mesa knows f32(i) is
+    # whole, drops the floor and cancels f32(i))
+    "floor_of_a_rounded_difference_minus_its_term": Regression(
+        lambda: (
+            AluExp.floor(AluExp.cast(F32, read(I32, 0, 4)) - AluExp.f32(5.0))
+            - AluExp.cast(F32, read(I32, 0, 4))
+        ),
+        ((I32, u(2147483647, 100000000, 3, -2147483648)),),
+        4,
+    ),
     "bitcast_of_a_sign_cast_minus_the_bitcast": Regression(
         lambda: AluExp.bitcast(F32, AluExp.cast(I32, read(U32, 0, 4))) - AluExp.bitcast(F32, read(U32, 0, 4)),
         ((U32, u(0x7FC00000, 0xFFFFFFF7, 0x3F800000, 0)),),
