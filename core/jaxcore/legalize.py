@@ -312,7 +312,7 @@ def _hidden_const(s: AluExp) -> AluExp:
     b = _bare(s)
     if not is_float(s.dtype) or b.op != AluOp.Const or b.arg != 0:
         return opaque(s)
-    bits = AluExp.const(DType.uint32, 0x80000000 if math.copysign(1.0, b.arg) < 0 else 0)
+    bits = AluExp.const(DType.uint32, int(np.float32(b.arg).view(np.uint32)))
     zero = AluExp(AluOp.Bitcast, DType.float32, (opaque(bits),))
     return zero if s.dtype == DType.float32 else AluExp(AluOp.Cast, s.dtype, (zero,))
 
