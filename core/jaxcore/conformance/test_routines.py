@@ -495,6 +495,21 @@ def test_scatter_float16_adjacent_slots(backend: Backend) -> None:
     assert got.tolist() == [4, 6]
 
 
+def test_scatter_add_float32_small_and_subnormal_updates(backend: Backend) -> None:
+    """Float32 adds exact on subnormals whatever the order: subnormal updates sum exactly, a tiny
+    normal minus a subnormal lands below the normal range, large updates beside them stay exact."""
+    tiny = [2.0**-140, 2.0**-140, 2.0**-141, 2.0**-126, -(2.0**-140), 2.0**-102, 3 * 2.0**-103]
+    big = [1.5, 2.25, -0.5, 2.0**-90, 2.0**100, float("inf")]
+    updates = np.array([*tiny, *big, 2.0**-130, 8.0], np.float32)
+    idx = np.array([0, 0, 0, 1, 1, 2, 2, 3, 3, 3, 4, 4, 5, 6, 6], np.int32)
+    want = np.array(
+        [2.5 * 2.0**-140, 2.0**-126 - 2.0**-140, 2.5 * 2.0**-102, 3.25, 2.0**-90 + 2.0**100, np.inf, 8.0],
+        np.float32,
+    )
+    got = run_scatter(backend, "float32", updates, [idx], ScatterParams("add", (7,), (0,), 0))
+    assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist(), (got, want)
+
+
 @pytest.mark.parametrize("op", ["update", "add"])
 def test_scatter_out_of_range_dropped(backend: Backend, op: str) -> None:
     """Negative and too-large indices (int32 and uint32) drop their update; unique add assigns."""

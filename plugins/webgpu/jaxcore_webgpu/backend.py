@@ -262,6 +262,7 @@ class WebGpuBackend(QueuedBackend):
             has_f16="shader-f16" in feat,
             has_f64="shader-f64" in feat,
             has_subgroups=subgroups,
+            has_f32_atomics="shader-float32-atomic" in feat,
             max_workgroup_size=min(
                 lim["max-compute-invocations-per-workgroup"], lim["max-compute-workgroup-size-x"]
             ),
@@ -283,16 +284,20 @@ class WebGpuBackend(QueuedBackend):
     def browser_plan(self, exe: Executable) -> Plan | None:
         """The plan a browser needs for `exe` where it differs from what this device runs: a
         compiled kernel planned again exact on subnormals (the browser's device may flush them;
-        see codegen.WgslTarget.exact_subnormals). None: export the compiled plan (routines, a plan
-        made by hand with `compile_plan`, or a device that already takes the exact spelling). A
-        kernel run here as parts (Capabilities.max_kernel_cost, a dead reduction dropped) is
-        planned whole."""
-        src = exe.source
+        see codegen.WgslTarget.exact_subnormals), a routine planned again without the native-only
+        float atomics. None: export the compiled plan (a plan made by hand with `compile_plan`, or
+        a device that already takes the browser's spelling). A kernel run here as parts
+        (Capabilities.max_kernel_cost, a dead reduction dropped) is planned whole."""
+        src, browser = exe.source, replace(self.target, exact_subnormals=True, has_f32_atomics=False)
+        if isinstance(src, Routine) and browser != self.target:
+            from jaxcore_webgpu.routines import plan_routine
+
+            return plan_routine(src, browser)
         if not isinstance(src, Kernel) or src.key() in self._hand_planned:
             return None
         if self.target.exact_subnormals and isinstance(exe.data, CompiledPlan):
             return None
-        return self._plan(src.live(), replace(self.target, exact_subnormals=True))
+        return self._plan(src.live(), browser)
 
     def _compile_routine(self, routine: Routine) -> CompiledPlan:
         """Every declared routine runs as WGSL passes (jaxcore_webgpu.routines); none on the host."""

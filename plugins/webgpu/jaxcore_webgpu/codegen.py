@@ -56,6 +56,7 @@ class WgslTarget:
     has_f16: bool = False  # shader-f16, for the routines (kernels hold float16 in float32)
     has_f64: bool = False
     has_subgroups: bool = False
+    has_f32_atomics: bool = False  # shader-float32-atomic (native only: no browser has it)
     max_workgroup_size: int = 256  # invocations per workgroup (and along x)
     max_workgroups_per_dim: int = 65535
     max_storage_buffers_per_stage: int = 8

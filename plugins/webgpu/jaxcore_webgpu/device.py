@@ -45,6 +45,7 @@ FEATURES = (
     "timestamp-query-inside-encoders",
     "subgroup",
     "subgroup-barrier",
+    "shader-float32-atomic",
 )
 
 

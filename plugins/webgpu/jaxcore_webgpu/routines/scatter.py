@@ -3,10 +3,16 @@
 Pass 1 zero-fills the output. Add accumulates with atomics: `atomicAdd` for int32/uint32,
 `atomicOr` for bool, a compare-and-swap loop on the bits for float32, and for float16 a
 compare-and-swap on the 32-bit word holding the half (neighbouring halves never clobber each
-other). Update with unique indices stores directly (float16 through the same word CAS). Update
-with repeated indices keeps the last write in row-major order: pass 2 takes `atomicMax` of
-(update number + 1) per target, pass 3 lets only that winner store. Out-of-range coordinates
-(negative, or past the axis; int32 or uint32 indices) drop their update.
+other). Where the device has float32 atomics (`WgslTarget.has_f32_atomics`, native only) a
+float32 add takes `atomicAdd` for every update of magnitude 2^-102 or more: sums of such values
+are multiples of 2^-125, never subnormal, so a device that flushes subnormals in its atomics
+still rounds them exactly. The rare smaller updates raise a flag and a second pass, idle unless
+it is set, adds them by compare-and-swap with the exact add.
+
+Update with unique indices stores directly (float16 through the same word CAS). Update with
+repeated indices keeps the last write in row-major order: pass 2 takes `atomicMax` of (update
+number + 1) per target, pass 3 lets only that winner store. Out-of-range coordinates (negative,
+or past the axis; int32 or uint32 indices) drop their update.
 """
 
 from __future__ import annotations
@@ -16,7 +22,18 @@ import math
 from jaxcore.dtype import DType
 from jaxcore.routine import Routine, ScatterParams
 from jaxcore_webgpu.program import Plan
-from jaxcore_webgpu.routines.common import Buf, elementwise_pass, header, inp, outp, scratch, wgsl_type
+from jaxcore_webgpu.routines.common import (
+    Buf,
+    elementwise_pass,
+    header,
+    helpers,
+    inp,
+    outp,
+    scratch,
+    wgsl_type,
+)
+
+SMALL = "abs(v) < 0x1p-102f"  # an update the float32 atomics may not add exactly (module docstring)
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
@@ -74,18 +91,25 @@ def _half_cas(value: str, add: bool) -> str:
     )
 
 
-def _update(dtype: DType, ty: str, accumulate: bool) -> tuple[str, str]:
+def _float_cas(exact: bool) -> str:
+    """Add `v` to float32 slot `t` of a u32 view by compare-and-swap; `exact`: with the helper
+    exact on subnormals (WgslTarget.exact_subnormals)."""
+    total = "jc_add_f32(bitcast<f32>(old), v)" if exact else "bitcast<f32>(old) + v"
+    return (
+        "  loop {\n    let old = atomicLoad(&out0[t]);\n"
+        f"    let nw = bitcast<u32>({total});\n"
+        "    if (atomicCompareExchangeWeak(&out0[t], old, nw).exchanged) { break; }\n  }\n"
+    )
+
+
+def _update(dtype: DType, ty: str, accumulate: bool, exact: bool) -> tuple[str, str]:
     """out0's element type, and the WGSL that adds or stores update `gid` at `t`."""
     if accumulate and dtype in (DType.int32, DType.uint32, DType.bool):
         if dtype == DType.bool:
             return f"atomic<{ty}>", "  if (in0[gid] != 0i) { atomicOr(&out0[t], 1i); }\n"
         return f"atomic<{ty}>", "  atomicAdd(&out0[t], in0[gid]);\n"
     if accumulate and dtype == DType.float32:
-        return "atomic<u32>", (
-            "  let v = in0[gid];\n  loop {\n    let old = atomicLoad(&out0[t]);\n"
-            "    let nw = bitcast<u32>(bitcast<f32>(old) + v);\n"
-            "    if (atomicCompareExchangeWeak(&out0[t], old, nw).exchanged) { break; }\n  }\n"
-        )
+        return "atomic<u32>", "  let v = in0[gid];\n" + _float_cas(exact)
     if accumulate or dtype == DType.float16:  # float16 (a float64 add: undeclared)
         return "atomic<u32>", "  let v = in0[gid];\n" + _half_cas("v", accumulate)
     return ty, "  out0[t] = in0[gid];\n"
@@ -112,12 +136,16 @@ def plan_scatter(routine: Routine, target: object = None) -> Plan:
     if n_up == 0:
         return Plan(tuple(passes), sizes)
     ins = [inp(0, ty)] + [inp(1 + a, wgsl_type(routine.type.input_dtypes[1 + a])) for a in range(len(p.axis))]
-    out_ty, op = _update(dtype, ty, p.accumulate)
+    exact = getattr(target, "exact_subnormals", True)
+    out_ty, op = _update(dtype, ty, p.accumulate, exact)
     out = Buf("out0", out_ty, ("out", 0))
     tgt = _target(routine) + "  if (!ok) { return; }\n"
     hdr = header([dtype])
+    exact_add = helpers(["jc_add_f32"]) if "jc_add_f32" in op else ""
+    if p.accumulate and dtype == DType.float32 and getattr(target, "has_f32_atomics", False):
+        return _float_atomic_add(ins, tgt, n_out, n_up, exact)
     if not last_wins:
-        passes.append(elementwise_pass([*ins, out], tgt + op, n_up, hdr))
+        passes.append(elementwise_pass([*ins, out], tgt + op, n_up, hdr, exact_add))
         return Plan(tuple(passes), sizes)
     # last write wins: the largest update number per target, then only it stores
     win = scratch("win", "atomic<u32>", 0)
@@ -125,3 +153,20 @@ def plan_scatter(routine: Routine, target: object = None) -> Plan:
     guard = "  if (win[t] != gid + 1u) { return; }\n"
     passes.append(elementwise_pass([*ins, out, scratch("win", "u32", 0)], tgt + guard + op, n_up, hdr))
     return Plan(tuple(passes), sizes)
+
+
+def _float_atomic_add(ins: list[Buf], tgt: str, n_out: int, n_up: int, exact: bool) -> Plan:
+    """Float32 add through the device's float atomics, the small updates after (module
+    docstring). Scratch 0 is the flag: cleared with the output, raised by a small update."""
+    flag = scratch("flag", "u32", 0)
+    clear = "  out0[gid] = 0u;\n  if (gid == 0u) { flag[0] = 0u; }\n"
+    big = "  let v = in0[gid];\n  if (" + SMALL + ") { flag[0] = 1u; return; }\n"
+    small = "  if (flag[0] == 0u) { return; }\n  let v = in0[gid];\n  if (!(" + SMALL + ")) { return; }\n"
+    passes = [
+        elementwise_pass([outp(0, "u32"), flag], clear, n_out),
+        elementwise_pass([*ins, Buf("out0", "atomic<f32>", ("out", 0)), flag], big + tgt
+                         + "  atomicAdd(&out0[t], v);\n", n_up),
+        elementwise_pass([*ins, Buf("out0", "atomic<u32>", ("out", 0)), flag], small + tgt
+                         + _float_cas(exact), n_up, tail=helpers(["jc_add_f32"]) if exact else ""),
+    ]  # fmt: skip
+    return Plan(tuple(passes), (16,))
