@@ -144,6 +144,45 @@ def test_scatter_add_collisions_float32_and_float16(gpu):
         np.testing.assert_array_equal(got.astype(np.float64), want)
 
 
+def test_scatter_add_float32_atomics_and_small_updates_collide(gpu):
+    """Even slots take small integers (the float atomics where the device has them), odd slots
+    integer multiples of 2^-140 (the flagged compare-and-swap pass): both exact in any order."""
+    n_up, size = 30000, 41
+    idx = RNG.integers(0, size, n_up).astype(np.int32)
+    upd = RNG.integers(-3, 4, n_up).astype(np.float64)
+    upd[idx % 2 == 1] *= 2.0**-140
+    (got,) = run(gpu, Routines.Scatter, [upd.astype(np.float32), idx], ["float32", "int32"],
+                 ScatterParams("add", (size,), (0,), 0))  # fmt: skip
+    want = np.zeros(size, np.float64)
+    np.add.at(want, idx, upd)
+    np.testing.assert_array_equal(got.astype(np.float64), want)
+
+
+def test_scatter_add_float32_atomics_stay_native():
+    """The float atomics where the target has them; a browser's plan (no such feature) goes
+    without, and flushing targets add the small updates with the exact helper."""
+    from jaxcore_webgpu.codegen import WgslTarget
+    from jaxcore_webgpu.routines import plan_routine
+
+    r = Routine.build(
+        Routines.Scatter, [(8,), (8,)], ["float32", "int32"], ScatterParams("add", (4,), (0,), 0)
+    )
+    native = plan_routine(r, WgslTarget(has_f32_atomics=True, exact_subnormals=True)).passes
+    browser = plan_routine(r, WgslTarget(exact_subnormals=True)).passes
+    assert [("atomic<f32>" in p.code, "jc_add_f32(" in p.code) for p in native] == [
+        (False, False), (True, False), (False, True)
+    ]  # fmt: skip
+    assert not any("atomic<f32>" in p.code for p in browser) and "jc_add_f32(" in browser[-1].code
+
+
+def test_scatter_add_browser_plan_has_no_float_atomics(gpu):
+    r = Routine.build(
+        Routines.Scatter, [(8,), (8,)], ["float32", "int32"], ScatterParams("add", (4,), (0,), 0)
+    )
+    plan = gpu.browser_plan(gpu.prepare_routine(r))
+    assert plan is not None and not any("atomic<f32>" in p.code for p in plan.passes)
+
+
 def test_scatter_update_last_wins_2d(gpu):
     upd = RNG.normal(0, 1, (500, 6)).astype(np.float32)
     idx = RNG.integers(0, 9, 500).astype(np.int32)
