@@ -39,7 +39,7 @@ import pluggy
 from jaxcore import hookspecs
 from jaxcore import settings as _settings
 from jaxcore.backend import API_VERSION, Backend, BaseBackend, Capabilities
-from jaxcore.settings import Settings
+from jaxcore.settings import SettingError, Settings
 
 ENTRY_POINT_GROUP = "jaxcore"
 Status = Literal["ready", "unavailable", "error", "not-initialised"]
@@ -641,6 +641,9 @@ class Registry:
         if isinstance(exc, ModuleNotFoundError):
             dev.status, dev.reason = "unavailable", f"missing module: {exc.name or exc}"
             dev.fix, dev.trace = dev.hint or f"pip install {exc.name}", _trace(exc)
+            return
+        if isinstance(exc, SettingError):
+            dev.status, dev.reason, dev.fix = "error", str(exc), f"correct or unset {exc.var}"
             return
         if exc is not None:
             dev.status, dev.reason = "error", f"creating the backend failed: {_describe(exc)}"

@@ -87,6 +87,14 @@ def _default_cache_dir(environ: Mapping[str, str]) -> Path:
     return (Path(base).expanduser() if base else Path.home() / ".cache") / "jaxcore"
 
 
+class SettingError(ValueError):
+    """A malformed setting: what the variable holds and what it takes (a device reports it as its fix)."""
+
+    def __init__(self, var: str, message: str) -> None:
+        super().__init__(message)
+        self.var = var
+
+
 @dataclass(frozen=True)
 class Settings:
     """The JAXCORE_* environment at the time it was read (immutable, so it can be shared)."""
@@ -123,6 +131,20 @@ class Settings:
         """A boolean plugin setting (`JAXCORE_WASM_DISK_CACHE=0`), parsed like the core's own flags."""
         var = f"{PREFIX}{name.upper().replace('-', '_')}_{key.upper()}"
         return _flag(self.env, var) if self.env.get(var, "").strip() else default
+
+    def plugin_int(self, name: str, key: str, default: int, minimum: int = 0) -> int:
+        """An integer plugin setting (`JAXCORE_WASM_THREADS=4`), with a clear error when malformed."""
+        var = f"{PREFIX}{name.upper().replace('-', '_')}_{key.upper()}"
+        raw = self.env.get(var, "").strip()
+        if not raw:
+            return default
+        try:
+            n = int(raw)
+        except ValueError:
+            raise SettingError(var, f"{var}={raw!r} is not a whole number") from None
+        if n < minimum:
+            raise SettingError(var, f"{var}={n} must be at least {minimum}")
+        return n
 
     def plugin(self, name: str) -> dict[str, str]:
         """Plugin-specific settings: `JAXCORE_WASM_THREADS=4` gives `plugin("wasm") == {"threads": "4"}`."""

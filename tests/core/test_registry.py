@@ -233,6 +233,34 @@ def test_factory_error_is_recorded_with_traceback(fresh: Callable[..., Registry]
         jaxcore.get_backend("boom")
 
 
+def test_malformed_plugin_setting_names_the_variable_as_the_fix(
+    fresh: Callable[..., Registry], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JAXCORE_TUNED_STAGES", "three")
+    monkeypatch.setenv("JAXCORE_TUNED_LANES", "0")
+    jaxcore.settings.reload()
+    fresh()
+
+    def tuned(key: str) -> Callable[[], BaseBackend]:
+        def make() -> BaseBackend:
+            jaxcore.settings.current().plugin_int("tuned", key, 4, minimum=1)
+            return make_backend("tuned")
+
+        return make
+
+    jaxcore.register_plugin(Devices(("tuned", 5, tuned("stages")), ("lanes", 4, tuned("lanes"))))
+    try:
+        assert jaxcore.init() == []
+    finally:
+        monkeypatch.delenv("JAXCORE_TUNED_STAGES")
+        monkeypatch.delenv("JAXCORE_TUNED_LANES")
+        jaxcore.settings.reload()
+    d = jaxcore.device_info("tuned")
+    assert (d.status, d.reason) == ("error", "JAXCORE_TUNED_STAGES='three' is not a whole number")
+    assert d.hint == "correct or unset JAXCORE_TUNED_STAGES"
+    assert jaxcore.device_info("lanes").reason == "JAXCORE_TUNED_LANES=0 must be at least 1"
+
+
 def test_api_version_mismatch_is_an_error(fresh: Callable[..., Registry]) -> None:
     fresh()
     created = []

@@ -88,18 +88,8 @@ def disk_enabled() -> bool:
 
 
 def int_setting(key: str, default: int, minimum: int = 0) -> int:
-    """An integer plugin setting (`JAXCORE_WASM_<KEY>`), with a clear error when malformed."""
-    raw = settings.current().plugin("wasm").get(key, "").strip()
-    if not raw:
-        return default
-    var = f"JAXCORE_WASM_{key.upper()}"
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"{var}={raw!r} is not an integer") from None
-    if n < minimum:
-        raise ValueError(f"{var}={n} must be at least {minimum}")
-    return n
+    """An integer wasm setting (`JAXCORE_WASM_<KEY>`), with a clear error when malformed."""
+    return settings.current().plugin_int("wasm", key, default, minimum)
 
 
 class DiskCache:
