@@ -234,34 +234,43 @@ RT = 128  # threads of a radix block
 RK = 16  # keys per thread, contiguous (the block's order is the input's: the sort stays stable)
 RB = RT * RK  # keys per block (a row is cut into blocks, none straddles two rows)
 DIGITS = 16  # 4-bit digits: 8 passes, and 16 * RT counters fit 16 KiB of workgroup memory
-_SCAN = 256  # threads of the per-row offset scan
+_SCAN = 256  # threads of an offset-scan workgroup
+_PER = 4  # counts a thread of it scans
+_CHUNK = _SCAN * _PER  # counts a workgroup scans (a row's DIGITS * blocks are cut into chunks)
 
 
 def _radix(dtype: DType, batch: int, n: int, argsort: bool) -> Plan:
     """Eight stable counting-sort passes over 4-bit digits of the keys (and their indices).
 
     The bitonic network moves every key log2(n)^2 / 2 times; this moves it eight times. Each pass:
-    `_histogram` counts the digits of every block (H[row][digit][block]), `_offsets` turns a row's
-    counts into exclusive offsets in (digit, block) order, and `_rank` ranks each block's keys (per
+    `_histogram` counts the digits of every block (H[row][digit][block]), `_chunk_sums` and
+    `_offsets` turn a row's counts into exclusive offsets in (digit, block) order (a scan over
+    many workgroups: one a row was a serial loop that took most of the sort's time), and
+    `_rank` ranks each block's keys (per
     thread counts, a workgroup scan in (digit, thread) order: equal digits keep their input
     order) and writes them at their offsets. Argsort's ties (and -0 with +0, NaN with NaN: one
     key each) keep the input order because every pass is stable."""
     bpr = -(-n // RB)  # blocks per row
-    kb, hb = max(16, batch * n * 4), max(16, batch * DIGITS * bpr * 4)
-    # scratch: keys and indices, twice (ping-pong), then H; Sort has no indices (K0, K1, H)
-    sizes = (kb, kb, kb, kb, hb) if argsort else (kb, kb, hb)
+    nc = -(-DIGITS * bpr // _CHUNK)  # offset-scan chunks per row
+    kb, hb, tb = max(16, batch * n * 4), max(16, batch * DIGITS * bpr * 4), max(16, batch * nc * 4)
+    # scratch: keys and indices, twice (ping-pong), H, then the chunk totals T; Sort has no indices
+    sizes = (kb, kb, kb, kb, hb, tb) if argsort else (kb, kb, hb, tb)
     k0, i0, k1, i1, h = (0, 1, 2, 3, 4) if argsort else (0, -1, 1, -1, 2)
+    tot = h + 1
     work = [scratch("K", "u32", k0), scratch("I", "u32", i0)] if argsort else [scratch("K", "u32", k0)]
     kx, fn = _key(dtype, "in0[gid]", argsort)
     body = f"  K[gid] = {kx};\n" + (f"  I[gid] = gid % {n}u;\n" if argsort else "")
     passes = [elementwise_pass([inp(0, wgsl_type(dtype)), *work], body, batch * n, header([dtype]), fn)]
     grid = fold(batch * bpr)
-    hcode, scode, xcode = _histogram(n, batch, bpr), _offsets(batch, bpr), _rank(n, batch, bpr, argsort)
+    hcode, xcode = _histogram(n, batch, bpr), _rank(n, batch, bpr, argsort)
+    tcode, scode = _chunk_sums(batch, bpr, nc), _offsets(batch, bpr, nc)
     for p in range(32 // 4):
         (ks, is_), (kd, id_) = ((k0, i0), (k1, i1)) if p % 2 == 0 else ((k1, i1), (k0, i0))
         uniform = u32s(4 * p)
         passes.append(Pass(hcode, grid, (("scratch", ks), ("scratch", h)), uniform=uniform))
-        passes.append(Pass(scode, fold(batch), (("scratch", h),)))
+        if nc > 1:
+            passes.append(Pass(tcode, fold(batch * nc), (("scratch", h), ("scratch", tot))))
+        passes.append(Pass(scode, fold(batch * nc), (("scratch", h), ("scratch", tot))))
         moved = [ks, is_, kd, id_, h] if argsort else [ks, kd, h]
         passes.append(Pass(xcode, grid, tuple(("scratch", w) for w in moved), uniform=uniform))
     # eight passes (even): the keys are back in K0 (and I0)
@@ -302,24 +311,47 @@ def _histogram(n: int, batch: int, bpr: int) -> str:
     return code + main(RT, fold(batch * bpr), ["K", "H"], _block(n, batch, bpr) + hist)
 
 
-def _offsets(batch: int, bpr: int) -> str:
-    """A workgroup a row turns its counts H into exclusive offsets, in (digit, block) order."""
+def _chunk(batch: int, bpr: int, nc: int) -> str:
+    """WGSL: this workgroup's `row` and chunk `ch` of H, and `s`, the sum of this thread's
+    `_PER` counts `v` (consecutive, so a workgroup reads its chunk in one sweep)."""
     m = DIGITS * bpr  # counts per row
-    per = -(-m // _SCAN)
-    scan = (
-        f"  if (wgi >= {batch}u) {{ return; }}\n"
-        f"  let base = wgi * {m}u; let lo = lid * {per}u;\n"
-        "  var s = 0u;\n"
-        f"  for (var i = 0u; i < {per}u; i = i + 1u) {{\n"
-        f"    if (lo + i < {m}u) {{ s = s + H[base + lo + i]; }}\n  }}\n"
-        + _inclusive_scan("sums", _SCAN, "s")
-        + "  var run = sums[lid] - s;\n"
-        f"  for (var i = 0u; i < {per}u; i = i + 1u) {{\n"
-        f"    if (lo + i < {m}u) {{ let v = H[base + lo + i]; H[base + lo + i] = run; run = run + v; }}\n"
-        "  }"
+    return (
+        f"  if (wgi >= {batch * nc}u) {{ return; }}\n"
+        f"  let row = wgi / {nc}u; let ch = wgi % {nc}u;\n"
+        f"  let lo = ch * {_CHUNK}u + lid * {_PER}u; let base = row * {m}u;\n"
+        f"  var v: array<u32, {_PER}>;\n  var s = 0u;\n"
+        f"  for (var i = 0u; i < {_PER}u; i = i + 1u) {{\n"
+        f"    if (lo + i < {m}u) {{ v[i] = H[base + lo + i]; s = s + v[i]; }}\n  }}\n"
     )
-    code = storage(0, "H", "u32", False) + f"\nvar<workgroup> sums: array<u32, {_SCAN}>;\n"
-    return code + main(_SCAN, fold(batch), ["H"], scan)
+
+
+def _chunk_sums(batch: int, bpr: int, nc: int) -> str:
+    """T[row][chunk]: the total of each chunk of a row's counts."""
+    body = _chunk(batch, bpr, nc) + _inclusive_scan("sums", _SCAN, "s")
+    body += f"  if (lid == {_SCAN - 1}u) {{ T[wgi] = sums[lid]; }}"
+    code = storage(0, "H", "u32", True) + "\n" + storage(1, "T", "u32", False) + "\n"
+    code += f"var<workgroup> sums: array<u32, {_SCAN}>;\n"
+    return code + main(_SCAN, fold(batch * nc), ["H", "T"], body)
+
+
+def _offsets(batch: int, bpr: int, nc: int) -> str:
+    """A row's counts H become exclusive offsets in (digit, block) order: each chunk adds the
+    totals of the row's earlier chunks (T) to its own scan."""
+    m = DIGITS * bpr
+    body = (
+        _chunk(batch, bpr, nc)
+        + "  var before = 0u;\n"
+        + f"  for (var c = lid; c < ch; c = c + {_SCAN}u) {{ before = before + T[row * {nc}u + c]; }}\n"
+        + _inclusive_scan("sums", _SCAN, "before")
+        + f"  let head = sums[{_SCAN - 1}u];\n  workgroupBarrier();\n"
+        + _inclusive_scan("sums", _SCAN, "s")
+        + "  var run = head + sums[lid] - s;\n"
+        f"  for (var i = 0u; i < {_PER}u; i = i + 1u) {{\n"
+        f"    if (lo + i < {m}u) {{ H[base + lo + i] = run; run = run + v[i]; }}\n  }}"
+    )
+    code = storage(0, "H", "u32", False) + "\n" + storage(1, "T", "u32", True) + "\n"
+    code += f"var<workgroup> sums: array<u32, {_SCAN}>;\n"
+    return code + main(_SCAN, fold(batch * nc), ["H", "T"], body)
 
 
 def _rank(n: int, batch: int, bpr: int, argsort: bool) -> str:
