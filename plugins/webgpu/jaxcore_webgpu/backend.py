@@ -252,11 +252,13 @@ class WebGpuBackend(QueuedBackend):
     def target(self) -> Any:
         """What the compiler needs to know about this adapter (jaxcore_webgpu.codegen.WgslTarget).
         `JAXCORE_WEBGPU_SUBGROUPS=0` compiles without subgroup ops on an adapter that has them (the
-        fallback, to compare both on one adapter)."""
+        fallback, to compare both on one adapter); `JAXCORE_WEBGPU_RADIX_SORT_FROM` sets the row
+        length from which Sort/Argsort take the radix sort (0: never)."""
         from jaxcore_webgpu.codegen import WgslTarget
-        from jaxcore_webgpu.routines.sort import RADIX_MIN
+        from jaxcore_webgpu.routines.sort import RADIX_MIN, RADIX_MIN_GPU
 
         lim, feat = self.gpu.limits, self.gpu.features
+        radix = RADIX_MIN if self.gpu.info.get("adapter_type") == "CPU" else RADIX_MIN_GPU
         subgroups = "subgroup" in feat and current_settings().plugin_flag("webgpu", "subgroups", default=True)
         return WgslTarget(
             has_f16="shader-f16" in feat,
@@ -270,14 +272,8 @@ class WebGpuBackend(QueuedBackend):
             max_storage_buffers_per_stage=lim["max-storage-buffers-per-shader-stage"],
             max_workgroup_storage=lim["max-compute-workgroup-storage-size"],
             exact_subnormals=self._exact_subnormals(),
-            radix_sort_from=self._radix_sort_from(RADIX_MIN),
+            radix_sort_from=current_settings().plugin_int("webgpu", "radix_sort_from", radix),
         )
-
-    def _radix_sort_from(self, default: int) -> int:
-        """Rows this long sort by radix: `JAXCORE_WEBGPU_RADIX_SORT_FROM` (0: never), else
-        `default` on a CPU adapter and never on a GPU (its bitonic network measured faster)."""
-        cpu = self.gpu.info.get("adapter_type") == "CPU"
-        return current_settings().plugin_int("webgpu", "radix_sort_from", default if cpu else 0)
 
     def _exact_subnormals(self) -> bool:
         """Spell float32 exact on subnormals: when this device flushes them (probed), or when

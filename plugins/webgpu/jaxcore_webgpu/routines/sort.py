@@ -1,6 +1,6 @@
 """Sort and stable Argsort along the last axis over order-preserving u32 keys: a bitonic network
-for rows shorter than `WgslTarget.radix_sort_from` (CPU adapters: `RADIX_MIN`), a stable LSD radix
-sort (`_radix`) from there.
+for rows shorter than `WgslTarget.radix_sort_from` (`RADIX_MIN` on CPU adapters, `RADIX_MIN_GPU`
+on GPUs), a stable LSD radix sort (`_radix`) from there.
 
 Each row is padded to the next power of two P with keys that sort last. Values become u32 keys
 whose unsigned order is the contract's order (floats: sign-magnitude flipped, every NaN the
@@ -226,10 +226,12 @@ def _multi_body(p: int, argsort: bool, levels: int) -> str:
 
 # ---- Argsort of long rows: a stable LSD radix sort ------------------------------------------------
 
-# Row length from which the radix sort beats the bitonic network on a CPU adapter (lavapipe: 65536
-# keys 129 -> 25 ms); on the H200 it does not (16M keys: sort 4.9 ms against 3.6, argsort even), so
-# GPUs keep the network (WgslTarget.radix_sort_from).
+# Row lengths from which the radix sort beats the bitonic network (WgslTarget.radix_sort_from): on
+# a CPU adapter 8192 (lavapipe: 65536 keys 129 -> 25 ms); on a GPU 2^24, where it was measured
+# (H100, since the offset scan runs over many workgroups: 16M keys, sort 3.11 ms against 4.25,
+# argsort 5.48 against 6.92; at 1M the network is faster, 0.81 against 1.02 ms a frontend step).
 RADIX_MIN = 1 << 13
+RADIX_MIN_GPU = 1 << 24
 RT = 128  # threads of a radix block
 RK = 16  # keys per thread, contiguous (the block's order is the input's: the sort stays stable)
 RB = RT * RK  # keys per block (a row is cut into blocks, none straddles two rows)
