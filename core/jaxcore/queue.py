@@ -3,7 +3,8 @@
 A GPU pays a fixed price per submit (about 100 µs to encode, submit and wait for one dispatch),
 while a dispatch recorded into an open command encoder costs a few µs. `QueuedBackend` is the
 base a GPU plugin builds on: `dispatch` records into the open batch; the batch is submitted when
-something must be read, when it is full (`batch_limit` dispatches), or on `flush()`. Nothing the
+something must be read, when it is full (`batch_limit` dispatches), every `early_submit`
+dispatches while the device has nothing left to run, or on `flush()`. Nothing the
 caller does waits for the device except a read:
 
 - `dec_ref` never stalls. The buffer goes back to the pool (jaxcore.pool) when the last batch that
@@ -98,6 +99,11 @@ class QueuedBackend(BaseBackend):
     """BaseBackend with recorded dispatches, batched submits, deferred frees and a buffer pool."""
 
     batch_limit: int = 2048  # dispatches per batch (also bounded by a plugin's timestamp slots)
+    # Every this many dispatches the open batch is submitted if the device has run all the work
+    # before it, so that the device starts on a long chain while the host records the rest instead
+    # of after the read (1,000 dependent tiny dispatches: host and device time overlap, not add).
+    # 0: only full batches, reads and flush() submit.
+    early_submit: int = 64
     max_in_flight: int = 8  # submitted batches the host may run ahead of the device
     max_cached_bytes: int = 1 << 30  # freed buffers the pool keeps for reuse
 
@@ -290,7 +296,7 @@ class QueuedBackend(BaseBackend):
                 batch.ops.append((exe, bufs))
                 first.used_in = handle.used_in = handle.written_in = batch.id
                 batch.count += 1
-                if batch.count >= self.batch_limit:
+                if batch.count >= self.batch_limit or self._idle_at(batch.count):
                     self.flush()
             return
         else:
@@ -313,8 +319,16 @@ class QueuedBackend(BaseBackend):
                 b.used_in = bid
             handle.written_in = bid
             batch.count += 1
-            if batch.count >= self.batch_limit:
+            if batch.count >= self.batch_limit or self._idle_at(batch.count):
                 self.flush()
+
+    def _idle_at(self, count: int) -> bool:
+        """Whether an open batch of `count` dispatches goes to the device now (`early_submit`):
+        at each multiple of it, when every batch submitted before has run. Call with the lock held."""
+        early = self.early_submit
+        if not early or count % early:
+            return False
+        return not self._in_flight or self._is_done(self._in_flight[-1].token)
 
     def _learn(self, exe: Executable) -> None:
         """Keep on `exe` what `dispatch`'s fast path needs (False: none), after a dispatch of it
@@ -459,7 +473,7 @@ class QueuedBackend(BaseBackend):
             if timed:
                 late = tracing.LateTime()
                 batch.late.append(late)
-            if batch.count >= self.batch_limit:
+            if batch.count >= self.batch_limit or self._idle_at(batch.count):
                 self.flush()
         return late
 

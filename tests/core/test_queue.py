@@ -108,6 +108,33 @@ def test_dispatch_records_and_a_read_of_its_output_submits(q, plus1):
     assert q.tokens == 1 and q.stats.extra["flushes_for_read"] == 1
 
 
+def test_a_long_chain_goes_to_an_idle_device_every_early_submit_dispatches(q, plus1):
+    """The device starts on a chain while the host records the rest, but only when it has run
+    what it was given (a busy device gets one batch at the read, as before)."""
+    q.early_submit = 4
+    x = np.zeros(N, np.float32)
+    cur = put(q, x)
+    tokens = []
+    for i in range(1, 13):
+        nxt = q.malloc(4 * N)
+        q.dispatch(plus1, [cur], [nxt])
+        q.dec_ref(cur)
+        cur = nxt
+        tokens.append(q.tokens)
+        if i == 8:
+            q.run_device()  # the device catches up: the next multiple of 4 submits again
+    assert tokens == [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2]  # at 8 the first batch had not run
+    np.testing.assert_array_equal(np.frombuffer(q.read(cur), np.float32), x + 12)
+    q.early_submit = 0
+    for _ in range(8):
+        nxt = q.malloc(4 * N)
+        q.dispatch(plus1, [cur], [nxt])
+        q.dec_ref(cur)
+        cur = nxt
+    assert q.tokens == 2 and q.pending_dispatches() == 8  # off: only a read will submit
+    q.dec_ref(cur)
+
+
 def test_dec_ref_parks_storage_until_the_batch_has_run(q, plus1):
     a, out = put(q, np.zeros(N, np.float32)), q.malloc(4 * N)
     q.dispatch(plus1, [a], [out])
@@ -123,6 +150,7 @@ def test_dec_ref_parks_storage_until_the_batch_has_run(q, plus1):
 
 
 def test_storage_freed_inside_the_open_batch_is_reused_by_later_work_there(q, plus1):
+    q.early_submit = 0  # one open batch throughout
     cur = put(q, np.zeros(N, np.float32))
     for _ in range(100):
         nxt = q.malloc(4 * N)
