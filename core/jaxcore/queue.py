@@ -296,7 +296,7 @@ class QueuedBackend(BaseBackend):
                 batch.ops.append((exe, bufs))
                 first.used_in = handle.used_in = handle.written_in = batch.id
                 batch.count += 1
-                if batch.count >= self.batch_limit or self._idle_at(batch.count):
+                if self._submit_due(batch.count):
                     self.flush()
             return
         else:
@@ -319,12 +319,15 @@ class QueuedBackend(BaseBackend):
                 b.used_in = bid
             handle.written_in = bid
             batch.count += 1
-            if batch.count >= self.batch_limit or self._idle_at(batch.count):
+            if self._submit_due(batch.count):
                 self.flush()
 
-    def _idle_at(self, count: int) -> bool:
-        """Whether an open batch of `count` dispatches goes to the device now (`early_submit`):
-        at each multiple of it, when every batch submitted before has run. Call with the lock held."""
+    def _submit_due(self, count: int) -> bool:
+        """Whether an open batch of `count` dispatches goes to the device now: it is full, or
+        `count` is a multiple of `early_submit` and every batch submitted before has run. Call
+        with the lock held."""
+        if count >= self.batch_limit:
+            return True
         early = self.early_submit
         if not early or count % early:
             return False
@@ -473,7 +476,7 @@ class QueuedBackend(BaseBackend):
             if timed:
                 late = tracing.LateTime()
                 batch.late.append(late)
-            if batch.count >= self.batch_limit or self._idle_at(batch.count):
+            if self._submit_due(batch.count):
                 self.flush()
         return late
 

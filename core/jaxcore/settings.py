@@ -87,6 +87,11 @@ def _default_cache_dir(environ: Mapping[str, str]) -> Path:
     return (Path(base).expanduser() if base else Path.home() / ".cache") / "jaxcore"
 
 
+def _plugin_prefix(name: str) -> str:
+    """Where plugin `name`'s variables start: `JAXCORE_WASM_` for "wasm"."""
+    return f"{PREFIX}{name.upper().replace('-', '_')}_"
+
+
 class SettingError(ValueError):
     """A malformed setting: what the variable holds and what it takes (a device reports it as its fix)."""
 
@@ -129,12 +134,12 @@ class Settings:
 
     def plugin_flag(self, name: str, key: str, default: bool) -> bool:
         """A boolean plugin setting (`JAXCORE_WASM_DISK_CACHE=0`), parsed like the core's own flags."""
-        var = f"{PREFIX}{name.upper().replace('-', '_')}_{key.upper()}"
+        var = _plugin_prefix(name) + key.upper()
         return _flag(self.env, var) if self.env.get(var, "").strip() else default
 
     def plugin_int(self, name: str, key: str, default: int, minimum: int = 0) -> int:
         """An integer plugin setting (`JAXCORE_WASM_THREADS=4`), with a clear error when malformed."""
-        var = f"{PREFIX}{name.upper().replace('-', '_')}_{key.upper()}"
+        var = _plugin_prefix(name) + key.upper()
         raw = self.env.get(var, "").strip()
         if not raw:
             return default
@@ -148,7 +153,7 @@ class Settings:
 
     def plugin(self, name: str) -> dict[str, str]:
         """Plugin-specific settings: `JAXCORE_WASM_THREADS=4` gives `plugin("wasm") == {"threads": "4"}`."""
-        pre = f"{PREFIX}{name.upper().replace('-', '_')}_"
+        pre = _plugin_prefix(name)
         return {k[len(pre) :].lower(): v for k, v in self.env.items() if k.startswith(pre)}
 
 

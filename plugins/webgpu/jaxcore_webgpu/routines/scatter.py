@@ -91,28 +91,30 @@ def _half_cas(value: str, add: bool) -> str:
     )
 
 
-def _float_cas(exact: bool) -> str:
-    """Add `v` to float32 slot `t` of a u32 view by compare-and-swap; `exact`: with the helper
-    exact on subnormals (WgslTarget.exact_subnormals)."""
+def _float_cas(exact: bool) -> tuple[str, str]:
+    """WGSL adding `v` to float32 slot `t` of a u32 view by compare-and-swap, and the helpers it
+    calls; `exact`: with the add exact on subnormals (WgslTarget.exact_subnormals)."""
     total = "jc_add_f32(bitcast<f32>(old), v)" if exact else "bitcast<f32>(old) + v"
-    return (
+    code = (
         "  loop {\n    let old = atomicLoad(&out0[t]);\n"
         f"    let nw = bitcast<u32>({total});\n"
         "    if (atomicCompareExchangeWeak(&out0[t], old, nw).exchanged) { break; }\n  }\n"
     )
+    return code, helpers(["jc_add_f32"]) if exact else ""
 
 
-def _update(dtype: DType, ty: str, accumulate: bool, exact: bool) -> tuple[str, str]:
-    """out0's element type, and the WGSL that adds or stores update `gid` at `t`."""
+def _update(dtype: DType, ty: str, accumulate: bool, exact: bool) -> tuple[str, str, str]:
+    """out0's element type, the WGSL that adds or stores update `gid` at `t`, and its helpers."""
     if accumulate and dtype in (DType.int32, DType.uint32, DType.bool):
         if dtype == DType.bool:
-            return f"atomic<{ty}>", "  if (in0[gid] != 0i) { atomicOr(&out0[t], 1i); }\n"
-        return f"atomic<{ty}>", "  atomicAdd(&out0[t], in0[gid]);\n"
+            return f"atomic<{ty}>", "  if (in0[gid] != 0i) { atomicOr(&out0[t], 1i); }\n", ""
+        return f"atomic<{ty}>", "  atomicAdd(&out0[t], in0[gid]);\n", ""
     if accumulate and dtype == DType.float32:
-        return "atomic<u32>", "  let v = in0[gid];\n" + _float_cas(exact)
+        cas, tail = _float_cas(exact)
+        return "atomic<u32>", "  let v = in0[gid];\n" + cas, tail
     if accumulate or dtype == DType.float16:  # float16 (a float64 add: undeclared)
-        return "atomic<u32>", "  let v = in0[gid];\n" + _half_cas("v", accumulate)
-    return ty, "  out0[t] = in0[gid];\n"
+        return "atomic<u32>", "  let v = in0[gid];\n" + _half_cas("v", accumulate), ""
+    return ty, "  out0[t] = in0[gid];\n", ""
 
 
 def plan_scatter(routine: Routine, target: object = None) -> Plan:
@@ -137,15 +139,14 @@ def plan_scatter(routine: Routine, target: object = None) -> Plan:
         return Plan(tuple(passes), sizes)
     ins = [inp(0, ty)] + [inp(1 + a, wgsl_type(routine.type.input_dtypes[1 + a])) for a in range(len(p.axis))]
     exact = getattr(target, "exact_subnormals", True)
-    out_ty, op = _update(dtype, ty, p.accumulate, exact)
-    out = Buf("out0", out_ty, ("out", 0))
     tgt = _target(routine) + "  if (!ok) { return; }\n"
-    hdr = header([dtype])
-    exact_add = helpers(["jc_add_f32"]) if "jc_add_f32" in op else ""
     if p.accumulate and dtype == DType.float32 and getattr(target, "has_f32_atomics", False):
         return _float_atomic_add(ins, tgt, n_out, n_up, exact)
+    out_ty, op, tail = _update(dtype, ty, p.accumulate, exact)
+    out = Buf("out0", out_ty, ("out", 0))
+    hdr = header([dtype])
     if not last_wins:
-        passes.append(elementwise_pass([*ins, out], tgt + op, n_up, hdr, exact_add))
+        passes.append(elementwise_pass([*ins, out], tgt + op, n_up, hdr, tail))
         return Plan(tuple(passes), sizes)
     # last write wins: the largest update number per target, then only it stores
     win = scratch("win", "atomic<u32>", 0)
@@ -162,11 +163,12 @@ def _float_atomic_add(ins: list[Buf], tgt: str, n_out: int, n_up: int, exact: bo
     clear = "  out0[gid] = 0u;\n  if (gid == 0u) { flag[0] = 0u; }\n"
     big = "  let v = in0[gid];\n  if (" + SMALL + ") { flag[0] = 1u; return; }\n"
     small = "  if (flag[0] == 0u) { return; }\n  let v = in0[gid];\n  if (!(" + SMALL + ")) { return; }\n"
+    cas, tail = _float_cas(exact)
     passes = [
         elementwise_pass([outp(0, "u32"), flag], clear, n_out),
         elementwise_pass([*ins, Buf("out0", "atomic<f32>", ("out", 0)), flag], big + tgt
                          + "  atomicAdd(&out0[t], v);\n", n_up),
-        elementwise_pass([*ins, Buf("out0", "atomic<u32>", ("out", 0)), flag], small + tgt
-                         + _float_cas(exact), n_up, tail=helpers(["jc_add_f32"]) if exact else ""),
+        elementwise_pass([*ins, Buf("out0", "atomic<u32>", ("out", 0)), flag], small + tgt + cas, n_up,
+                         tail=tail),
     ]  # fmt: skip
     return Plan(tuple(passes), (16,))

@@ -247,11 +247,10 @@ def _radix(dtype: DType, batch: int, n: int, argsort: bool) -> Plan:
     The bitonic network moves every key log2(n)^2 / 2 times; this moves it eight times. Each pass:
     `_histogram` counts the digits of every block (H[row][digit][block]), `_chunk_sums` and
     `_offsets` turn a row's counts into exclusive offsets in (digit, block) order (a scan over
-    many workgroups: one a row was a serial loop that took most of the sort's time), and
-    `_rank` ranks each block's keys (per
-    thread counts, a workgroup scan in (digit, thread) order: equal digits keep their input
-    order) and writes them at their offsets. Argsort's ties (and -0 with +0, NaN with NaN: one
-    key each) keep the input order because every pass is stable."""
+    many workgroups: one a row was a serial loop that took most of the sort's time), and `_rank`
+    ranks each block's keys (per thread counts, a workgroup scan in (digit, thread) order: equal
+    digits keep their input order) and writes them at their offsets. Argsort's ties (and -0 with
+    +0, NaN with NaN: one key each) keep the input order because every pass is stable."""
     bpr = -(-n // RB)  # blocks per row
     nc = -(-DIGITS * bpr // _CHUNK)  # offset-scan chunks per row
     kb, hb, tb = max(16, batch * n * 4), max(16, batch * DIGITS * bpr * 4), max(16, batch * nc * 4)
@@ -331,9 +330,7 @@ def _chunk_sums(batch: int, bpr: int, nc: int) -> str:
     """T[row][chunk]: the total of each chunk of a row's counts."""
     body = _chunk(batch, bpr, nc) + _inclusive_scan("sums", _SCAN, "s")
     body += f"  if (lid == {_SCAN - 1}u) {{ T[wgi] = sums[lid]; }}"
-    code = storage(0, "H", "u32", True) + "\n" + storage(1, "T", "u32", False) + "\n"
-    code += f"var<workgroup> sums: array<u32, {_SCAN}>;\n"
-    return code + main(_SCAN, fold(batch * nc), ["H", "T"], body)
+    return _scan_shader(batch * nc, body, writes_h=False)
 
 
 def _offsets(batch: int, bpr: int, nc: int) -> str:
@@ -351,9 +348,14 @@ def _offsets(batch: int, bpr: int, nc: int) -> str:
         f"  for (var i = 0u; i < {_PER}u; i = i + 1u) {{\n"
         f"    if (lo + i < {m}u) {{ H[base + lo + i] = run; run = run + v[i]; }}\n  }}"
     )
-    code = storage(0, "H", "u32", False) + "\n" + storage(1, "T", "u32", True) + "\n"
+    return _scan_shader(batch * nc, body, writes_h=True)
+
+
+def _scan_shader(groups: int, body: str, writes_h: bool) -> str:
+    """An offset-scan shader over H (counts) and T (chunk totals): the one it writes is read_write."""
+    code = storage(0, "H", "u32", not writes_h) + "\n" + storage(1, "T", "u32", writes_h) + "\n"
     code += f"var<workgroup> sums: array<u32, {_SCAN}>;\n"
-    return code + main(_SCAN, fold(batch * nc), ["H", "T"], body)
+    return code + main(_SCAN, fold(groups), ["H", "T"], body)
 
 
 def _rank(n: int, batch: int, bpr: int, argsort: bool) -> str:
