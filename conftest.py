@@ -179,9 +179,26 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
 
 # With pytest-xdist (`make test` runs two workers), each test file goes to one worker, except that
-# the in-tree conformance run and the browser tests share one: the parity tests replay in Chromium
-# what that run recorded in the same process.
-_RECORDED_TOGETHER = ("tests/test_conformance_intree.py", "tests/browser/")
+# the browser tests and the in-tree conformance run's webgpu and webgl cases share one (the parity
+# tests replay in Chromium what those cases recorded in the same process), and the conformance
+# run's other devices go out a device at a time (so the other worker takes them: the recorded
+# share is the run's longest).
+_CONFORMANCE = "tests/test_conformance_intree.py"
+_RECORDED_DEVICES = ("webgpu", "webgl")
+
+
+def _xdist_scope(nodeid: str) -> str:
+    """The scope a test is scheduled with: tests of one scope run on one worker, in order."""
+    path, _, rest = nodeid.partition("::")
+    if path.startswith("tests/browser/"):
+        return "recorded"
+    if path != _CONFORMANCE:
+        return path
+    params = rest.partition("[")[2].rstrip("]")
+    device = next((d for d in _RECORDED_DEVICES if params == d or params.startswith(d + "-")), None)
+    if device is not None or not params:
+        return "recorded"
+    return f"{path}[{params.split('-', 1)[0]}]"
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -190,7 +207,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     class ByFile(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return "recorded" if path.startswith(_RECORDED_TOGETHER) else path
+            return _xdist_scope(nodeid)
 
     return ByFile(config, log)
