@@ -25,6 +25,8 @@ function (`jaxcore.cstyle` generates `jc_f16_round`, `jc_f16_value`, `jc_f16_bit
 
 from __future__ import annotations
 
+import numpy as np
+
 from jaxcore.alu import NORMAL_RANGE, AluExp, AluOp
 from jaxcore.dtype import DType
 
@@ -33,6 +35,15 @@ F16_VALUE = "jc_f16_value"
 F16_BITS = "jc_f16_bits"
 
 _U32, _F32 = DType.uint32, DType.float32
+
+
+def held_bits(v: float) -> int:
+    """The float32 bits a float16 constant is held as: its value, or for a NaN its float16 sign
+    and payload moved into place (the signalling bit too, which a float conversion would set)."""
+    h = int(np.array(v, np.float64).astype(np.float16).view(np.uint16))
+    if h & 0x7C00 != 0x7C00:
+        return int(np.float32(np.uint16(h).view(np.float16)).view(np.uint32))
+    return ((h & 0x8000) << 16) | 0x7F800000 | ((h & 0x3FF) << 13)
 
 
 def _u(v: int) -> AluExp:

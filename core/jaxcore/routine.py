@@ -103,6 +103,13 @@ class RoutineType:
             object.__setattr__(self, shapes_f, shapes)
             object.__setattr__(self, dtypes_f, dtypes)
 
+    def operand(self, i: int = 0, core: int = 2) -> tuple[DType, Shape, int]:
+        """Input `i`'s dtype, its last `core` axes (a matrix's two, a row's one) and how many of
+        those it holds (the product of the axes before them): what a batched routine loops over."""
+        shape = self.input_shapes[i]
+        lead = len(shape) - core
+        return self.input_dtypes[i], shape[lead:], math.prod(shape[:lead])
+
     def __str__(self) -> str:
         def side(shapes: tuple[Shape, ...], dtypes: tuple[DType, ...]) -> str:
             return "(" + ", ".join(f"{d}{_fmt_shape(s)}" for s, d in zip(shapes, dtypes)) + ")"

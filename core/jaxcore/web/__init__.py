@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from jaxcore.dtype import byte_width
+from jaxcore.kernel import Kernel
 from jaxcore.record import Pipeline
 
 FORMAT = "jaxcore-web-bundle"
@@ -35,6 +38,26 @@ _UNSUPPORTED = re.compile(r"^\s*(?:import\b|export\s+(?:default\b|\{|\*))", re.M
 
 class BundleError(ValueError):
     """Pipelines that cannot go into one bundle (the message says why)."""
+
+
+def interface(source: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """An exported program's inputs and outputs ({"bytes", "dtype", "shape"}; a kernel's inputs
+    have bytes only: its key does not say their dtypes) and what it computes (its "source"), for
+    the executable's source, a Kernel or a Routine. Every device's exporter writes these keys."""
+    if isinstance(source, Kernel):
+        ins: list[dict[str, Any]] = [{"bytes": n} for n in source.input_bytes()]
+        outs = [{"bytes": source.bytes, "dtype": str(source.dtype)}]
+        return ins, outs, {"kind": "kernel", "key": source.key()}
+    t = source.type
+
+    def arrays(shapes: Any, dtypes: Any) -> list[dict[str, Any]]:
+        return [
+            {"bytes": math.prod(s) * byte_width(d), "dtype": str(d), "shape": list(s)}
+            for s, d in zip(shapes, dtypes, strict=True)
+        ]
+
+    ins, outs = arrays(t.input_shapes, t.input_dtypes), arrays(t.output_shapes, t.output_dtypes)
+    return ins, outs, {"kind": "routine", "name": str(source.name), "key": str(source.key())}
 
 
 def asset(name: str) -> str:

@@ -17,15 +17,13 @@ bodies; llvmpipe compiles the loop 6x faster).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from jaxcore.backend import Executable
-from jaxcore.dtype import byte_width
 from jaxcore.kernel import Kernel
-from jaxcore.web import classic_script
+from jaxcore.web import classic_script, interface
 from jaxcore_webgl.device import TEXEL_BYTES, VERTEX_SHADER, texture_dims
 
 FORMAT = "jaxcore-webgl-program"
@@ -105,17 +103,6 @@ class _Replay:
         self.passes.append({"shader": shader, "inputs": [t.id for t in inputs], **draw})
 
 
-def _io(src: Any) -> tuple[list[tuple[int, str | None]], list[tuple[int, str]], dict[str, Any]]:
-    ins: list[tuple[int, str | None]]
-    if isinstance(src, Kernel):
-        ins = [(n, None) for n in src.input_bytes()]
-        return ins, [(src.bytes, str(src.dtype))], {"kind": "kernel", "key": src.key()}
-    t = src.type
-    ins = [(math.prod(s) * byte_width(d), str(d)) for s, d in zip(t.input_shapes, t.input_dtypes)]
-    outs = [(math.prod(s) * byte_width(d), str(d)) for s, d in zip(t.output_shapes, t.output_dtypes)]
-    return ins, outs, {"kind": "routine", "name": str(src.name), "key": str(src.key())}
-
-
 def export(backend: Any, exe: Executable) -> dict[str, Any]:
     """The browser program for `exe`, prepared by the webgl `backend` (see the module docstring)."""
     from jaxcore_webgl.backend import KernelExe
@@ -126,9 +113,9 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
         name = getattr(backend, "name", backend)
         raise ExportError(f"{name!r} is not a webgl backend (it holds no linked programs)")
     replay = _Replay(backend.info.max_texture_size, {id(p): s for s, p in programs.items()})
-    ins, outs, desc = _io(exe.source)
-    in_tex = [replay.texture(max(n, 1), "in", i) for i, (n, _) in enumerate(ins)]
-    out_tex = [replay.texture(max(n, 1), "out", i) for i, (n, _) in enumerate(outs)]
+    ins, outs, desc = interface(exe.source)
+    in_tex = [replay.texture(max(x["bytes"], 1), "in", i) for i, x in enumerate(ins)]
+    out_tex = [replay.texture(max(x["bytes"], 1), "out", i) for i, x in enumerate(outs)]
     data = exe.data
     if isinstance(exe.source, Kernel) and not hasattr(data, "run"):
         # run as parts here (Capabilities.max_kernel_cost, a dead reduction dropped): the browser
@@ -144,8 +131,8 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
         "version": VERSION,
         "source": desc,
         "texel_bytes": TEXEL_BYTES,
-        "inputs": [{"bytes": n, **({"dtype": d} if d else {})} for n, d in ins],
-        "outputs": [{"bytes": n, "dtype": d, "texture": t.id} for (n, d), t in zip(outs, out_tex)],
+        "inputs": ins,
+        "outputs": [{**o, "texture": t.id} for o, t in zip(outs, out_tex, strict=True)],
         "textures": replay.textures,
         "vertex": VERTEX_SHADER,
         "shaders": replay.shaders,

@@ -13,7 +13,6 @@ are copied, ping-ponging between two textures; no shader loops longer than a mat
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 
 from jaxcore.plugin import DType, FftParams, JacobiEighParams, Routine, Routines, TriangularSolveParams
@@ -81,9 +80,8 @@ class Passes:
 
 def triangular_solve_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
     """x a^T = b row by row of b: x_i = (b_i - sum_{j>i} a_ij x_j) / a_ii, i = n-1 .. 0."""
-    t = routine.type
-    (a_shape, b_shape), dtype = t.input_shapes, t.input_dtypes[1]
-    n, m, batch = a_shape[-1], b_shape[-2], math.prod(a_shape[:-2])
+    _, (_, n), batch = routine.type.operand(0)
+    dtype, (m, _), _ = routine.type.operand(1)
     unit = isinstance(routine.params, TriangularSolveParams) and routine.params.unit_diagonal
     wa, wb = batch * n * n, batch * m * n
     div = "" if unit else f" / r0(bb * {n * n} + i * {n} + i)"
@@ -113,9 +111,8 @@ def triangular_solve_plan(dev: Device, routine: Routine, max_size: int) -> PassP
 
 def cholesky_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
     """Column j of L per pass (reads only the lower triangle of a; the upper is written as 0)."""
-    shape, dtype = routine.type.input_shapes[0], routine.type.input_dtypes[0]
-    n = shape[-1]
-    w = math.prod(shape[:-2]) * n * n
+    dtype, (_, n), batch = routine.type.operand(0)
+    w = batch * n * n
     body = (
         f"  int c = e % {n}; int r = (e / {n}) % {n}; int base = (e / {n * n}) * {n * n};\n"
         "  if (c != u_j) return ld1(e);\n  int j = u_j;\n  if (r < j) return 0u;\n"
@@ -147,9 +144,8 @@ def cholesky_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
 def lu_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
     """Step j: pivot p = first max |lu[i][j]| over i >= j (NaN never wins; a NaN at j stays), swap
     rows j and p, then (if the pivot is nonzero) store multipliers below it and update the rest."""
-    shape, dtype = routine.type.input_shapes[0], routine.type.input_dtypes[0]
-    m, n = shape[-2:]
-    k, batch = min(m, n), math.prod(shape[:-2])
+    dtype, (m, n), batch = routine.type.operand(0)
+    k = min(m, n)
     w, wp, wv = batch * m * n, batch * m, batch * k  # the matrix, perm and pivots (int32 words)
     pivot = (
         "int pivot(int base, int j) {\n"
@@ -217,11 +213,10 @@ CIS = """vec2 cis(int num, int den) {
 
 def fft_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
     """Mixed-radix Stockham passes (natural order out, any factor order); the inverse scales by 1/n."""
-    shape, dtype = routine.type.input_shapes[0], routine.type.input_dtypes[0]
+    dtype, (n,), rows = routine.type.operand(0, 1)
     params = routine.params
     assert isinstance(params, FftParams)
-    n = shape[-1]
-    total = math.prod(shape[:-1]) * n
+    total = rows * n
     p = Passes(dev, max_size)
     half = "unpackHalf2x16(ld{}(e >> 1))[e & 1]"
     load = f"vec2({half.format(0)}, {half.format(1)})" if dtype == F16 else "vec2(r0(e), r1(e))"
@@ -313,10 +308,9 @@ def jacobi_eigh_plan(dev: Device, routine: Routine, max_size: int) -> PassPlan:
     """Cyclic Jacobi: one pass pair per rotation (V first, since it needs A before the rotation),
     a convergence flag per matrix after every sweep (read back to stop early; a converged or NaN
     matrix is copied untouched), the threshold tolerance * max(1, max |lower|) fixed at the start."""
-    shape, dtype = routine.type.input_shapes[0], routine.type.input_dtypes[0]
+    dtype, (_, n), batch = routine.type.operand(0)
     params = routine.params
     assert isinstance(params, JacobiEighParams)
-    n, batch = shape[-1], math.prod(shape[:-2])
     w = batch * n * n
     p = Passes(dev, max_size)
     widen, out = p.widen(dtype, w), p.narrow(dtype, w)

@@ -81,9 +81,7 @@ def _element(dtype: DType, gid: int, i: str) -> str:
 
 def sort_plan(dev: Device, routine: Routine, max_texture_size: int) -> PassPlan:
     """Sort/Argsort: the (key, index) pairs, one pass per comparator column, then the outputs."""
-    t = routine.type
-    shape, dtype = t.input_shapes[0], t.input_dtypes[0]
-    n, batch = shape[-1], math.prod(shape[:-1])
+    dtype, (n,), batch = routine.type.operand(0, 1)
     big_n = 1 << max(0, math.ceil(math.log2(n))) if n > 1 else 1
     f16 = dtype == DType.float16
 

@@ -395,20 +395,8 @@ class WebGpuBackend(QueuedBackend):
         outputs: list[QueuedBuffer],
         timed: bool,
     ) -> None:
+        """Every pass of `exe` into the open compute pass (its repeats take `_fast_recorder`)."""
         plan: CompiledPlan = exe.data
-        one = plan.single
-        bufs = inputs + outputs
-        if one is not None and not timed and len(bufs) == len(one.bindings):
-            # The common case: one pass over the kernel's own buffers, into the open compute pass.
-            if rec.cpass is None:
-                self._begin_pass(rec)
-            cid = rec.cpass_id
-            if rec.pipeline is not one.pipeline:  # each native call costs: skip a repeated one
-                _set_pipeline(cid, one.pipeline_id)
-                rec.pipeline = one.pipeline
-            _set_bind_group(cid, 0, self._bind_group(one.layout, bufs)._internal, 0, _NULL)
-            _dispatch(cid, *one.grid)
-            return
         scratch = [self._temporary(n) for n in plan.scratch]
         sets = {"in": inputs, "out": outputs, "scratch": scratch}
         timed = timed and self._timing_slots(rec)
@@ -433,7 +421,7 @@ class WebGpuBackend(QueuedBackend):
             if not (p.grid[0] and p.grid[1] and p.grid[2]):
                 continue
             bufs = [sets[kind][i] for kind, i in p.bindings]
-            if rec.pipeline is not p.pipeline:
+            if rec.pipeline is not p.pipeline:  # each native call costs: skip a repeated one
                 _set_pipeline(cid, p.pipeline_id)
                 rec.pipeline = p.pipeline
             _set_bind_group(cid, 0, self._bind_group(p.layout, bufs)._internal, 0, _NULL)

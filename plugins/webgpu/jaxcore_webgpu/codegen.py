@@ -128,21 +128,6 @@ def _check_dtypes(dtypes: set[DType], target: WgslTarget) -> None:
         raise UnsupportedOpError(None, DType.float64, "webgpu", "the adapter lacks shader-f64")
 
 
-def _check_inputs(kernel: Kernel, *exps: AluExp | None) -> None:
-    """A binding has one element type: an input read as two dtypes is refused."""
-    seen: dict[int, DType] = {}
-    for e in exps:
-        if e is None:
-            continue
-        for n in e.nodes():
-            if n.op == AluOp.GlobalIndex:
-                gid = n.arg[0]
-                if seen.setdefault(gid, n.dtype) != n.dtype:
-                    raise UnsupportedOpError(
-                        AluOp.GlobalIndex, n.dtype, "webgpu", f"input {gid} read as {seen[gid]} and {n.dtype}"
-                    )
-
-
 def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WGSL_TRAITS) -> ShaderPlan:
     """WGSL for `kernel` on `target`: a `ShaderPlan` of one or two passes (see the module doc)."""
     kernel = fold_on_keys(kernel)
@@ -154,7 +139,6 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
     dtypes = _dtypes_used(exp, epilogue, out_idx) | {kernel.dtype}
     _check_dtypes(dtypes, target)
     lang.features = {"f64"} if DType.float64 in dtypes else set()
-    _check_inputs(kernel, exp, epilogue)
     n_bufs = kernel.nargs + 1 + (1 if tune.size.split > 1 else 0)
     if n_bufs > target.max_storage_buffers_per_stage:
         raise UnsupportedOpError(
@@ -186,7 +170,12 @@ def _kind(p: Param) -> str:
 
 
 def _shader(lang: WGSLLanguage, program: Program) -> ShaderProgram:
-    """`program` rendered, with the bindings and features the runtime needs to run it."""
+    """`program` rendered, with the bindings and features the runtime needs to run it. A binding
+    has one element type: an input read as two dtypes is refused."""
+    for p in program.params:
+        if len(p.dtypes) > 1:
+            why = f"input {p.index} read as {' and '.join(map(str, p.dtypes))}"
+            raise UnsupportedOpError(AluOp.GlobalIndex, p.dtypes[1], "webgpu", why)
     code = lang.render_program(program)
     bindings = tuple(
         Binding(b, _kind(p), p.index, dtype, p.elements, not (p.output or p.scratch))

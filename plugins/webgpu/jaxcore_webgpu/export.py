@@ -17,15 +17,12 @@ subgroups;`, and `requires subgroup_id;` for the subgroup_id/num_subgroups built
 from __future__ import annotations
 
 import base64
-import math
 import re
 from importlib import resources
 from typing import Any
 
 from jaxcore.backend import Executable
-from jaxcore.dtype import byte_width
-from jaxcore.kernel import Kernel
-from jaxcore.web import classic_script
+from jaxcore.web import classic_script, interface
 
 FORMAT = "jaxcore-webgpu-program"
 VERSION = 1
@@ -71,24 +68,6 @@ def _layout(code: str) -> dict[int, str]:
     return out
 
 
-def _io(src: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """Inputs and outputs (bytes, dtype) and a description of what the executable computes."""
-    if isinstance(src, Kernel):
-        ins: list[dict[str, Any]] = [{"bytes": n} for n in src.input_bytes()]
-        outs = [{"bytes": src.bytes, "dtype": str(src.dtype)}]
-        return ins, outs, {"kind": "kernel", "key": src.key()}
-    t = src.type
-
-    def arrays(shapes: Any, dtypes: Any) -> list[dict[str, Any]]:
-        return [
-            {"bytes": math.prod(s) * byte_width(d), "dtype": str(d), "shape": list(s)}
-            for s, d in zip(shapes, dtypes)
-        ]
-
-    ins, outs = arrays(t.input_shapes, t.input_dtypes), arrays(t.output_shapes, t.output_dtypes)
-    return ins, outs, {"kind": "routine", "name": str(src.name), "key": str(src.key())}
-
-
 def export(backend: Any, exe: Executable) -> dict[str, Any]:
     """The browser program for `exe`, prepared by the webgpu `backend` (see the module docstring)."""
     browser_plan = getattr(backend, "browser_plan", None)
@@ -97,7 +76,7 @@ def export(backend: Any, exe: Executable) -> dict[str, Any]:
         steps = [(p, p.code, p.uniform) for p in plan.passes]
     else:
         steps = _compiled_steps(backend, exe.data)
-    ins, outs, desc = _io(exe.source)  # a kernel input may be larger: the runner binds what it is given
+    ins, outs, desc = interface(exe.source)  # a kernel input may be larger: the runner binds what it is given
     index: dict[str, int] = {}  # shader text -> its number
     passes = []
     for p, native, uniform_bytes in steps:

@@ -19,7 +19,7 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,43 +102,43 @@ class PipelineCache:
     def pipeline(self, code: str, entry: str) -> Any:
         key = (code, entry)
         with self._lock:
-            pipe = self._pipelines.get(key)
-            if pipe is not None:
-                self._pipelines.move_to_end(key)
-                self.hits += 1
-                return pipe
-            self._dump(code)
-            try:
-                module = self.device.create_shader_module(code=code)
-                pipe = self.device.create_compute_pipeline(
-                    layout="auto", compute={"module": module, "entry_point": entry}
-                )
-            except Exception as e:
-                raise ShaderError(f"wgpu rejected a WGSL shader: {e}\n{_numbered(code)}") from None
-            self._keep(key, pipe)
-            self.compiles += 1
+            pipe = self._hit(key)
+            if pipe is None:
+                with self._compiling(code) as module:
+                    pipe = self.device.create_compute_pipeline(
+                        layout="auto", compute=module | {"entry_point": entry}
+                    )
+                self._keep(key, pipe)
             return pipe
 
     async def pipeline_async(self, code: str, entry: str) -> Any:
         """`pipeline`, with wgpu building it while the event loop runs (`create_compute_pipeline_async`)."""
         key = (code, entry)
+        pipe = self._hit(key)
+        if pipe is None:
+            with self._compiling(code) as module:
+                compute = module | {"entry_point": entry}
+                pipe = await self.device.create_compute_pipeline_async(layout="auto", compute=compute)
+            with self._lock:
+                self._keep(key, self._pipelines.get(key, pipe))
+        return pipe
+
+    def _hit(self, key: tuple[str, str]) -> Any:
         pipe = self._pipelines.get(key)
         if pipe is not None:
+            self._pipelines.move_to_end(key)
             self.hits += 1
-            return pipe
+        return pipe
+
+    @contextlib.contextmanager
+    def _compiling(self, code: str) -> Iterator[dict[str, Any]]:
+        """{"module": the shader module} for the pipeline made in the block; what wgpu rejects in
+        either raises ShaderError with the numbered source."""
         self._dump(code)
         try:
-            module = self.device.create_shader_module(code=code)
-            pipe = await self.device.create_compute_pipeline_async(
-                layout="auto", compute={"module": module, "entry_point": entry}
-            )
+            yield {"module": self.device.create_shader_module(code=code)}
         except Exception as e:
             raise ShaderError(f"wgpu rejected a WGSL shader: {e}\n{_numbered(code)}") from None
-        with self._lock:
-            pipe = self._pipelines.get(key, pipe)
-            self._keep(key, pipe)
-            self.compiles += 1
-        return pipe
 
     def _warm(self, passes: list[CompiledPass]) -> None:
         """One workgroup of each new pipeline over scratch buffers (WGSL bounds-checks every access),
@@ -165,6 +165,7 @@ class PipelineCache:
             self.device.queue.read_buffer(self._scratch[0], 0, 4)  # returns once the queue has run them
 
     def _keep(self, key: tuple[str, str], pipe: Any) -> None:
+        self.compiles += key not in self._pipelines
         if key not in self._pipelines:
             self._cold.add(key)
         self._pipelines[key] = pipe

@@ -111,26 +111,7 @@ def f32_literal(v: float) -> str:
     return f"{np.float32(v)}f"
 
 
-def _held_f16_bits(v: float) -> int:
-    """The float32 bits a float16 constant is held as: its value, or for a NaN its float16 sign
-    and payload moved into place (the signalling bit too, which a float conversion would set)."""
-    h = int(np.array(v, np.float64).astype(np.float16).view(np.uint16))
-    if h & 0x7C00 != 0x7C00:
-        return int(np.float32(np.uint16(h).view(np.float16)).view(np.uint32))
-    return ((h & 0x8000) << 16) | 0x7F800000 | ((h & 0x3FF) << 13)
-
-
 _BITS_SELECT = "bitcast<f32>(select("
-
-
-def _one_call(text: str) -> bool:
-    """Whether `text` is one call whose closing parenthesis is its last character."""
-    depth = 0
-    for i, ch in enumerate(text):
-        depth += (ch == "(") - (ch == ")")
-        if depth == 0 and ch == ")":
-            return i == len(text) - 1
-    return False
 
 
 # Subgroup builtins of the entry point (WGSL subgroups; naga takes them without `enable subgroups;`,
@@ -272,7 +253,7 @@ class WGSLLanguage(CStyleLanguage):
     def _held_f16_const(self, r: ExpRenderer, v: float) -> str:
         """A float16 constant, held in float32 (`f16_in_f32`); a NaN keeps its float16 bits."""
         if math.isnan(v):
-            return f"{r.need('jc_bits_f32')}({_held_f16_bits(v)}u)"
+            return f"{r.need('jc_bits_f32')}({half.held_bits(v)}u)"
         return self.render_const(r, float(np.float16(v)), DType.float32)
 
     def _nan(self, r: ExpRenderer, v: float, dtype: DType, sfx: str) -> str:
@@ -331,12 +312,13 @@ class WGSLLanguage(CStyleLanguage):
         # Nested ones stay in u32 (one bitcast per chain: Tint limits the parser's nesting depth).
         def bits(src: AluExp, text: str) -> str:
             if src.op == AluOp.Const and src.dtype == DType.float16:
-                return f"{_held_f16_bits(src.arg)}u"
+                return f"{half.held_bits(src.arg)}u"
             if src.op == AluOp.Const:
                 return f"{int(np.array(src.arg, dtype=np.float32).view(np.uint32))}u"  # NaN payloads too
             text = strip_parens(text)
-            if src.op == AluOp.Where and text.startswith(_BITS_SELECT) and _one_call(text):
-                return text[len("bitcast<f32>(") : -1]  # a nested bit select stays in u32
+            inner = strip_parens(call := text.removeprefix("bitcast<f32>"))
+            if src.op == AluOp.Where and text.startswith(_BITS_SELECT) and inner != call:
+                return inner  # a nested bit select (one call, the whole text) stays in u32
             return f"bitcast<u32>({text})"
 
         c = strip_parens(args[0])

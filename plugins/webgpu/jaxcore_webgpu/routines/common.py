@@ -19,18 +19,10 @@ from jaxcore_webgpu.wgsl_helpers import OPAQUE_UNIFORM
 
 WG = 256  # threads per workgroup for element-parallel passes (the WebGPU default limit)
 
-_TYPE = {
-    DType.float32: "f32",
-    DType.float16: "f16",
-    DType.float64: "f64",
-    DType.int32: "i32",
-    DType.uint32: "u32",
-    DType.bool: "i32",
-}
-
 
 def wgsl_type(dtype: DType) -> str:
-    return _TYPE[dtype]
+    """The WGSL type a routine keeps `dtype` in: the dialect's, bool as i32 (f16 is WGSL's here)."""
+    return WGSLLanguage.storage_type_map.get(dtype) or WGSLLanguage.type_map[dtype]
 
 
 def work_dtype(dtype: DType) -> DType:
@@ -44,8 +36,7 @@ def header(dtypes: Iterable[DType]) -> str:
 
 def helpers(names: Iterable[str]) -> str:
     """WGSL text of the dialect's helper functions `names` (and what they call)."""
-    lang = WGSLLanguage(WGSL_TRAITS)
-    return lang.render_helpers(set(names))
+    return WGSLLanguage(WGSL_TRAITS).render_helpers(set(names))
 
 
 def storage(binding: int, name: str, ty: str, read_only: bool) -> str:

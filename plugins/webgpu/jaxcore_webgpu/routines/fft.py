@@ -536,10 +536,7 @@ def _direct(num: _Num, n: int, batch: int, sign: float, inverse: bool) -> Plan:
 def plan_fft(routine: Routine, target: object = None) -> Plan:
     params = routine.params
     assert isinstance(params, FftParams)
-    dtype = routine.type.input_dtypes[0]
-    shape = routine.type.input_shapes[0]
-    n = shape[-1]
-    batch = math.prod(shape[:-1])
+    dtype, (n,), batch = routine.type.operand(0, 1)
     if batch == 0:
         return Plan(())
     wd = work_dtype(dtype)

@@ -20,8 +20,6 @@ itself; each routine's passes write every output element.
 
 from __future__ import annotations
 
-import math
-
 from jaxcore.dtype import DType, byte_width
 from jaxcore.routine import JacobiEighParams, Routine, TriangularSolveParams
 from jaxcore_webgpu.program import Binding, Pass, Plan
@@ -267,10 +265,7 @@ def plan_cholesky(routine: Routine, target: object = None) -> Plan:
     batch), the trailing lower triangle (tiles x batch). Row-major throughout; float32/float64 work
     in place in the output (the first pass copies the lower triangle, zeros above), float16 in a
     float32 scratch that a last pass rounds into the output."""
-    dtype = routine.type.input_dtypes[0]
-    shape = routine.type.input_shapes[0]
-    n = shape[-1]
-    batch = math.prod(shape[:-2])
+    dtype, (_, n), batch = routine.type.operand(0)
     if n == 0 or batch == 0:
         return Plan(())
     ty, T, wd = _types(dtype)
@@ -311,11 +306,8 @@ def plan_cholesky(routine: Routine, target: object = None) -> Plan:
 def plan_triangular_solve(routine: Routine, target: object = None) -> Plan:
     params = routine.params
     assert isinstance(params, TriangularSolveParams)
-    dtype = routine.type.input_dtypes[1]
-    a_shape, b_shape = routine.type.input_shapes
-    n = a_shape[-1]
-    m = b_shape[-2]
-    batch = math.prod(a_shape[:-2])
+    _, (_, n), batch = routine.type.operand(0)
+    dtype, (m, _), _ = routine.type.operand(1)
     rows = batch * m
     if rows == 0 or n == 0:
         return Plan(())
@@ -337,11 +329,8 @@ def plan_triangular_solve(routine: Routine, target: object = None) -> Plan:
 
 
 def plan_lu(routine: Routine, target: object = None) -> Plan:
-    dtype = routine.type.input_dtypes[0]
-    shape = routine.type.input_shapes[0]
-    m, n = shape[-2:]
+    dtype, (m, n), batch = routine.type.operand(0)
     k = min(m, n)
-    batch = math.prod(shape[:-2])
     if batch == 0 or m == 0:
         return Plan(())
     ty, T, wd = _types(dtype)
@@ -403,10 +392,7 @@ def plan_lu(routine: Routine, target: object = None) -> Plan:
 def plan_jacobi_eigh(routine: Routine, target: object = None) -> Plan:
     params = routine.params
     assert isinstance(params, JacobiEighParams)
-    dtype = routine.type.input_dtypes[0]
-    shape = routine.type.input_shapes[0]
-    n = shape[-1]
-    batch = math.prod(shape[:-2])
+    dtype, (_, n), batch = routine.type.operand(0)
     if batch == 0 or n == 0:
         return Plan(())
     ty, T, wd = _types(dtype)

@@ -12,8 +12,6 @@ undeclared.
 
 from __future__ import annotations
 
-import math
-
 from jaxcore.dtype import DType, is_float
 from jaxcore.routine import Routine, Routines
 from jaxcore_webgpu.program import Pass, Plan
@@ -68,9 +66,7 @@ def _unkey(dtype: DType, k: str) -> str:
 
 def plan_sort(routine: Routine, target: object = None) -> Plan:
     argsort = routine.name == Routines.Argsort
-    dtype = routine.type.input_dtypes[0]
-    shape = routine.type.input_shapes[0]
-    n, batch = shape[-1], math.prod(shape[:-1])
+    dtype, (n,), batch = routine.type.operand(0, 1)
     if n == 0 or batch == 0:
         return Plan(())
     radix_from = getattr(target, "radix_sort_from", 0)
