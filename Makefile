@@ -7,8 +7,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxcore-installed
 PACKAGES := -e "core[test]" -e plugins/cpu -e plugins/wasm -e plugins/webgpu -e plugins/webgl
 BENCH_ARGS ?=
-# pytest-xdist workers for `make test` (each test file runs on one; conftest.py keeps the recorded
-# conformance run and the browser tests together)
+# pytest-xdist workers for `make test` (each test file runs on one; conftest.py keeps the webgpu and
+# webgl conformance cases with the browser tests that replay them, and spreads the other devices')
 TEST_WORKERS ?= 2
 
 .PHONY: bench test venv wheels clean-venv system-deps

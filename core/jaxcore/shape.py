@@ -333,8 +333,10 @@ class View:
         return View.create(self.shape, strides, offset, mask)
 
     def reshape(self, new_shape: Sequence[int]) -> View | None:
-        """The same elements in row-major order over `new_shape`, or None if one view cannot say it."""
-        return self._reshape(_ints(new_shape))
+        """The same elements in row-major order over `new_shape`, or None if one view cannot say it.
+        The same shape gives this very view (the cache below would give an equal one it saw first)."""
+        shp = _ints(new_shape)
+        return self if shp == self.shape else self._reshape(shp)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - views are small, immutable and long-lived
     def _reshape(self, shp: Shape) -> View | None:

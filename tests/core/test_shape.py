@@ -335,6 +335,12 @@ class TestOps:
         v = V([2, 3]).flip([T, F])
         assert v.reshape([2, 3]) is v
 
+    def test_reshape_same_shape_is_self_after_an_equal_view(self) -> None:
+        """The reshape cache is keyed by equality: an equal view reshaped first is not returned."""
+        first, v = V([2, 3]).flip([F, T]), V([2, 3]).flip([F, T])
+        assert first.reshape([2, 3]) is first and v == first and v is not first
+        assert v.reshape([2, 3]) is v
+
     def test_reshape_zero_size(self) -> None:
         assert fields(V([0, 3]).reshape([3, 0])) == ([3, 0], [0, 0], 0, None)
 
