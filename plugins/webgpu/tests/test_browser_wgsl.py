@@ -285,7 +285,7 @@ def test_generated_wgsl_runs_exactly_in_chromium(tmp_path: Path) -> None:
     # The subgroup folds (SwiftShader's subgroups are 4 wide): grouped rows and a two-pass sum.
     for dtype in (F32, I32, U32, BOOL):
         for op in (AluOp.Add, AluOp.Mul, AluOp.Min, AluOp.Max):
-            for rows, cols in ((3, 3000), (1, 1 << 20)):
+            for rows, cols in ((3, 3000), (1, 1 << 16)):  # 1 << 16: still split in two passes
                 a = tc._reduce_values(dtype, rows * cols, op)
                 if dtype == F32 and op in (AluOp.Min, AluOp.Max):
                     a[7] = np.nan
