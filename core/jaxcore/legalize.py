@@ -395,9 +395,13 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     return _legalize_rules(hidden, t) or hidden
 
 
-# Ops that look at a float32 operand's bits on a target that flushes subnormals (the exact
-# helpers of `jaxcore.softfloat` compare them as integers), and the float -> bool cast (x != 0).
-_BITS_TESTED = frozenset({AluOp.Cmplt, AluOp.Cmpne, AluOp.Min, AluOp.Max})
+# Ops that look at a float32 operand's bits on a target that flushes subnormals: every op the
+# exact helpers of `jaxcore.softfloat` spell (they test an operand's bits, as integers, to take the
+# native op where nothing is subnormal), the quotients (through float64 there), and casts.
+_BITS_TESTED = frozenset(
+    {AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Reciprocal, AluOp.Idiv, AluOp.Div, AluOp.Sqrt}
+    | {AluOp.Cmplt, AluOp.Cmpne, AluOp.Min, AluOp.Max, AluOp.Floor, AluOp.Ceil}
+)
 
 
 def _bits_hidden(e: AluExp) -> AluExp | None:
@@ -405,9 +409,12 @@ def _bits_hidden(e: AluExp) -> AluExp | None:
     also computes float64. There NVIDIA's Vulkan driver took a subnormal x as 0 in `0 < x` and
     `min(x, 0)`, though they were spelled on x's bits, as helpers and inline alike (it turns
     integer tests of a float's bits back into float compares, which flush there); an xor with an
-    unknown zero leaves it no float to compare."""
-    tested = e.op in _BITS_TESTED or (
-        e.op in (AluOp.Cast, AluOp.Bitcast) and e.arg != OPAQUE and not is_float(e.dtype)
+    unknown zero leaves it no float to compare. The arithmetic helpers' fast-path tests are such
+    tests too: there `0 + x` gave 0 for a subnormal x read from a buffer."""
+    tested = (e.op in _BITS_TESTED and e.arg != NORMAL_RANGE) or (
+        e.op in (AluOp.Cast, AluOp.Bitcast)
+        and e.arg != OPAQUE
+        and (e.op == AluOp.Cast or not is_float(e.dtype))
     )
     if not tested or not e.src or e.src[0].dtype != DType.float32:
         return None

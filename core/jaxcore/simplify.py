@@ -141,8 +141,39 @@ def _set_range(e: AluExp) -> None:
                 lo, hi = max(lo, blo), min(hi, bhi)
         if lo > hi:
             lo, hi = blo, bhi
+    ones = _ONES if is_float(e.dtype) else _may_be_one(e, lo, hi)
+    if not is_float(e.dtype) and (e.dtype == DType.uint32 or ones >> 31 == 0):
+        lo, hi = max(lo, 0), min(hi, ones)  # a value with no bit past `ones`' top one is in [0, ones]
     object.__setattr__(e, "_range", Range(lo, hi))
     object.__setattr__(e, "_wraps", wraps)
+    object.__setattr__(e, "_ones", ones)
+
+
+_ONES = 0xFFFFFFFF  # 32 bits, as every integer dtype (and a bool's 0/1) is held
+
+
+def _may_be_one(e: AluExp, lo: float, hi: float) -> int:
+    """The bits an integer or bool node may have set (two's complement): through and/or/xor and
+    shifts by a constant from the operands' own, else from its range. A shader compiler tracks
+    bits this way: NVIDIA knew `(u << 31) & 0x55555555` was 0 and folded `f64(that) / x` to 0 where
+    x = 0 makes NaN, so such a value must be the constant it is before legalize judges it."""
+    if e.op == AluOp.Const:
+        return int(e.arg) & _ONES
+    if e.op == AluOp.BitCombine:
+        a, b = (s.__dict__["_ones"] for s in e.src)
+        return a & b if e.arg == "and" else a | b
+    if e.op == AluOp.BitShift:
+        count = e.src[1].__dict__["_range"]
+        if count.lo == count.hi and math.isfinite(count.lo):
+            k, a = int(count.lo) % 32, e.src[0].__dict__["_ones"]
+            if e.arg == "shl":
+                return (a << k) & _ONES
+            if e.dtype == DType.uint32 or a >> 31 == 0:
+                return a >> k
+            return (a >> k) | (_ONES ^ (_ONES >> k))  # an arithmetic shift copies the sign bit
+    if 0 <= lo and math.isfinite(hi):
+        return min((1 << int(hi).bit_length()) - 1, _ONES)
+    return _ONES
 
 
 def _range_inner(e: AluExp) -> _Pair:

@@ -327,6 +327,37 @@ CASES: dict[str, Regression] = {
         ((F32, (1e-45, 9.99e-41, -1e-40, 3.0)), (F32, (1.0, 2.0, 3.0, 4.0))),
         8,
     ),
+    # NVIDIA (H100, 2026-12-07): beside float64 work, `0 + x` gave 0 for a subnormal x read from a
+    # buffer (the exact add's fast-path bit tests, turned into float compares that flush)
+    "f32_sum_with_a_subnormal_beside_float64_work": Regression(
+        lambda: AluExp.where(
+            AluExp.cmplt(AluVar.gidx, AluExp.i32(3)),
+            AluExp.cast(F32, read(F64, 1, 3, _mod3())),
+            AluExp(AluOp.Div, F32, (AluExp.f32(0.0), read(F32, 0, 3, _mod3()))) + read(F32, 0, 3, _mod3()),
+        ),
+        ((F32, (9.99994610111476e-41, -1e-45, 3.0)), (F64, (1e-40, 2.0, -0.0))),
+        6,
+        bits=True,
+    ),
+    # the same GPU: it knew `(u << 31) & 0x55555555` is 0 and made f64(that) / x zero where x = 0
+    "f64_known_zero_bits_over_zero": Regression(
+        lambda: AluExp(
+            AluOp.Div,
+            F64,
+            (
+                AluExp.cast(
+                    F64,
+                    AluExp.bit_and(
+                        AluExp.shl(AluExp.cast(U32, read(F64, 0, 3, _mod3())), AluExp.u32(2147483647)),
+                        AluExp.u32(0x55555555),
+                    ),
+                ),
+                read(F64, 0, 3, _mod3()),
+            ),
+        ),
+        ((F64, (0.0, 3.0, -0.0)),),
+        6,
+    ),
     # lavapipe: in a kernel of one lane gidx << n is 0, and 0 * NaN became 0
     "f32_zero_shifted_times_nan": Regression(
         lambda: (
