@@ -158,6 +158,9 @@ def scatter_add(g: Gpu, t: Torch, updates: int, size: int, reps: int) -> Row:
                f"scatter-add {updates} into {size}", s, ref_s, ref, updates, "elem", ok)  # fmt: skip
 
 
+_SORTS = (("sort", False), ("argsort", True))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="sizes for a software adapter (lavapipe)")
@@ -165,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated workload names (matmul,sort,argsort,...)")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--json", help="also write the rows as JSON here")
+    ap.add_argument(
+        "--sort-lengths",
+        default="",
+        help="comma-separated row lengths for sort and argsort (default 2^24; 2^16 with --small): where "
+        "the radix sort (JAXCORE_WEBGPU_RADIX_SORT_FROM) and the network cross",
+    )
     args = ap.parse_args(argv)
     torch = Torch(not args.no_torch)
     g = Gpu()
@@ -172,10 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     small = args.small
     reps = args.reps or (3 if small else 20)
     sizes = (128, 256) if small else (1024, 2048, 4096)
+    lengths = [int(n) for n in args.sort_lengths.split(",") if n] or [(1 << 16) if small else (16 << 20)]
     work: list[tuple[str, Callable[[], Row]]] = [
         *(("matmul", lambda n=n: matmul(g, torch, n, reps)) for n in sizes),
-        ("sort", lambda: sort(g, torch, (1 << 16) if small else (16 << 20), reps, False)),
-        ("argsort", lambda: sort(g, torch, (1 << 16) if small else (16 << 20), reps, True)),
+        *((kind, lambda n=n, a=a: sort(g, torch, n, reps, a)) for n in lengths for kind, a in _SORTS),
         ("cholesky", lambda: cholesky(g, torch, *((4, 64) if small else (64, 512)), reps)),
         ("fft", lambda: fft(g, torch, *((64, 256) if small else (4096, 4096)), reps)),
         (

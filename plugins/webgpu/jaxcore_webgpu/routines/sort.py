@@ -223,11 +223,11 @@ def _multi_body(p: int, argsort: bool, levels: int) -> str:
 # ---- Argsort of long rows: a stable LSD radix sort ------------------------------------------------
 
 # Row lengths from which the radix sort beats the bitonic network (WgslTarget.radix_sort_from): on
-# a CPU adapter 8192 (lavapipe: 65536 keys 129 -> 25 ms); on a GPU 2^24, where it was measured
-# (H100, since the offset scan runs over many workgroups: 16M keys, sort 3.11 ms against 4.25,
-# argsort 5.48 against 6.92; at 1M the network is faster, 0.81 against 1.02 ms a frontend step).
+# a CPU adapter 8192 (lavapipe: 65536 keys 129 -> 25 ms); on a GPU never (0), until we know why two
+# H100 runs of the same plans disagree: 16M keys in 3.11 ms (argsort 5.48) against the network's
+# 4.25 in one, 14.9 (18.4) against 3.93 in the other, slower from 1M up (8M argsort 8.97 vs 3.24).
 RADIX_MIN = 1 << 13
-RADIX_MIN_GPU = 1 << 24
+RADIX_MIN_GPU = 0
 RT = 128  # threads of a radix block
 RK = 16  # keys per thread, contiguous (the block's order is the input's: the sort stays stable)
 RB = RT * RK  # keys per block (a row is cut into blocks, none straddles two rows)
