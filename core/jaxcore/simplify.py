@@ -160,12 +160,12 @@ def _may_be_one(e: AluExp, lo: float, hi: float) -> int:
     if e.op == AluOp.Const:
         return int(e.arg) & _ONES
     if e.op == AluOp.BitCombine:
-        a, b = (s.__dict__["_ones"] for s in e.src)
+        a, b = (s.__dict__.get("_ones", _ONES) for s in e.src)
         return a & b if e.arg == "and" else a | b
     if e.op == AluOp.BitShift:
         count = e.src[1].__dict__["_range"]
         if count.lo == count.hi and math.isfinite(count.lo):
-            k, a = int(count.lo) % 32, e.src[0].__dict__["_ones"]
+            k, a = int(count.lo) % 32, e.src[0].__dict__.get("_ones", _ONES)
             if e.arg == "shl":
                 return (a << k) & _ONES
             if e.dtype == DType.uint32 or a >> 31 == 0:
