@@ -104,20 +104,18 @@ class PipelineCache:
         with self._lock:
             pipe = self._hit(key)
             if pipe is None:
-                with self._compiling(code) as module:
-                    pipe = self.device.create_compute_pipeline(
-                        layout="auto", compute=module | {"entry_point": entry}
-                    )
+                with self._compiling(code, entry) as compute:
+                    pipe = self.device.create_compute_pipeline(layout="auto", compute=compute)
                 self._keep(key, pipe)
             return pipe
 
     async def pipeline_async(self, code: str, entry: str) -> Any:
         """`pipeline`, with wgpu building it while the event loop runs (`create_compute_pipeline_async`)."""
         key = (code, entry)
-        pipe = self._hit(key)
+        with self._lock:
+            pipe = self._hit(key)
         if pipe is None:
-            with self._compiling(code) as module:
-                compute = module | {"entry_point": entry}
+            with self._compiling(code, entry) as compute:
                 pipe = await self.device.create_compute_pipeline_async(layout="auto", compute=compute)
             with self._lock:
                 self._keep(key, self._pipelines.get(key, pipe))
@@ -131,12 +129,12 @@ class PipelineCache:
         return pipe
 
     @contextlib.contextmanager
-    def _compiling(self, code: str) -> Iterator[dict[str, Any]]:
-        """{"module": the shader module} for the pipeline made in the block; what wgpu rejects in
-        either raises ShaderError with the numbered source."""
+    def _compiling(self, code: str, entry: str) -> Iterator[dict[str, Any]]:
+        """The `compute` stage (shader module and entry point) of the pipeline made in the block;
+        what wgpu rejects in either raises ShaderError with the numbered source."""
         self._dump(code)
         try:
-            yield {"module": self.device.create_shader_module(code=code)}
+            yield {"module": self.device.create_shader_module(code=code), "entry_point": entry}
         except Exception as e:
             raise ShaderError(f"wgpu rejected a WGSL shader: {e}\n{_numbered(code)}") from None
 
