@@ -195,8 +195,7 @@ def _xdist_scope(nodeid: str) -> str:
     if path != _CONFORMANCE:
         return path
     params = rest.partition("[")[2].rstrip("]")
-    device = next((d for d in _RECORDED_DEVICES if params == d or params.startswith(d + "-")), None)
-    if device is not None or not params:
+    if not params or any(params == d or params.startswith(d + "-") for d in _RECORDED_DEVICES):
         return "recorded"
     return f"{path}[{params.split('-', 1)[0]}]"
 

@@ -395,15 +395,6 @@ def _legalize_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     return _legalize_rules(hidden, t) or hidden
 
 
-# Ops that look at a float32 operand's bits on a target that flushes subnormals: every op the
-# exact helpers of `jaxcore.softfloat` spell (they test an operand's bits, as integers, to take the
-# native op where nothing is subnormal), the quotients (through float64 there), and casts.
-_BITS_TESTED = frozenset(
-    {AluOp.Add, AluOp.Sub, AluOp.Mul, AluOp.Reciprocal, AluOp.Idiv, AluOp.Div, AluOp.Sqrt}
-    | {AluOp.Cmplt, AluOp.Cmpne, AluOp.Min, AluOp.Max, AluOp.Floor, AluOp.Ceil}
-)
-
-
 def _bits_hidden(e: AluExp) -> AluExp | None:
     """`e` with its float32 operands through `opaque`, where it tests their bits in a program that
     also computes float64. There NVIDIA's Vulkan driver took a subnormal x as 0 in `0 < x` and
@@ -411,7 +402,9 @@ def _bits_hidden(e: AluExp) -> AluExp | None:
     integer tests of a float's bits back into float compares, which flush there); an xor with an
     unknown zero leaves it no float to compare. The arithmetic helpers' fast-path tests are such
     tests too: there `0 + x` gave 0 for a subnormal x read from a buffer."""
-    tested = (e.op in _BITS_TESTED and e.arg != NORMAL_RANGE) or (
+    from jaxcore.softfloat import SPELLED_EXACT  # (it imports this module through jaxcore.program)
+
+    tested = (e.op in SPELLED_EXACT and e.arg != NORMAL_RANGE) or (
         e.op in (AluOp.Cast, AluOp.Bitcast)
         and e.arg != OPAQUE
         and (e.op == AluOp.Cast or not is_float(e.dtype))

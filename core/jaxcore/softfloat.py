@@ -356,7 +356,9 @@ def definition(name: str) -> Procedure | tuple[tuple[tuple[str, DType], ...], Al
 
 
 # ---- transcendental bodies -------------------------------------------------------------------------
-_SPELLED_EXACT = frozenset(_OP_HELPER) | {AluOp.Idiv, AluOp.Div}
+# The float32 ops spelled exact on a flushing target: the helpers' and the quotients (legalize
+# spells those through exact division). Each tests its operands' bits (legalize._bits_hidden).
+SPELLED_EXACT = frozenset(_OP_HELPER) | {AluOp.Idiv, AluOp.Div}
 
 
 def _moved(e: AluExp) -> tuple[AluExp, ...]:
@@ -381,7 +383,7 @@ def exact_at_result(body: AluExp) -> AluExp:
     for n in nodes:
         src = tuple(memo[s.key()] for s in n.src)
         f32 = n.dtype == F32 or (n.op in (AluOp.Cmplt, AluOp.Cmpne) and n.src[0].dtype == F32)
-        native = n.op in _SPELLED_EXACT and f32 and n.arg is None and n.key() not in result
+        native = n.op in SPELLED_EXACT and f32 and n.arg is None and n.key() not in result
         arg = NORMAL_RANGE if native else n.arg
         memo[n.key()] = n if src == n.src and arg == n.arg else AluExp(n.op, n.dtype, src, arg)
     return memo[body.key()]

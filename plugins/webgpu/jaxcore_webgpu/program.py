@@ -163,8 +163,8 @@ class PipelineCache:
             self.device.queue.read_buffer(self._scratch[0], 0, 4)  # returns once the queue has run them
 
     def _keep(self, key: tuple[str, str], pipe: Any) -> None:
-        self.compiles += key not in self._pipelines
         if key not in self._pipelines:
+            self.compiles += 1
             self._cold.add(key)
         self._pipelines[key] = pipe
         self._pipelines.move_to_end(key)
