@@ -87,6 +87,10 @@ class TargetTraits:
     # the dialect spells float32 + - * 1/x, compares, min/max, floor/ceil/sqrt through the exact
     # helpers of `jaxcore.softfloat` (native where an operand or result is known normal).
     flushes_subnormals: bool = False
+    # The compiler's integer algebra crashed cancelling a term across an int32 <-> uint32
+    # conversion (NVIDIA's GL driver, SIGSEGV compiling `int(c - uint(x)) + x`): the uint32 side
+    # of a conversion of integer arithmetic goes through `opaque` (`_sign_cast_hidden`).
+    crashes_cancelling_across_sign_casts: bool = False
 
 
 OPAQUE = "opaque"
@@ -161,8 +165,11 @@ def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
     if traits.f16_in_f32:
         exp = exp.rewrite(_hold_f16)
     exp = exp.rewrite(lambda node: _legalize_node(node, traits))
+    if traits.crashes_cancelling_across_sign_casts:
+        exp = exp.rewrite(_sign_cast_hidden)
     if not (
-        traits.folds_float_identities
+        traits.crashes_cancelling_across_sign_casts
+        or traits.folds_float_identities
         or traits.contracts_mul_add
         or traits.assumes_finite_math
         or traits.divides_by_reciprocal
@@ -176,6 +183,23 @@ def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
     # last, so what the expansions built (Idiv's exact residuals) is guarded too
     known: dict[str, bool] = {}
     return exp.rewrite(lambda node: _guard_known(node, traits, known))
+
+
+_SIGNS = frozenset({DType.int32, DType.uint32})
+_INT_ARITH = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul})
+
+
+def _sign_cast_hidden(e: AluExp) -> AluExp | None:
+    """An int32 <-> uint32 conversion of integer arithmetic with its uint32 side through
+    `opaque` (see `TargetTraits.crashes_cancelling_across_sign_casts`)."""
+    if e.op not in (AluOp.Cast, AluOp.Bitcast) or e.arg == OPAQUE or not e.src:
+        return None
+    x = e.src[0]
+    if {e.dtype, x.dtype} != _SIGNS or x.op not in _INT_ARITH:
+        return None
+    if e.dtype == DType.int32:
+        return AluExp(e.op, e.dtype, (opaque(x),), e.arg)
+    return opaque(e)
 
 
 # float16 ops whose float32 result, from float16 operands, need not be a float16 value. The rest
@@ -350,7 +374,8 @@ def _guard_float_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     if _const_over_const(op, a, b):
         same = _FAMILY.get(b.op) == _FAMILY[op]
         return AluExp(op, dt, (a, _hide(b, a)) if same else (_hide(a, b), b), e.arg)
-    if ba == bb or _zero_const(b) or ba in in_b:  # x - x, x / x, x * 0, x + 0, x - (x - y)
+    # x - x, x / x, x * 0, x + 0, x - (x - y); x[i] - x[j] where it may prove i = j
+    if ba == bb or _zero_const(b) or ba in in_b or (op in _CANCELS and _one_buffer(ba, bb)):
         return AluExp(op, dt, (a, _hide(b, a)), e.arg)
     if _shares_a_term(op, ba, bb):  # (c1 - x) - (c2 - x) -> c1 - c2 (NVIDIA, float64)
         return AluExp(op, dt, (a, _hide(b, a)), e.arg)
@@ -361,6 +386,15 @@ def _guard_float_node(e: AluExp, t: TargetTraits) -> AluExp | None:
     if ba in _near(bb, 3):
         return AluExp(op, dt, (_hide(a, b), b), e.arg)
     return out
+
+
+_CANCELS = frozenset({AluOp.Sub, AluOp.Idiv, AluOp.Div})
+
+
+def _one_buffer(a: AluExp, b: AluExp) -> bool:
+    """Two reads of one buffer, whose indices the driver may prove equal: NVIDIA's Vulkan driver
+    made float64 `x[min(g, 10)] / x[g]` 1 for x = 0, its grid telling it g < 10."""
+    return a.op in _READS and b.op in _READS and a.arg[0] == b.arg[0]
 
 
 def _hide(x: AluExp, beside: AluExp) -> AluExp:

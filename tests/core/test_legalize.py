@@ -533,3 +533,41 @@ def test_a_product_with_a_bool_cast_to_float_is_opaque(chain: list[DType]) -> No
     assert any(s.op == AluOp.Bitcast and s.arg == OPAQUE for s in legal.src), legal
     vals = np.array([0.0, np.nan, -np.inf, 3.0])
     _same(_run(legal, {"x": vals}), _run(x * v, {"x": vals}))
+
+
+@pytest.mark.parametrize("op", [AluOp.Sub, AluOp.Div, AluOp.Idiv, AluOp.Add, AluOp.Mul])
+def test_two_reads_of_one_buffer_are_kept_apart_where_they_could_cancel(op: AluOp) -> None:
+    """NVIDIA's Vulkan driver proved x[min(g, 10)] and x[g] equal (g < 10 by its grid) and made
+    their float64 quotient 1 where x = 0: two reads of one buffer in - / Idiv are kept apart by an
+    opaque; reads of two buffers, and + *, which cannot cancel, are left alone."""
+    from jaxcore.legalize import OPAQUE
+
+    traits = TargetTraits(assumes_finite_math=True)
+    g = AluExp.variable(I32, "g")
+    xa = AluExp.global_index(F64, 0, 10, AluExp.min(g, AluExp.i32(10)))
+    xb, yb = AluExp.global_index(F64, 0, 10, g), AluExp.global_index(F64, 1, 10, g)
+    legal = legalize(AluExp(op, F64, (xa, xb)), traits)
+    hidden = [s.op == AluOp.Bitcast and s.arg == OPAQUE for s in legal.src]
+    assert hidden == [False, op in (AluOp.Sub, AluOp.Div, AluOp.Idiv)]
+    assert legalize(AluExp(op, F64, (xa, yb)), traits).src == (xa, yb)
+    assert legalize(AluExp(op, F64, (xa, xb)), TargetTraits()).src == (xa, xb)
+
+
+def test_integer_arithmetic_across_a_sign_cast_is_opaque_where_the_compiler_crashes_on_it() -> None:
+    """NVIDIA's GL compiler crashed (SIGSEGV) on `int(c - uint(x)) + x`: with the trait, the
+    uint32 side of an int32 <-> uint32 conversion of integer arithmetic is opaque, in both
+    directions; a conversion of a plain read is left alone, and the value is unchanged."""
+    from jaxcore.legalize import OPAQUE
+
+    traits = TargetTraits(crashes_cancelling_across_sign_casts=True)
+    x = AluExp.variable(I32, "x")
+    e = AluExp.cast(I32, AluExp.u32(3102103486) - AluExp.cast(U32, x)) + x
+    legal = legalize(e, traits)
+    to_int = legal.src[0]
+    assert to_int.op == AluOp.Cast and to_int.src[0].op == AluOp.Bitcast and to_int.src[0].arg == OPAQUE
+    back = legalize(AluExp.cast(U32, x * AluExp.i32(3)), traits)
+    assert back.op == AluOp.Bitcast and back.arg == OPAQUE and back.dtype == U32
+    assert legalize(AluExp.cast(U32, x), traits) == AluExp.cast(U32, x)
+    assert legalize(e, TargetTraits()) == e
+    vals = np.array([INT32_MIN, -7, 0, 5, INT32_MAX], dtype=np.int32)
+    np.testing.assert_array_equal(_run(legal, {"x": vals}), _run(e, {"x": vals}))

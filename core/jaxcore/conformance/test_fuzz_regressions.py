@@ -358,6 +358,31 @@ CASES: dict[str, Regression] = {
         ((F64, (0.0, 3.0, -0.0)),),
         6,
     ),
+    # NVIDIA (H100, 2026-12-07): knowing g < 10 from its grid, the Vulkan driver made
+    # x[min(g, 10)] / x[g] 1 (float64) where x = 0; the GL driver's compiler crashed (SIGSEGV) on
+    # int(c - uint(x)) + x
+    "f64_reads_of_one_buffer_it_proves_equal_divided": Regression(
+        lambda: AluExp(
+            AluOp.Div, F64, (read(F64, 0, 10, AluExp.min(AluVar.gidx, AluExp.i32(10))), read(F64, 0, 10))
+        ),
+        ((F64, (0.0, 1.0, math.inf, -math.inf, math.nan, -0.0, 5e-324, 2.0, 3.0, 0.0)),),
+        10,
+    ),
+    "f64_reads_of_one_buffer_it_proves_equal_subtracted": Regression(
+        lambda: AluExp(
+            AluOp.Sub, F64, (read(F64, 0, 10, AluExp.min(AluVar.gidx, AluExp.i32(10))), read(F64, 0, 10))
+        ),
+        ((F64, (0.0, 1.0, math.inf, -math.inf, math.nan, -0.0, 5e-324, 2.0, 3.0, 0.0)),),
+        10,
+    ),
+    "int_sum_cancelling_across_a_sign_cast": Regression(
+        lambda: (
+            AluExp.cast(I32, AluExp.u32(3102103486) - AluExp.cast(U32, read(I32, 0, 15, AluExp.i32(0))))
+            + read(I32, 0, 15, AluExp.i32(0))
+        ),
+        ((I32, tuple(range(-7, 8))),),
+        15,
+    ),
     # lavapipe: in a kernel of one lane gidx << n is 0, and 0 * NaN became 0
     "f32_zero_shifted_times_nan": Regression(
         lambda: (

@@ -68,6 +68,7 @@ GLSL_TRAITS = TargetTraits(
     # residuals were an ulp off on llvmpipe)
     contracts_mul_add=True,
     flushes_subnormals=True,  # llvmpipe and NVIDIA do (GLSL ES allows it)
+    crashes_cancelling_across_sign_casts=True,  # NVIDIA's GL driver
 )
 
 
