@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from jaxcore.alu import NORMAL_RANGE, AluExp, AluOp
-from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, is_float, to_numpy
+from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, is_float, is_int, to_numpy
 from jaxcore.floatbits import pack
 
 
@@ -103,6 +103,11 @@ def opaque(x: AluExp) -> AluExp:
     return AluExp(AluOp.Bitcast, x.dtype, (x,), OPAQUE)
 
 
+def is_opaque(e: AluExp) -> bool:
+    """`e` is an identity made by `opaque`."""
+    return e.op == AluOp.Bitcast and e.arg == OPAQUE
+
+
 def _zero_const(e: AluExp) -> bool:
     return e.op == AluOp.Const and e.arg == 0
 
@@ -177,25 +182,22 @@ def legalize(exp: AluExp, traits: TargetTraits) -> AluExp:
     ):
         # a compiler that keeps float ops as written needs no opaque identity (the expansions
         # write some), and a dialect for it need not spell one
-        return exp.rewrite(
-            lambda node: node.src[0] if node.op == AluOp.Bitcast and node.arg == OPAQUE else None
-        )
+        return exp.rewrite(lambda node: node.src[0] if is_opaque(node) else None)
     # last, so what the expansions built (Idiv's exact residuals) is guarded too
     known: dict[str, bool] = {}
     return exp.rewrite(lambda node: _guard_known(node, traits, known))
 
 
-_SIGNS = frozenset({DType.int32, DType.uint32})
 _INT_ARITH = frozenset({AluOp.Add, AluOp.Sub, AluOp.Mul})
 
 
 def _sign_cast_hidden(e: AluExp) -> AluExp | None:
     """An int32 <-> uint32 conversion of integer arithmetic with its uint32 side through
     `opaque` (see `TargetTraits.crashes_cancelling_across_sign_casts`)."""
-    if e.op not in (AluOp.Cast, AluOp.Bitcast) or e.arg == OPAQUE or not e.src:
+    if e.op not in (AluOp.Cast, AluOp.Bitcast) or is_opaque(e):
         return None
     x = e.src[0]
-    if {e.dtype, x.dtype} != _SIGNS or x.op not in _INT_ARITH:
+    if not (is_int(e.dtype) and is_int(x.dtype)) or e.dtype == x.dtype or x.op not in _INT_ARITH:
         return None
     if e.dtype == DType.int32:
         return AluExp(e.op, e.dtype, (opaque(x),), e.arg)
@@ -241,7 +243,7 @@ _UNROLLED = frozenset({ACC, "ridx"})
 
 def _is_known(e: AluExp, known: dict[str, bool]) -> bool:
     """Whether the compiler may know `e`'s value when it compiles (its operands already judged)."""
-    if e.op in _READS or (e.op == AluOp.Bitcast and e.arg == OPAQUE):
+    if e.op in _READS or is_opaque(e):
         return False
     if e.op == AluOp.Variable:
         return e.arg in _UNROLLED
@@ -440,7 +442,7 @@ def _bits_hidden(e: AluExp) -> AluExp | None:
 
     tested = (e.op in SPELLED_EXACT and e.arg != NORMAL_RANGE) or (
         e.op in (AluOp.Cast, AluOp.Bitcast)
-        and e.arg != OPAQUE
+        and not is_opaque(e)
         and (e.op == AluOp.Cast or not is_float(e.dtype))
     )
     if not tested or not e.src or e.src[0].dtype != DType.float32:

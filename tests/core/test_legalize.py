@@ -18,7 +18,7 @@ from jaxcore.conformance.tolerances import lookup
 from jaxcore.dtype import INT32_MAX, INT32_MIN, DType
 from jaxcore.expansions import expand_node
 from jaxcore.interpret import Interpreter
-from jaxcore.legalize import TargetTraits, is_nan, legalize
+from jaxcore.legalize import TargetTraits, is_nan, is_opaque, legalize
 
 F32, F16, F64, I32, U32, BOOL = (
     DType.float32,
@@ -263,8 +263,6 @@ def test_the_normal_range_promise_holds_inside_float_idiv() -> None:
 def test_products_feeding_an_add_are_opaque_where_the_driver_contracts() -> None:
     """With contracts_mul_add, no float Add/Sub has a Mul operand left (a driver could fuse it),
     inside expansions too (Idiv's exact residuals); integer products and other traits untouched."""
-    from jaxcore.legalize import OPAQUE
-
     x, y, z = (AluExp.variable(F32, v) for v in "xyz")
     traits = TargetTraits(contracts_mul_add=True)
 
@@ -279,7 +277,7 @@ def test_products_feeding_an_add_are_opaque_where_the_driver_contracts() -> None
         assert not fusable(legalize(exp, traits))
         assert fusable(legalize(exp, TargetTraits())) or exp.op == AluOp.Idiv
     kept = legalize(x * y + z, traits)
-    assert kept.src[0].op == AluOp.Bitcast and kept.src[0].arg == OPAQUE and kept.src[0].src[0] == x * y
+    assert is_opaque(kept.src[0]) and kept.src[0].src[0] == x * y
     i = AluExp.variable(DType.int32, "i")
     assert legalize(i * i + i, traits) == legalize(i * i + i, TargetTraits())
     # the value is unchanged: opaque is an identity
@@ -294,14 +292,12 @@ def test_operands_a_finite_math_compiler_may_know_are_opaque() -> None:
     compiles (constants but finite nonzero ones, the epilogue's `acc`, what is computed from them)
     is opaque, two equal ones through two different opaques; buffer reads and loop variables stay
     as they are, and the value is unchanged."""
-    from jaxcore.legalize import OPAQUE
-
     traits = TargetTraits(assumes_finite_math=True)
     acc, x = AluExp.variable(F64, "acc"), AluExp.global_index(F64, 0, 4, AluExp.i32(0))
     zero, two, nan = AluExp.f64(0.0), AluExp.f64(2.0), AluExp.f64(math.nan)
 
     def opaque_operands(e: AluExp) -> list[bool]:
-        return [s.op == AluOp.Bitcast and s.arg == OPAQUE for s in e.src]
+        return [is_opaque(s) for s in e.src]
 
     assert opaque_operands(legalize(AluExp.idiv(zero, acc), traits)) == [True, True]
     assert opaque_operands(legalize(AluExp.idiv(x, zero), traits)) == [False, True]
@@ -350,34 +346,28 @@ def test_an_infinity_a_finite_math_compiler_may_see_is_opaque() -> None:
     for e in cases:
         assert exposed(e) and not exposed(legalize(e, traits)), e
         _same(_run(legalize(e, traits), {"x": vals}), _run(e, {"x": vals}))
-    from jaxcore.legalize import OPAQUE
-
     finite = legalize(AluExp.where(b, AluExp.f64(2.0), x), traits)
-    assert not finite.some(lambda n: n.op == AluOp.Bitcast and n.arg == OPAQUE)
+    assert not finite.some(is_opaque)
     plain = legalize(AluExp.where(b, inf, x), TargetTraits())  # a compiler that keeps infinities
-    assert not plain.some(lambda n: n.op == AluOp.Bitcast and n.arg == OPAQUE)
+    assert not plain.some(is_opaque)
 
 
 def test_a_sum_beside_a_constant_of_its_family_is_opaque() -> None:
     """(x - y) + c and (x * y) * c: the sum beside the constant is opaque, as a driver may
     reassociate the two ops (with an opaque constant too: NVIDIA, float64); a constant beside
     another family ((x * y) + c) is left alone."""
-    from jaxcore.legalize import OPAQUE
-
     traits = TargetTraits(folds_float_identities=True)
     x, y, c = AluExp.variable(F32, "x"), AluExp.variable(F32, "y"), AluExp.f32(2.5)
     for e, inner in (((x - y) + c, x - y), (c + (x + y), x + y), ((x * y) * c, x * y)):
         kept = legalize(e, traits)
         assert c in kept.src, e
-        assert any(s.op == AluOp.Bitcast and s.arg == OPAQUE and s.src[0] == inner for s in kept.src), e
+        assert any(is_opaque(s) and s.src[0] == inner for s in kept.src), e
     assert legalize((x * y) + c, traits) == (x * y) + c
 
 
 def test_a_known_float_divisor_is_opaque_where_the_compiler_divides_by_reciprocals() -> None:
     """x / 7 as x * (1/7) rounds twice (NVIDIA's Vulkan driver, float64): with the trait, every
     divisor the compiler may know is passed through opaque; a divisor read from memory is not."""
-    from jaxcore.legalize import OPAQUE
-
     x = AluExp.variable(F64, "x")
     recip = TargetTraits(divides_by_reciprocal=True)
 
@@ -385,7 +375,7 @@ def test_a_known_float_divisor_is_opaque_where_the_compiler_divides_by_reciproca
         return e.src[1]
 
     by_const = legalize(AluExp(AluOp.Idiv, F64, (x, AluExp.const(F64, 7.0))), recip)
-    assert divisor(by_const).op == AluOp.Bitcast and divisor(by_const).arg == OPAQUE
+    assert is_opaque(divisor(by_const))
     assert (
         legalize(AluExp(AluOp.Idiv, F64, (x, AluExp.const(F64, 7.0))), TargetTraits()).src[1].op
         == AluOp.Const
@@ -472,14 +462,12 @@ def test_a_sum_taken_by_another_sum_is_opaque_where_sums_reassociate() -> None:
     that reassociates sums, the inner difference reaches the outer one only through `opaque`."""
     from dataclasses import replace
 
-    from jaxcore.legalize import OPAQUE
-
     x, c = AluExp.variable(F64, "x"), AluExp.variable(F64, "c")
     e = (x - x) - c
     plain = legalize(e, replace(NOTHING_NATIVE, folds_float_identities=True))
     legal = legalize(e, replace(NOTHING_NATIVE, folds_float_identities=True, reassociates_sums=True))
     assert plain.src[0].op == AluOp.Sub
-    assert legal.src[0].op == AluOp.Bitcast and legal.src[0].arg == OPAQUE
+    assert is_opaque(legal.src[0])
     xs, cs = np.array([1e20, 3.0, -7.5e15]), np.array([-4.0, 7.0, 1.0])
     assert _flat_eval(legal, {"x": xs, "c": cs}).tolist() == [4.0, -7.0, -1.0]
 
@@ -501,7 +489,7 @@ def test_a_float32_whose_bits_are_tested_beside_float64_is_opaque(build: Callabl
     tests reaches it through `opaque` (constants need not); nowhere else."""
     from dataclasses import replace
 
-    from jaxcore.legalize import OPAQUE, for_kernel
+    from jaxcore.legalize import for_kernel
 
     x = AluExp.variable(F32, "x")
     e = build(x)
@@ -509,7 +497,7 @@ def test_a_float32_whose_bits_are_tested_beside_float64_is_opaque(build: Callabl
     beside = for_kernel(traits, [e, AluExp.cast(F64, x)])
 
     def hidden(n: AluExp) -> bool:
-        return n.op == AluOp.Bitcast and n.arg == OPAQUE and n.src[0].op != AluOp.Const
+        return is_opaque(n) and n.src[0].op != AluOp.Const
 
     assert legalize(e, beside).some(hidden)
     assert not legalize(e, traits).some(hidden)
@@ -522,15 +510,13 @@ def test_a_float32_whose_bits_are_tested_beside_float64_is_opaque(build: Callabl
 def test_a_product_with_a_bool_cast_to_float_is_opaque(chain: list[DType]) -> None:
     """NVIDIA's Vulkan driver made `x * f64(u32(b))` a select of x and 0 (NaN * 0 gave 0): with
     assumes_finite_math a float from a bool, through any chain of casts, reaches + - * / opaque."""
-    from jaxcore.legalize import OPAQUE
-
     x = AluExp.variable(F64, "x")
     b = AluExp.cmplt(x, AluExp.f64(1.0))
     v = b
     for dt in chain:
         v = AluExp.cast(dt, v)
     legal = legalize(x * v, TargetTraits(assumes_finite_math=True))
-    assert any(s.op == AluOp.Bitcast and s.arg == OPAQUE for s in legal.src), legal
+    assert any(is_opaque(s) for s in legal.src), legal
     vals = np.array([0.0, np.nan, -np.inf, 3.0])
     _same(_run(legal, {"x": vals}), _run(x * v, {"x": vals}))
 
@@ -540,14 +526,12 @@ def test_two_reads_of_one_buffer_are_kept_apart_where_they_could_cancel(op: AluO
     """NVIDIA's Vulkan driver proved x[min(g, 10)] and x[g] equal (g < 10 by its grid) and made
     their float64 quotient 1 where x = 0: two reads of one buffer in - / Idiv are kept apart by an
     opaque; reads of two buffers, and + *, which cannot cancel, are left alone."""
-    from jaxcore.legalize import OPAQUE
-
     traits = TargetTraits(assumes_finite_math=True)
     g = AluExp.variable(I32, "g")
     xa = AluExp.global_index(F64, 0, 10, AluExp.min(g, AluExp.i32(10)))
     xb, yb = AluExp.global_index(F64, 0, 10, g), AluExp.global_index(F64, 1, 10, g)
     legal = legalize(AluExp(op, F64, (xa, xb)), traits)
-    hidden = [s.op == AluOp.Bitcast and s.arg == OPAQUE for s in legal.src]
+    hidden = [is_opaque(s) for s in legal.src]
     assert hidden == [False, op in (AluOp.Sub, AluOp.Div, AluOp.Idiv)]
     assert legalize(AluExp(op, F64, (xa, yb)), traits).src == (xa, yb)
     assert legalize(AluExp(op, F64, (xa, xb)), TargetTraits()).src == (xa, xb)
@@ -557,16 +541,14 @@ def test_integer_arithmetic_across_a_sign_cast_is_opaque_where_the_compiler_cras
     """NVIDIA's GL compiler crashed (SIGSEGV) on `int(c - uint(x)) + x`: with the trait, the
     uint32 side of an int32 <-> uint32 conversion of integer arithmetic is opaque, in both
     directions; a conversion of a plain read is left alone, and the value is unchanged."""
-    from jaxcore.legalize import OPAQUE
-
     traits = TargetTraits(crashes_cancelling_across_sign_casts=True)
     x = AluExp.variable(I32, "x")
     e = AluExp.cast(I32, AluExp.u32(3102103486) - AluExp.cast(U32, x)) + x
     legal = legalize(e, traits)
     to_int = legal.src[0]
-    assert to_int.op == AluOp.Cast and to_int.src[0].op == AluOp.Bitcast and to_int.src[0].arg == OPAQUE
+    assert to_int.op == AluOp.Cast and is_opaque(to_int.src[0])
     back = legalize(AluExp.cast(U32, x * AluExp.i32(3)), traits)
-    assert back.op == AluOp.Bitcast and back.arg == OPAQUE and back.dtype == U32
+    assert is_opaque(back) and back.dtype == U32
     assert legalize(AluExp.cast(U32, x), traits) == AluExp.cast(U32, x)
     assert legalize(e, TargetTraits()) == e
     vals = np.array([INT32_MIN, -7, 0, 5, INT32_MAX], dtype=np.int32)
