@@ -45,6 +45,7 @@ from jaxcore.routine import (
     RoutineType,
     ScatterOp,
     ScatterParams,
+    SoftmaxParams,
     TriangularSolveParams,
 )
 from jaxcore.shape import ShapeTracker, View, unravel_alu
@@ -70,6 +71,7 @@ __all__ = [
     "DeviceUnavailable",
     "Executable",
     "FftParams",
+    "SoftmaxParams",
     "Fused",
     "FusedReduce",
     "JacobiEighParams",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, SupportsIndex, TypeVar
 
 from jaxcore import settings, split, tracing
 from jaxcore.alu import AluExp, AluGroup, AluOp
-from jaxcore.canonical import canonical_chain, view_bytes
+from jaxcore.canonical import COMPOSED_ROUTINES, canonical_chain, composed_chain, view_bytes
 from jaxcore.dtype import DType, byte_width
 from jaxcore.kernel import Kernel
 from jaxcore.routine import Routine
@@ -247,7 +247,8 @@ class Capabilities:
       never index arithmetic: a gather through an int32 buffer needs int32 declared. So a
       float32-only device runs every float32 kernel, however its indices are computed;
     - a routine needs its name in `routines`, each input and output dtype in `dtypes`, and no
-      (routine name, dtype) pair in `unsupported_ops`.
+      (routine name, dtype) pair in `unsupported_ops`; one the core spells as kernels
+      (`jaxcore.canonical.COMPOSED_ROUTINES`: Softmax) and the device does not declare needs those kernels.
 
     `handles_aliasing`: the backend's `_run` computes correctly when an output slot is also an
     input (the result is as if every input were read before the output is written). When False
@@ -330,6 +331,21 @@ class Capabilities:
                 if gap is not None:
                     return gap
             return None
+        gap = self._routine_gap(source)
+        if gap is None or source.name not in COMPOSED_ROUTINES:
+            return gap
+        # not the device's own: the core's kernels run it where the device runs each of them
+        for step in composed_chain(source).steps:
+            step_gap = self.undeclared(step)
+            if step_gap is not None:
+                return step_gap
+        return None
+
+    def native(self, routine: Routine) -> bool:
+        """Whether the device runs `routine` as its own (else the core's kernels may: `COMPOSED_ROUTINES`)."""
+        return self._routine_gap(routine) is None
+
+    def _routine_gap(self, source: Routine) -> Undeclared | None:
         if source.name not in self.routines:
             return Undeclared(source.name, None, f"routine {source.name} is not declared", routine=True)
         for dt in (*source.type.input_dtypes, *source.type.output_dtypes):
@@ -753,7 +769,8 @@ class BaseBackend:
             gap = self.capabilities.undeclared(routine)
             if gap is not None:
                 raise gap.error(self.name)
-            chain = canonical_chain(routine)  # a layout the device runs through its own
+            # a layout the device runs through its own, or the core's kernels for one it lacks
+            chain = canonical_chain(routine, self.capabilities.native(routine))
             if chain is not None:
                 return self._prepare_steps(routine, chain.steps, chain.reads, chain.frees, chain.nargs)
             return Executable(routine, self._compile_routine(routine), self, _PREPARED)

@@ -4,6 +4,9 @@ other layouts. The base class runs such a routine as the device's own between co
 
 - A routine input given a view (`Routine.views`: a transposed or strided operand) is written
   row-major into a temporary first: one copy kernel.
+- A routine the core can spell as kernels (Softmax: a row max, a sum of exponentials, then each
+  element) runs as those kernels on a device that does not declare its own, so a device declares
+  it only to run it faster (a GPU's one-pass row kernel).
 - A device implements TriangularSolve for one layout: `a` upper triangular, the right-hand sides as
   `b`'s rows. LAPACK's trsm (and JAX's `triangular_solve`) also take a lower `a`, `a` transposed
   and right-hand sides as columns, and each of those is a view of the one layout:
@@ -16,13 +19,15 @@ Each view folds into the one copy its input needs anyway; a copy no view needs i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from jaxcore.alu import AluExp, AluOp, AluVar
 from jaxcore.dtype import DType
 from jaxcore.fusion import Fused
-from jaxcore.kernel import Kernel
-from jaxcore.routine import Routine, Routines, TriangularSolveParams
+from jaxcore.kernel import Kernel, Reduction
+from jaxcore.routine import Routine, Routines, SoftmaxParams, TriangularSolveParams
 from jaxcore.shape import ShapeTracker
 
 
@@ -41,8 +46,14 @@ class Chain:
 _Finish = Callable[[Fused], Fused]
 
 
-def canonical_chain(routine: Routine) -> Chain | None:
-    """The chain that runs `routine` as its device's own, or None when it is that already."""
+COMPOSED_ROUTINES: frozenset[Routines] = frozenset({Routines.Softmax})  # routines the core spells as kernels
+
+
+def canonical_chain(routine: Routine, native: bool = True) -> Chain | None:
+    """The chain that runs `routine` as its device's own (as kernels where `native` is False and
+    the core spells it: `COMPOSED_ROUTINES`), or None when the device runs it as it is."""
+    if not native and routine.name in COMPOSED_ROUTINES:
+        return composed_chain(routine)
     t = routine.type
     views = routine.views or (None,) * len(t.input_shapes)
     ins = [Fused.read(i, d, v or s) for i, (s, d, v) in enumerate(zip(t.input_shapes, t.input_dtypes, views))]
@@ -63,6 +74,65 @@ def canonical_chain(routine: Routine) -> Chain | None:
             steps.append(out.kernel().kernel)
     frees = tuple(tuple(b - len(ins) for b in r if b >= len(ins)) for r in reads)
     return Chain(tuple(steps), tuple(reads), frees, len(ins))
+
+
+def composed_chain(routine: Routine) -> Chain:
+    """Copies for the inputs read through views, then the routine's kernels, each reading the
+    inputs (or their copies) and the temporaries of the kernels before it."""
+    t = routine.type
+    views = routine.views or (None,) * len(t.input_shapes)
+    steps: list[Kernel | Routine] = []
+    reads: list[tuple[int, ...]] = []
+    nargs = len(t.input_shapes)
+    where = list(range(nargs))  # the buffer each input is read from
+    for i, (d, v) in enumerate(zip(t.input_dtypes, views)):
+        if v is not None:
+            where[i] = nargs + len(steps)
+            reads.append((i,))
+            steps.append(Fused.read(i, d, v).kernel().kernel)
+    first = nargs + len(steps)  # the buffer of the first kernel's result
+    for kernel, uses in softmax_kernels(routine):
+        reads.append(tuple(where[u] if u < nargs else first + u - nargs for u in uses))
+        steps.append(kernel)
+    last_read = {b: j for j, r in enumerate(reads) for b in r}
+    frees = tuple(
+        tuple(b - nargs for b in r if b >= nargs and last_read[b] == j) for j, r in enumerate(reads)
+    )
+    return Chain(tuple(steps), tuple(reads), frees, nargs)
+
+
+def softmax_kernels(routine: Routine) -> list[tuple[Kernel, tuple[int, ...]]]:
+    """Softmax over the last axis as three kernels, each with the buffers it reads (input i below
+    the routine's input count, then kernel j's result): the row max (NaN-propagating), the sum
+    of `exp(x - max)` with `1 / sum` in its epilogue (`log(sum)` for `log`), then each element,
+    `exp(x - max) * (1 / sum)` or `(x - max) - log(sum)`: a multiply, where a division of each
+    element would cost a GPU without a correctly rounded one several dozen operations. float16
+    is read into float32 and rounded once, at the end."""
+    params = routine.params
+    assert isinstance(params, SoftmaxParams)
+    (shape,), (dtype,) = routine.type.input_shapes, routine.type.input_dtypes
+    cols = shape[-1]
+    rows = math.prod(shape[:-1])
+    n, work = rows * cols, DType.float32 if dtype == DType.float16 else dtype
+    g, r, i32 = AluVar.gidx, AluVar.ridx, AluExp.i32
+
+    def x(index: AluExp) -> AluExp:
+        read = AluExp.global_index(dtype, 0, n, index)
+        return AluExp.cast(work, read) if dtype != work else read
+
+    def per_row(gid: int, index: AluExp) -> AluExp:
+        return AluExp.global_index(work, gid, rows, index)
+
+    item = x(g * i32(cols) + r)
+    row_max = Kernel(1, rows, item, Reduction(work, AluOp.Max, cols))
+    acc = AluVar.acc(work)
+    total = AluExp.log(acc) if params.log else AluExp.reciprocal(acc)
+    exp_sum = Kernel(2, rows, AluExp.exp(item - per_row(1, g)), Reduction(work, AluOp.Add, cols, total))
+    row = AluExp.idiv(g, i32(cols))
+    d = x(g) - per_row(1, row)
+    y = d - per_row(2, row) if params.log else AluExp.exp(d) * per_row(2, row)
+    each = Kernel(3, n, AluExp.cast(dtype, y) if dtype != work else y)
+    return [(row_max, (0,)), (exp_sum, (0, 1)), (each, (0, 1, 2))]
 
 
 def _triangular_layout(routine: Routine, ins: list[Fused]) -> tuple[list[Fused], Routine, _Finish | None]:

@@ -246,6 +246,10 @@ class CStyleLanguage:
         the threads at or past `size`."""
         raise NotImplementedError(f"{self.name} has no thread grid")
 
+    def render_local_index(self, var: str) -> str:
+        """`var` (int32): this thread's index within its workgroup."""
+        raise NotImplementedError(f"{self.name} has no workgroups")
+
     def render_vec_load(self, name: str, param: str, idx: str) -> str:
         raise NotImplementedError(f"{self.name} has no vector loads")
 

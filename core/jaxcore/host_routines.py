@@ -21,6 +21,7 @@ from jaxcore.routine import (
     Routine,
     Routines,
     ScatterParams,
+    SoftmaxParams,
     TriangularSolveParams,
 )
 
@@ -446,6 +447,23 @@ def _row_major_strides(shape: tuple[int, ...]) -> list[int]:
     return strides[::-1]
 
 
+def _softmax(routine: Routine, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+    """The row max, `exp(x - max)`, its sum, then `exp(x - max) * (1 / sum)` (log: `(x - max) -
+    log(sum)`), each op in the work dtype (float16 in float32, rounded once at the end): the
+    kernels `jaxcore.canonical.softmax_kernels` spells, up to the order of the sum."""
+    (x,), (y,) = inputs, outputs
+    params = routine.params
+    assert isinstance(params, SoftmaxParams)
+    if y.size == 0:
+        return
+    w = x.astype(_work_dtype(routine.type.input_dtypes[0]), copy=False)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        d = w - w.max(axis=-1, keepdims=True)  # numpy's max propagates NaN
+        e = np.exp(d)
+        s = e.sum(axis=-1, keepdims=True, dtype=w.dtype)
+        y[...] = d - np.log(s) if params.log else e * (np.ones_like(s) / s)
+
+
 _RUNNERS: dict[Routines, _Runner] = {
     Routines.Sort: _sort,
     Routines.Argsort: _argsort,
@@ -455,6 +473,7 @@ _RUNNERS: dict[Routines, _Runner] = {
     Routines.LU: _lu,
     Routines.JacobiEigh: _jacobi_eigh,
     Routines.Fft: _fft,
+    Routines.Softmax: _softmax,
 }
 
 __all__ = ["run_routine"]

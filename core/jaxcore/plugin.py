@@ -54,6 +54,7 @@ from jaxcore.backend import (
     UnsupportedOpError,
     UnsupportedRoutineError,
 )
+from jaxcore.canonical import COMPOSED_ROUTINES, softmax_kernels
 from jaxcore.cstyle import CStyleLanguage, ExpRenderer, strip_parens
 from jaxcore.digest import lowering_digest
 from jaxcore.dtype import (
@@ -96,6 +97,7 @@ from jaxcore.routine import (
     ScatterOp,
     ScatterParams,
     Shape,
+    SoftmaxParams,
     TriangularSolveParams,
 )
 from jaxcore.settings import Settings
@@ -154,12 +156,15 @@ __all__ = [
     "Backend",
     "BackendFactory",
     "BaseBackend",
+    "COMPOSED_ROUTINES",
+    "softmax_kernels",
     "HostMemory",
     "Capabilities",
     "DType",
     "DeviceUnavailable",
     "Executable",
     "FftParams",
+    "SoftmaxParams",
     "Interpreter",
     "JacobiEighParams",
     "Kernel",

@@ -22,7 +22,7 @@ Statements, serial:
 Statements, GPU (a program then has a workgroup size `local` and a `grid` of workgroups):
 
 - `ThreadIndex(var, size, local)`, `WorkgroupIndex(var, size, parts, part_var)`: the flat thread or
-  workgroup index (threads past the size stop);
+  workgroup index (threads past the size stop); `LocalIndex(var)`: the thread's within its group;
 - `VecLoad`, `VecStore`: four lanes of a parameter at once (`Param.lanes`);
 - `StridedLoop`: the threads of a workgroup (and the workgroups of an output) striding together;
 - `WorkgroupFold` over a `LocalArray` (a barrier tree, or subgroup ops), then `FirstThread`;
@@ -124,6 +124,14 @@ class ThreadIndex:
 
 
 @dataclass(frozen=True)
+class LocalIndex:
+    """`var`: this thread's index within its workgroup, 0 to `local - 1` (a program whose
+    threads each hold fixed elements of a row: `jaxcore.row_program`)."""
+
+    var: str
+
+
+@dataclass(frozen=True)
 class VecLoad:
     """`name`: vector number `sum(terms)` of input `param` (its `lanes` elements); an expression
     reads lane u as the Variable `name.xyzw[u]`. The index is a sum of terms (a row's start and
@@ -201,8 +209,9 @@ class LocalArray:
 @dataclass(frozen=True)
 class WorkgroupFold:
     """Every thread's accumulator `name` folded by `op` (the Function `fn`) across the `threads`
-    threads of the workgroup, through the local array `array`; afterwards the first thread
-    (`FirstThread`) holds the result. With `subgroups`, subgroup ops and one barrier; else a tree."""
+    threads of the workgroup, through the local array `array`; afterwards every thread holds the
+    result (`FirstThread` picks one to store it). With `subgroups`, subgroup ops and one barrier;
+    else a tree. A program that folds twice gives each fold its own array."""
 
     name: str
     fn: str
@@ -283,6 +292,7 @@ Stmt = (
     | Loop
     | Grid
     | ThreadIndex
+    | LocalIndex
     | VecLoad
     | VecStore
     | WorkgroupIndex
@@ -646,7 +656,7 @@ def row_vectors(
     )
 
 
-def _uses_subgroups(target: GpuTarget, red: Reduction, threads: int) -> bool:
+def uses_subgroups(target: GpuTarget, red: Reduction, threads: int) -> bool:
     """Subgroup ops for a workgroup fold where the device has them for the dtype; not a float32
     sum or product that must stay exact on subnormals."""
     flushes = red.dtype == DType.float32 and red.op in (AluOp.Add, AluOp.Mul) and target.exact_subnormals
@@ -683,7 +693,7 @@ def workgroup_reduce(
         return None
     group = tune.size.groups
     vec = row_vectors(target, kernel, tune, traits)
-    sg = _uses_subgroups(target, red, group)
+    sg = uses_subgroups(target, red, group)
     ident = AluExp.const(red.dtype, red.identity)
     epilogue = legalize(tune.epilogue, traits)
     body: tuple[Stmt, ...] = (
@@ -734,7 +744,7 @@ def split_reduce(
     scratch = Param("jc_scratch", 0, (red.dtype,), n_part, scratch=True)
     vec = row_vectors(target, kernel, tune, traits)
     vec_in = vec.inputs if vec is not None else frozenset()
-    sg = _uses_subgroups(target, red, group)
+    sg = uses_subgroups(target, red, group)
     body1: tuple[Stmt, ...] = (
         WorkgroupIndex("gidx", kernel.size, split, "jc_s"),
         Define("acc", ident),
@@ -746,7 +756,7 @@ def split_reduce(
     grid1 = fold_grid(n_part, target.max_workgroups_per_dim)
     pass1 = _fold_program(name, (*params1, scratch), body1, group, grid1, red, traits)
     g2 = max(min(256, target.max_workgroup_size, 1 << max(split - 1, 0).bit_length()), 1)
-    sg2 = _uses_subgroups(target, red, g2)
+    sg2 = uses_subgroups(target, red, g2)
     gidx = AluExp.special(DType.int32, "gidx", kernel.size)
     terms = (AluExp.mul(gidx, AluExp.i32(split)), AluExp.special(DType.int32, "i", split))
     body2: tuple[Stmt, ...] = (
@@ -869,6 +879,8 @@ def _render_stmt(s: Stmt, r: ExpRenderer) -> None:
         r.lines.append(lang.render_store(r, s.param, r.render(s.index), r.render(s.value), s.value.dtype))
     elif isinstance(s, ThreadIndex):
         r.lines += lang.render_thread_index(s.var, s.size, s.local)
+    elif isinstance(s, LocalIndex):
+        r.lines.append(lang.render_local_index(s.var))
     elif isinstance(s, VecLoad):
         sub = r.child()  # uncounted: the terms are spelled whole, never through lets
         index = " + ".join(strip_parens(sub.render(t)) for t in s.terms)

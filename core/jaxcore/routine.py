@@ -33,6 +33,7 @@ class Routines(enum.StrEnum):
     LU = "LU"
     JacobiEigh = "JacobiEigh"
     Fft = "Fft"
+    Softmax = "Softmax"
 
 
 class ScatterOp(enum.StrEnum):
@@ -175,6 +176,16 @@ class FftParams:
 
 
 @dataclass(frozen=True)
+class SoftmaxParams:
+    """Softmax over the last axis, or its logarithm with `log` (`log_softmax`)."""
+
+    log: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "log", _as_bool(self.log, "softmax: log"))
+
+
+@dataclass(frozen=True)
 class ScatterParams:
     """Scatter into an output of `shape`: output axes `axis` are indexed by the index inputs (in order).
 
@@ -215,7 +226,7 @@ class ScatterParams:
         return self.op == ScatterOp.add and not self.unique_indices
 
 
-RoutineParams = TriangularSolveParams | JacobiEighParams | FftParams | ScatterParams
+RoutineParams = TriangularSolveParams | JacobiEighParams | FftParams | ScatterParams | SoftmaxParams
 
 
 def factor_fft_size(n: int) -> tuple[int, ...]:
@@ -254,6 +265,7 @@ _LABEL = {
     Routines.LU: "lu",
     Routines.JacobiEigh: "jacobi_eigh",
     Routines.Fft: "fft",
+    Routines.Softmax: "softmax",
 }
 
 
@@ -411,6 +423,14 @@ def _check_scatter(shapes: tuple[Shape, ...], dtypes: tuple[DType, ...], params:
     return params, [params.shape], [dtypes[0]]
 
 
+def _check_softmax(shapes: tuple[Shape, ...], dtypes: tuple[DType, ...], params: Any) -> _Outputs:
+    _expect_inputs("softmax", shapes, 1)
+    if len(shapes[0]) == 0:
+        raise ValueError("softmax: input must be at least 1D")
+    _require_float("softmax", dtypes[0])
+    return _params_of("softmax", params, SoftmaxParams, SoftmaxParams), [shapes[0]], [dtypes[0]]
+
+
 _CHECKS: dict[Routines, _Checker] = {
     Routines.Sort: _check_sort,
     Routines.Argsort: _check_argsort,
@@ -420,6 +440,7 @@ _CHECKS: dict[Routines, _Checker] = {
     Routines.LU: _check_lu,
     Routines.JacobiEigh: _check_jacobi_eigh,
     Routines.Fft: _check_fft,
+    Routines.Softmax: _check_softmax,
 }
 
 

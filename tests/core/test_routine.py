@@ -78,6 +78,7 @@ def test_routines_enum_values_equal_names() -> None:
         Routines.LU,
         Routines.JacobiEigh,
         Routines.Fft,
+        Routines.Softmax,
     }
 
 

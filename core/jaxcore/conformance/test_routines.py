@@ -1,5 +1,5 @@
 """Every routine against numpy/scipy: Sort/Argsort, TriangularSolve, Cholesky, LU, JacobiEigh, Fft,
-Scatter. Outputs start as garbage, so a routine must write every element."""
+Scatter, Softmax. Outputs start as garbage, so a routine must write every element."""
 
 from __future__ import annotations
 
@@ -20,7 +20,15 @@ from jaxcore.conformance.harness import (
     to_buffer,
 )
 from jaxcore.dtype import DType
-from jaxcore.routine import FftParams, Routine, Routines, ScatterOp, ScatterParams, TriangularSolveParams
+from jaxcore.routine import (
+    FftParams,
+    Routine,
+    Routines,
+    ScatterOp,
+    ScatterParams,
+    SoftmaxParams,
+    TriangularSolveParams,
+)
 
 DTYPES = [str(d) for d in DType]
 FLOATS = list(oracle.FLOATS)
@@ -576,3 +584,85 @@ def test_scatter_random_against_oracle(backend: Backend, dtype: str) -> None:
 def test_garbage_helper_is_not_zero() -> None:
     """The garbage prefill really differs from zeros (else 'writes every element' would prove nothing)."""
     assert np.frombuffer(garbage(4), np.float32)[0] != 0
+
+
+# ---- Softmax --------------------------------------------------------------------------------
+
+
+def softmax_oracle(x: np.ndarray, log: bool) -> np.ndarray:
+    """Softmax over the last axis in float64 (NaN where a row holds NaN or +inf, or only -inf)."""
+    w = x.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        d = w - w.max(axis=-1, keepdims=True)
+        s = np.exp(d).sum(axis=-1, keepdims=True)
+        return d - np.log(s) if log else np.exp(d) / s
+
+
+SOFTMAX_SHAPES = [(3, 1), (4, 7), (2, 3, 33), (3, 96), (5, 256), (2, 4096), (2, 4100), (1, 8192)]
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape", SOFTMAX_SHAPES, ids=["x".join(map(str, s)) for s in SOFTMAX_SHAPES])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_softmax(backend: Backend, dtype: str, shape: tuple[int, ...], log: bool) -> None:
+    """Over the last axis, rows of one to 8,192 (past one GPU workgroup's stride, and not a multiple
+    of four), batch axes flattened; log-softmax with `log`."""
+    st = oracle.storage(dtype)
+    x = (np.random.default_rng(len(shape) * 7919 + shape[-1]).normal(0, 3, shape)).astype(st)
+    r = prepared(backend, routine(Routines.Softmax, [x], [dtype], SoftmaxParams(log)))
+    (got,) = run_routine(backend, r, [x])
+    assert_close(got, softmax_oracle(x, log).astype(st), "Softmax", dtype, backend, what=f"log={log}")
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_softmax_special_rows(backend: Backend, dtype: str, log: bool) -> None:
+    """A NaN or +inf makes its row NaN; -inf entries give exact zeros (-inf for log), a row of only
+    -inf is NaN; equal entries give exactly 1/n; values far below the max underflow to exact zeros;
+    huge magnitudes do not overflow (the max is subtracted first)."""
+    st = oracle.storage(dtype)
+    inf, nan = np.inf, np.nan
+    big = 6e4 if dtype == "float16" else 1e30
+    x = np.array(
+        [
+            [nan, 1.0, 2.0, 0.0, -1.0, 3.0, 0.5, 2.0],
+            [inf, 1.0, 2.0, 0.0, -1.0, 3.0, 0.5, 2.0],
+            [-inf, 0.0, -inf, 1.0, -inf, -inf, -inf, -inf],
+            [-inf] * 8,
+            [2.5] * 8,
+            [0.0, -big, -big, -big, -big, -big, -big, -big],
+            [big, -big, big, -big, big, -big, big, -big],
+        ],
+        st,
+    )
+    r = prepared(backend, routine(Routines.Softmax, [x], [dtype], SoftmaxParams(log)))
+    (got,) = run_routine(backend, r, [x])
+    want = softmax_oracle(x, log).astype(st)
+    assert_close(got, want, "Softmax", dtype, backend, what=f"log={log}")
+    assert np.isnan(got[:2]).all() and np.isnan(got[3]).all(), got[:4]
+    if not log:
+        assert (got[2][[0, 2, 4, 5, 6, 7]] == 0).all() and (got[4] == 0.125).all(), (got[2], got[4])
+        assert (got[5] == np.array([1] + [0] * 7, st)).all(), got[5]
+        assert (got[6] == np.array([0.25, 0] * 4, st)).all(), got[6]
+    else:
+        assert (got[2][[0, 2, 4, 5, 6, 7]] == -inf).all() and got[4][0] == want[4][0], (got[2], got[4])
+
+
+def test_softmax_reads_its_input_through_a_view(backend: Backend) -> None:
+    """A transposed operand: the softmax of each column of the buffer, read in place."""
+    from jaxcore.shape import ShapeTracker
+
+    base = np.random.default_rng(5).normal(0, 2, (9, 6)).astype(np.float32)
+    view = ShapeTracker.from_shape(base.shape).permute((1, 0))
+    r = prepared(backend, Routine.build(Routines.Softmax, [(6, 9)], ["float32"], views=[view]))
+    (got,) = run_routine(backend, r, [base])
+    assert_close(got, softmax_oracle(base.T, False).astype(np.float32), "Softmax", "float32", backend)
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 5)], ids=["3x0", "0x5"])
+def test_softmax_zero_size(backend: Backend, shape: tuple[int, ...]) -> None:
+    """Rows of length 0, or no rows: an empty result, and nothing to run."""
+    x = np.zeros(shape, np.float32)
+    r = prepared(backend, routine(Routines.Softmax, [x], ["float32"]))
+    (got,) = run_routine(backend, r, [x])
+    assert got.shape == shape

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from jaxcore.plugin import (
+    COMPOSED_ROUTINES,
     BaseBackend,
     Capabilities,
     DeviceUnavailable,
@@ -49,7 +50,7 @@ class CBackend(HostMemory, BaseBackend):  # storage: a bytearray per buffer (Hos
     name = "c"
     capabilities = Capabilities(
         dtypes=frozenset(DType),
-        routines=frozenset(Routines),
+        routines=frozenset(Routines) - COMPOSED_ROUTINES,  # those run as the core's kernels
         max_args=64,
         description="C kernels built by the system compiler (cc -O2), run through ctypes; host routines",
     )

@@ -21,6 +21,7 @@ import numpy as np
 
 from jaxcore import settings, tracing
 from jaxcore.plugin import (
+    COMPOSED_ROUTINES,
     BaseBackend,
     Capabilities,
     DType,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 CAPABILITIES = Capabilities(
     dtypes=frozenset(DType),
-    routines=frozenset(Routines),
+    routines=frozenset(Routines) - COMPOSED_ROUTINES,  # those run as the core's kernels
     max_args=64,
     max_buffer_bytes=(MAX_PAGES - 1) * PAGE,
     description="LLVM -> WebAssembly (simd128) kernels run by wasmtime on one shared linear memory; "

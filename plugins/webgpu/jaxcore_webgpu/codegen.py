@@ -132,7 +132,7 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
     """WGSL for `kernel` on `target`: a `ShaderPlan` of one or two passes (see the module doc)."""
     kernel = fold_on_keys(kernel)
     tune = tune_gpu(kernel, target.limits())
-    lang = WGSLLanguage(replace(traits, flushes_subnormals=target.exact_subnormals))
+    lang = language(target, traits)
     exp = legalize(tune.exp, traits)
     epilogue = legalize(tune.epilogue, traits) if tune.epilogue is not None else None
     out_idx = tune.output_idx_exp
@@ -145,19 +145,37 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
             None, kernel.dtype, "webgpu", f"{n_bufs} storage buffers > {target.max_storage_buffers_per_stage}"
         )
 
-    gpu = GpuTarget(
+    passes = build_passes(kernel, tune, traits, gpu_strategies(gpu_target(target)))
+    params = [p for p in passes[0].params if p.scratch]
+    scratch = {p.index: p.elements * byte_width(_scratch_dtype(p.dtype)) for p in params}
+    return ShaderPlan(
+        tuple(_shader(lang, p) for p in passes), tuple(scratch[i] for i in sorted(scratch)), tune
+    )
+
+
+def gpu_target(target: WgslTarget) -> GpuTarget:
+    """What the core's GPU program builders need to know of this adapter."""
+    return GpuTarget(
         target.max_workgroups_per_dim,
         _VEC_DTYPES,
         target.has_subgroups,
         exact_subnormals=target.exact_subnormals,
         max_workgroup_size=target.max_workgroup_size,
     )
-    passes = build_passes(kernel, tune, traits, gpu_strategies(gpu))
-    params = [p for p in passes[0].params if p.scratch]
-    scratch = {p.index: p.elements * byte_width(_scratch_dtype(p.dtype)) for p in params}
-    return ShaderPlan(
-        tuple(_shader(lang, p) for p in passes), tuple(scratch[i] for i in sorted(scratch)), tune
-    )
+
+
+def language(target: WgslTarget, traits: TargetTraits = WGSL_TRAITS) -> WGSLLanguage:
+    """The WGSL dialect for `target`: exact on subnormals where the target asks for it."""
+    return WGSLLanguage(replace(traits, flushes_subnormals=target.exact_subnormals))
+
+
+def compile_program(program: Program, target: WgslTarget) -> ShaderPlan:
+    """A one-pass `ShaderPlan` of a program the core built for this target (a routine's)."""
+    lang = language(target)
+    dtypes = program.dtypes()
+    _check_dtypes(dtypes, target)
+    lang.features = {"f64"} if DType.float64 in dtypes else set()
+    return ShaderPlan((_shader(lang, program),))
 
 
 def _scratch_dtype(dtype: DType) -> DType:

@@ -401,6 +401,9 @@ class WGSLLanguage(CStyleLanguage):
             f"let {var}: i32 = i32({u});",
         ]
 
+    def render_local_index(self, var: str) -> str:
+        return f"let {var}: i32 = i32(lid);"
+
     def render_workgroup_index(self, var: str, size: int, parts: int, part_var: str) -> list[str]:
         if parts == 1:
             return [f"if (wg >= {size}u) {{ return; }}", f"let {var}: i32 = i32(wg);"]

@@ -1,6 +1,6 @@
 """Every routine as WGSL passes: `plan_routine(routine, target)` gives the runtime's `Plan`.
 
-One module per family (sort, scatter, linalg, fft); `DECLARED` lists the routines this device
+One module per family (sort, scatter, linalg, fft, softmax); `DECLARED` lists the routines this device
 runs and `UNDECLARED_DTYPES` the (routine, dtype) pairs it does not (float64 keys and atomics
 have no WGSL). A routine not listed raises UnsupportedRoutineError at prepare, never a host run.
 """
@@ -25,6 +25,7 @@ _PLANNERS: dict[Routines, tuple[str, str]] = {
     Routines.LU: ("linalg", "plan_lu"),
     Routines.JacobiEigh: ("linalg", "plan_jacobi_eigh"),
     Routines.Fft: ("fft", "plan_fft"),
+    Routines.Softmax: ("softmax", "plan_softmax"),
 }
 DECLARED: frozenset[Routines] = frozenset(_PLANNERS)
 
@@ -33,6 +34,8 @@ UNDECLARED_DTYPES: frozenset[tuple[Routines, DType]] = frozenset(
         (Routines.Sort, DType.float64),  # 64-bit keys: naga has no f64 bit access
         (Routines.Argsort, DType.float64),
         (Routines.Scatter, DType.float64),  # no 64-bit atomics for add
+        (Routines.Softmax, DType.float16),  # these two run as the core's kernels
+        (Routines.Softmax, DType.float64),
     }
 )
 
