@@ -45,7 +45,7 @@ from jaxcore.alu import AluExp, AluOp, AluVar
 from jaxcore.backend import Backend, Slot, UnsupportedOpError, UnsupportedRoutineError
 from jaxcore.dtype import DType
 from jaxcore.kernel import Kernel, Reduction
-from jaxcore.routine import Routine
+from jaxcore.routine import Routine, Routines
 
 F32 = DType.float32
 
@@ -184,24 +184,13 @@ def _sum(b: Buffers, rng: np.random.Generator, n: int = 1 << 24) -> Case:
 def _softmax(b: Buffers, rng: np.random.Generator, rows: int = 4096, cols: int = 4096) -> Case:
     n = rows * cols
     x = rng.normal(0, 2, (rows, cols)).astype(np.float32)
-    gx, gmax, ginv, out = b.put(x), b.empty(4 * rows), b.empty(4 * rows), b.empty(4 * n)
-    g, r = AluVar.gidx, AluVar.ridx
-    item = _gi(0, n, g * _i32(cols) + r)
-    row_max = b.be.prepare_kernel(Kernel(1, rows, item, Reduction(F32, AluOp.Max, cols)))
-    # exp-sum with the reciprocal fused into its epilogue, so the last pass multiplies.
-    inv = AluExp.reciprocal(AluVar.acc(F32))
-    exp_sum = b.be.prepare_kernel(
-        Kernel(2, rows, AluExp.exp(item - _gi(1, rows, g)), Reduction(F32, AluOp.Add, cols, inv))
-    )
-    row = AluExp.idiv(g, _i32(cols))
-    divide = b.be.prepare_kernel(
-        Kernel(3, n, AluExp.exp(_gi(0, n, g) - _gi(1, rows, row)) * _gi(2, rows, row))
-    )
+    gx, out = b.put(x), b.empty(4 * n)
+    # the routine: the device's own where it has one (a GPU's one pass a row), else the core's
+    # three kernels (the row max, the sum of exp with 1 / sum in its epilogue, each element)
+    exe = b.be.prepare_routine(Routine.build(Routines.Softmax, [x.shape], [F32]))
 
     def device() -> None:
-        b.be.dispatch(row_max, [gx], [gmax])
-        b.be.dispatch(exp_sum, [gx, gmax], [ginv])
-        b.be.dispatch(divide, [gx, gmax, ginv], [out])
+        b.be.dispatch(exe, [gx], [out])
         b.wait(out)
 
     def numpy() -> None:
