@@ -54,18 +54,14 @@ def canonical_chain(routine: Routine, native: bool = True) -> Chain | None:
     the core spells it: `COMPOSED_ROUTINES`), or None when the device runs it as it is."""
     if not native and routine.name in COMPOSED_ROUTINES:
         return composed_chain(routine)
-    t = routine.type
-    views = routine.views or (None,) * len(t.input_shapes)
-    ins = [Fused.read(i, d, v or s) for i, (s, d, v) in enumerate(zip(t.input_shapes, t.input_dtypes, views))]
+    ins = _inputs(routine)
     inner, finish = replace(routine, views=None), None
     if routine.name == Routines.TriangularSolve:
         ins, inner, finish = _triangular_layout(inner, ins)
     if routine.views is None and finish is None:
         return None
-    steps: list[Kernel | Routine] = [f.kernel().kernel for f in ins if f.source is None]
-    reads: list[tuple[int, ...]] = [(i,) for i, f in enumerate(ins) if f.source is None]
-    temps = iter(range(len(ins), len(ins) + len(steps)))
-    reads.append(tuple(i if f.source is not None else next(temps) for i, f in enumerate(ins)))
+    steps, reads, where = _copies(ins)
+    reads.append(tuple(where))
     steps.append(inner)
     if finish is not None:
         out = finish(Fused.read(0, inner.type.output_dtypes[0], inner.type.output_shapes[0]))
@@ -76,20 +72,34 @@ def canonical_chain(routine: Routine, native: bool = True) -> Chain | None:
     return Chain(tuple(steps), tuple(reads), frees, len(ins))
 
 
+def _inputs(routine: Routine) -> list[Fused]:
+    """Each input as read: through its view, else row-major in its own buffer."""
+    t = routine.type
+    views = routine.views or (None,) * len(t.input_shapes)
+    return [
+        Fused.read(i, d, v or s) for i, (s, d, v) in enumerate(zip(t.input_shapes, t.input_dtypes, views))
+    ]
+
+
+def _copies(ins: list[Fused]) -> tuple[list[Kernel | Routine], list[tuple[int, ...]], list[int]]:
+    """A copy kernel for each input that is not a plain buffer (temporary j: the j-th copy), what
+    each copy reads, and the buffer each input is then read from."""
+    steps: list[Kernel | Routine] = []
+    reads: list[tuple[int, ...]] = []
+    where = []
+    for i, f in enumerate(ins):
+        if f.source is None:
+            reads.append((i,))
+            steps.append(f.kernel().kernel)
+        where.append(i if f.source is not None else len(ins) + len(steps) - 1)
+    return steps, reads, where
+
+
 def composed_chain(routine: Routine) -> Chain:
     """Copies for the inputs read through views, then the routine's kernels, each reading the
     inputs (or their copies) and the temporaries of the kernels before it."""
-    t = routine.type
-    views = routine.views or (None,) * len(t.input_shapes)
-    steps: list[Kernel | Routine] = []
-    reads: list[tuple[int, ...]] = []
-    nargs = len(t.input_shapes)
-    where = list(range(nargs))  # the buffer each input is read from
-    for i, (d, v) in enumerate(zip(t.input_dtypes, views)):
-        if v is not None:
-            where[i] = nargs + len(steps)
-            reads.append((i,))
-            steps.append(Fused.read(i, d, v).kernel().kernel)
+    nargs = len(routine.type.input_shapes)
+    steps, reads, where = _copies(_inputs(routine))
     first = nargs + len(steps)  # the buffer of the first kernel's result
     for kernel, uses in softmax_kernels(routine):
         reads.append(tuple(where[u] if u < nargs else first + u - nargs for u in uses))

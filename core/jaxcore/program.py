@@ -545,10 +545,10 @@ def vec4_elementwise(
     return Program(name, params, body, local, _grid(target, n // 4, local))
 
 
-def _combine_function(red: Reduction, traits: TargetTraits) -> Function:
-    """`jc_combine(a, b)`: the reduction's op, legalized (see `combine`)."""
+def combine_function(red: Reduction, traits: TargetTraits, name: str = "jc_combine") -> Function:
+    """`name(a, b)`: the reduction's op, legalized (see `combine`)."""
     a, b = AluExp.variable(red.dtype, "a"), AluExp.variable(red.dtype, "b")
-    return Function("jc_combine", (("a", red.dtype), ("b", red.dtype)), combine(red.op, a, b, traits))
+    return Function(name, (("a", red.dtype), ("b", red.dtype)), combine(red.op, a, b, traits))
 
 
 def thread_reduce(
@@ -594,7 +594,7 @@ def thread_reduce(
         *(Store("out0", i, e) for i, e in zip(out_idx, epis)),
     )
     params = _params(kernel, exp, epilogue)
-    fns = (_combine_function(red, traits),)
+    fns = (combine_function(red, traits),)
     return Program(name, params, body, local, _grid(target, threads, local), fns)
 
 
@@ -707,7 +707,7 @@ def workgroup_reduce(
     if vec is not None:
         params = tuple(replace(p, lanes=4) if not p.output and p.index in vec.inputs else p for p in params)
     grid = fold_grid(kernel.size, target.max_workgroups_per_dim)
-    fns, local = (_combine_function(red, traits),), (LocalArray("jc_part", red.dtype, group),)
+    fns, local = (combine_function(red, traits),), (LocalArray("jc_part", red.dtype, group),)
     return Program(name, params, body, group, grid, fns, local)
 
 
@@ -721,7 +721,7 @@ def _fold_program(
     traits: TargetTraits,
 ) -> Program:
     """A program whose workgroups fold through `jc_combine` and the local array `jc_part`."""
-    fns, local = (_combine_function(red, traits),), (LocalArray("jc_part", red.dtype, threads),)
+    fns, local = (combine_function(red, traits),), (LocalArray("jc_part", red.dtype, threads),)
     return Program(name, params, body, threads, grid, fns, local)
 
 

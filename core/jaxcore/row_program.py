@@ -29,7 +29,6 @@ from jaxcore.program import (
     LANES,
     Combine,
     Define,
-    Function,
     GpuTarget,
     Let,
     LocalArray,
@@ -43,7 +42,7 @@ from jaxcore.program import (
     VecStore,
     WorkgroupFold,
     WorkgroupIndex,
-    combine,
+    combine_function,
     fold_grid,
     uses_subgroups,
 )
@@ -51,11 +50,6 @@ from jaxcore.program import (
 MAX_HELD = 8  # vectors (or elements) a thread holds in the held layout: 32 floats at most
 
 F32 = DType.float32
-
-
-def _combine_fn(name: str, op: AluOp, traits: TargetTraits) -> Function:
-    a, b = AluExp.variable(F32, "a"), AluExp.variable(F32, "b")
-    return Function(name, (("a", F32), ("b", F32)), combine(op, a, b, traits))
 
 
 def _held_threads(trips: int, limit: int) -> int | None:
@@ -98,7 +92,10 @@ def row_softmax(
     )
     n = rows * cols
     params = (Param("in0", 0, (F32,), n, False, lanes=lanes), Param("out0", 0, (F32,), n, True, lanes=lanes))
-    fns = (_combine_fn("jc_max", AluOp.Max, traits), _combine_fn("jc_sum", AluOp.Add, traits))
+    fns = (
+        combine_function(Reduction(F32, AluOp.Max, cols), traits, "jc_max"),
+        combine_function(Reduction(F32, AluOp.Add, cols), traits, "jc_sum"),
+    )
     arrays = (LocalArray("jc_pm", F32, threads), LocalArray("jc_ps", F32, threads))
     return Program(name, params, folds, threads, fold_grid(rows, target.max_workgroups_per_dim), fns, arrays)
 

@@ -132,13 +132,10 @@ def compile_kernel(kernel: Kernel, target: WgslTarget, traits: TargetTraits = WG
     """WGSL for `kernel` on `target`: a `ShaderPlan` of one or two passes (see the module doc)."""
     kernel = fold_on_keys(kernel)
     tune = tune_gpu(kernel, target.limits())
-    lang = language(target, traits)
     exp = legalize(tune.exp, traits)
     epilogue = legalize(tune.epilogue, traits) if tune.epilogue is not None else None
     out_idx = tune.output_idx_exp
-    dtypes = _dtypes_used(exp, epilogue, out_idx) | {kernel.dtype}
-    _check_dtypes(dtypes, target)
-    lang.features = {"f64"} if DType.float64 in dtypes else set()
+    lang = language(target, _dtypes_used(exp, epilogue, out_idx) | {kernel.dtype}, traits)
     n_bufs = kernel.nargs + 1 + (1 if tune.size.split > 1 else 0)
     if n_bufs > target.max_storage_buffers_per_stage:
         raise UnsupportedOpError(
@@ -164,18 +161,18 @@ def gpu_target(target: WgslTarget) -> GpuTarget:
     )
 
 
-def language(target: WgslTarget, traits: TargetTraits = WGSL_TRAITS) -> WGSLLanguage:
-    """The WGSL dialect for `target`: exact on subnormals where the target asks for it."""
-    return WGSLLanguage(replace(traits, flushes_subnormals=target.exact_subnormals))
+def language(target: WgslTarget, dtypes: set[DType], traits: TargetTraits = WGSL_TRAITS) -> WGSLLanguage:
+    """The WGSL dialect for a shader of `dtypes` on `target`: exact on subnormals where the target
+    asks for it, with shader-f64 where float64 is used (refused where the adapter lacks it)."""
+    _check_dtypes(dtypes, target)
+    lang = WGSLLanguage(replace(traits, flushes_subnormals=target.exact_subnormals))
+    lang.features = {"f64"} if DType.float64 in dtypes else set()
+    return lang
 
 
 def compile_program(program: Program, target: WgslTarget) -> ShaderPlan:
     """A one-pass `ShaderPlan` of a program the core built for this target (a routine's)."""
-    lang = language(target)
-    dtypes = program.dtypes()
-    _check_dtypes(dtypes, target)
-    lang.features = {"f64"} if DType.float64 in dtypes else set()
-    return ShaderPlan((_shader(lang, program),))
+    return ShaderPlan((_shader(language(target, program.dtypes()), program),))
 
 
 def _scratch_dtype(dtype: DType) -> DType:
