@@ -117,3 +117,12 @@ def test_rows_that_split_evenly_are_held_in_registers(cols: int, held: bool, thr
 
 def _traits() -> TargetTraits:
     return TargetTraits()
+
+
+def test_a_target_without_float_vectors_holds_scalars() -> None:
+    """The held layout without vec4: each thread keeps `cols / threads` elements read one by one."""
+    p = row_softmax(GpuTarget(vector_dtypes=()), _traits(), 3, 256)
+    stmts = list(p.statements())
+    assert p.local == 256 and any(isinstance(s, LocalIndex) for s in stmts)
+    assert not any(isinstance(s, VecLoad | StridedLoop) for s in stmts)
+    assert all(q.lanes == 1 for q in p.params)
