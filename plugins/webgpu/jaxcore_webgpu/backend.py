@@ -285,20 +285,20 @@ class WebGpuBackend(QueuedBackend):
         return "flushes-f32-subnormals" in self.capabilities.quirks  # probed at start
 
     def browser_plan(self, exe: Executable) -> Plan | None:
-        """The plan a browser needs for `exe` where it differs from what this device runs: a
-        compiled kernel planned again exact on subnormals (the browser's device may flush them;
-        see codegen.WgslTarget.exact_subnormals), a routine planned again without the native-only
-        float atomics. None: export the compiled plan (a plan made by hand with `compile_plan`, or
-        a device that already takes the browser's spelling). A kernel run here as parts
-        (Capabilities.max_kernel_cost, a dead reduction dropped) is planned whole."""
-        src, browser = exe.source, replace(self.target, exact_subnormals=True, has_f32_atomics=False)
+        """The plan a browser needs for `exe` where it differs from what this device runs: planned
+        again for `WgslTarget.browser()` (exact on subnormals, since the browser's device may flush
+        them; no native-only float atomics; 16 KB of workgroup storage). None: export the compiled
+        plan (a plan made by hand with `compile_plan`, or a device whose target already is the
+        browser's). A kernel run here as parts (Capabilities.max_kernel_cost, a dead reduction
+        dropped) is planned whole."""
+        src, browser = exe.source, self.target.browser()
         if isinstance(src, Routine) and browser != self.target:
             from jaxcore_webgpu.routines import plan_routine
 
             return plan_routine(src, browser)
         if not isinstance(src, Kernel) or src.key() in self._hand_planned:
             return None
-        if self.target.exact_subnormals and isinstance(exe.data, CompiledPlan):
+        if browser == self.target and isinstance(exe.data, CompiledPlan):
             return None
         return self._plan(src.live(), browser)
 

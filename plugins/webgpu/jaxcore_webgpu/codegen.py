@@ -67,6 +67,14 @@ class WgslTarget:
     exact_subnormals: bool = True
     radix_sort_from: int = 0  # Sort/Argsort rows this long take the radix sort (0: never)
 
+    def browser(self) -> WgslTarget:
+        """What an exported program's shaders may assume of the page's device: exact on
+        subnormals, no float atomics (no browser has them), and WebGPU's default 16 KB of
+        workgroup storage (a phone's GPU has no more). The other limits an exported program
+        states (`export._limits`), and the page asks its adapter for them."""
+        storage = min(self.max_workgroup_storage, 16384)
+        return replace(self, has_f32_atomics=False, max_workgroup_storage=storage, exact_subnormals=True)
+
     def limits(self) -> GpuLimits:
         return GpuLimits(
             max_workgroup_size=self.max_workgroup_size,

@@ -15,9 +15,11 @@ expression in `acc` and `gidx`, e.g. a bias add) is rendered by the WGSL dialect
 called once per output.
 
 Tile shapes: 128x128 (BK 16, 8x8 per thread) when the problem has enough such tiles to fill a big
-GPU, else 64x64 (BK 16, 4x4), else 32x32 (BK 16, 4x4 over 64 threads) — bounded by the adapter's
-workgroup size and workgroup storage. float64 runs on smaller tiles. A kernel that touches float16
-is left to the generic compiler, which holds float16 in float32 (`WGSL_TRAITS.f16_in_f32`).
+GPU, its slabs double-buffered where the adapter has 32 KB of workgroup storage (one barrier a slab
+instead of two; an exported program keeps to 16 KB, so to one buffer), else 64x64 (BK 16, 4x4), else
+32x32 (BK 16, 4x4 over 64 threads) — bounded by the adapter's workgroup size and workgroup
+storage. float64 runs on smaller tiles. A kernel that touches float16 is left to the generic
+compiler, which holds float16 in float32 (`WGSL_TRAITS.f16_in_f32`).
 """
 
 from __future__ import annotations
@@ -48,13 +50,19 @@ class Tile:
     bk: int
     tm: int
     tn: int
+    stages: int = 1  # 2: slabs alternate between two buffers, one barrier per slab instead of two
 
     @property
     def threads(self) -> int:
         return (self.bm // self.tm) * (self.bn // self.tn)
 
+    def storage(self, elem: int) -> int:
+        """Bytes of workgroup memory: the A and B slabs, once per stage."""
+        return (self.bm + self.bn) * self.bk * elem * self.stages
+
 
 TILES = {
+    "large2": Tile(128, 128, 16, 8, 8, 2),
     "large": Tile(128, 128, 16, 8, 8),
     "medium": Tile(64, 64, 16, 4, 4),
     "small": Tile(32, 32, 16, 4, 4),
@@ -68,12 +76,12 @@ def choose_tile(mm: MatmulShape, target: object, name: str | None = None) -> Til
     max_shared = getattr(target, "max_workgroup_storage", 16384)
 
     def fits(t: Tile) -> bool:
-        return t.threads <= max_wg and (t.bm + t.bn) * t.bk * elem <= max_shared
+        return t.threads <= max_wg and t.storage(elem) <= max_shared
 
     if name is not None:
         t = TILES[name]
         return t if fits(t) else None
-    order = ["medium", "small"] if mm.product == DType.float64 else ["large", "medium", "small"]
+    order = ["medium", "small"] if mm.product == DType.float64 else ["large2", "large", "medium", "small"]
     for key in order:
         t = TILES[key]
         tiles = mm.batch * -(-mm.m // t.bm) * -(-mm.n // t.bn)
@@ -158,8 +166,8 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile, exact_subnormals: bool = Tr
         L.append(f"@group(0) @binding({g}) var<storage, read> in{g}: array<{ty}>;")
     out_elem = f"vec4<{out_ty}>" if vec_out else out_ty
     L.append(f"@group(0) @binding({kernel.nargs}) var<storage, read_write> out0: array<{out_elem}>;")
-    L.append(f"var<workgroup> As: array<vec4<{P}>, {t.bk * t.bm // 4}>;")
-    L.append(f"var<workgroup> Bs: array<vec4<{P}>, {t.bk * t.bn // 4}>;")
+    L.append(f"var<workgroup> As: array<vec4<{P}>, {t.stages * t.bk * t.bm // 4}>;")
+    L.append(f"var<workgroup> Bs: array<vec4<{P}>, {t.stages * t.bk * t.bn // 4}>;")
     # The epilogue, as a function of the sum and the output index.
     r = ExpRenderer(lang)
     r.count(epi)
@@ -194,6 +202,8 @@ class _Slab:
         nt, ot4 = (t.bm // t.tm) * (t.bn // t.tn), outer_tile // 4
         Z = P if mode == "s" else f"vec4<{P}>"  # a register's type
         base = f"({op.base} + bb * {op.s_batch})"
+        # with two stages, the slab being written is the half `ph` (0 or 1) of the array
+        sh = f"{sh}[ph * {outer_tile * t.bk // 4} + " if t.stages > 1 else f"{sh}["
         units = outer_tile * t.bk // (1 if mode == "s" else 4)
         for u in range(-(-units // nt)):
             e = f"(tid + {u * nt})"
@@ -209,7 +219,7 @@ class _Slab:
                 self.setup.append(f"  var {r}: {Z} = {Z}(0);")
                 oi, ki = o, k
                 idx = f"{base} + ({o0} + {o}) * {op.s_outer} + (KSLAB + {k}) * {op.s_k}"
-                self.put.append(f"    if ({g}) {{ {sh}[{k} * {ot4} + {o} / 4][{o} % 4] = {r}; }}")
+                self.put.append(f"    if ({g}) {{ {sh}{k} * {ot4} + {o} / 4][{o} % 4] = {r}; }}")
             elif mode == "k4":  # vec4 along k: unit = (outer o, k quad q)
                 self.setup.append(f"  var {r}: {Z} = {Z}(0);")
                 self.setup.append(
@@ -219,7 +229,7 @@ class _Slab:
                 idx = f"({base} + ({o0} + {o}) * {op.s_outer}) / 4 + KSLAB / 4 + {q}"
                 self.put.append(f"    if ({g}) {{")
                 self.put += [
-                    f"      {sh}[({q} * 4 + {c}) * {ot4} + {o} / 4][{o} % 4] = {r}.{comp};"
+                    f"      {sh}({q} * 4 + {c}) * {ot4} + {o} / 4][{o} % 4] = {r}.{comp};"
                     for c, comp in enumerate("xyzw")
                 ]
                 self.put.append("    }")
@@ -228,7 +238,7 @@ class _Slab:
                 self.setup.append(f"  let {k} = {e} / {ot4}; let {q} = {e} % {ot4}; let {g} = {guard};")
                 oi, ki = f"{q} * 4", k
                 idx = f"({base} + (KSLAB + {k}) * {op.s_k}) / 4 + {o0} / 4 + {q}"
-                self.put.append(f"    if ({g}) {{ {sh}[{k} * {ot4} + {q}] = {r}; }}")
+                self.put.append(f"    if ({g}) {{ {sh}{k} * {ot4} + {q}] = {r}; }}")
             # the bound checks that whole tiles make true are left out (the common aligned case)
             ok = [g] if guard != "true" else []
             ok += [f"{o0} + {oi} < {outer_dim}"] if outer_dim % outer_tile else []
@@ -238,19 +248,25 @@ class _Slab:
 
 
 def _k_loop(mm: MatmulShape, t: Tile, P: str, ACC: str, a: _Slab, b: _Slab) -> list[str]:
-    """The accumulators and the K loop: slab k0 in workgroup memory, k1 loading into registers."""
+    """The accumulators and the K loop: slab k0 in workgroup memory, k1 loading into registers.
+
+    One stage: a barrier after the slab is stored and one after it is used (the next store
+    overwrites it). Two: slab i goes to half i % 2, so a thread storing slab i + 1 only needs
+    every thread past slab i's store barrier, which each reaches after it used slab i - 1."""
     wx, wy = t.bn // t.tn, t.bm // t.tm
     L = [f"  var c{rr}_{h}: vec4<{ACC}> = vec4<{ACC}>(0);" for rr in range(t.tm) for h in range(t.tn // 4)]
     L.append("  var k0 = 0;")
+    L += ["  var ph = 0;"] if t.stages > 1 else []
     L += [ln[2:].replace("KSLAB", "k0") for ln in a.load + b.load]
     L.append(f"  for (; k0 < {mm.k}; k0 = k0 + {t.bk}) {{")
     L += a.put + b.put
     L += ["    workgroupBarrier();", f"    if (k0 + {t.bk} < {mm.k}) {{", f"      let k1 = k0 + {t.bk};"]
     L += ["  " + ln.replace("KSLAB", "k1") for ln in a.load + b.load]
     L.append("    }")
+    oa, ob = (f"ph * {t.bk * t.bm // 4} + ", f"ph * {t.bk * t.bn // 4} + ") if t.stages > 1 else ("", "")
     for k in range(t.bk):
-        L += [f"    let a{v}_{k} = As[{k * t.bm // 4 + v * wy} + ty];" for v in range(t.tm // 4)]
-        L += [f"    let b{v}_{k} = Bs[{k * t.bn // 4 + v * wx} + tx];" for v in range(t.tn // 4)]
+        L += [f"    let a{v}_{k} = As[{oa}{k * t.bm // 4 + v * wy} + ty];" for v in range(t.tm // 4)]
+        L += [f"    let b{v}_{k} = Bs[{ob}{k * t.bn // 4 + v * wx} + tx];" for v in range(t.tn // 4)]
         for rr in range(t.tm):
             v, comp = divmod(rr, 4)
             for h in range(t.tn // 4):
@@ -259,7 +275,7 @@ def _k_loop(mm: MatmulShape, t: Tile, P: str, ACC: str, a: _Slab, b: _Slab) -> l
                     L.append(f"    c{rr}_{h} = fma({av}, b{h}_{k}, c{rr}_{h});")
                 else:
                     L.append(f"    c{rr}_{h} = c{rr}_{h} + vec4<{ACC}>({av} * b{h}_{k});")
-    return L + ["    workgroupBarrier();", "  }"]
+    return L + (["    ph = 1 - ph;", "  }"] if t.stages > 1 else ["    workgroupBarrier();", "  }"])
 
 
 def _stores(mm: MatmulShape, t: Tile, vec_ty: str | None) -> list[str]:

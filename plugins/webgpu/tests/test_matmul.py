@@ -277,3 +277,36 @@ def test_no_tile_for_float16_nor_for_float64_the_adapter_lacks(gpu):
     assert matmul.plan_matmul(k, replace(gpu.target, has_f64=False)) is None
     if gpu.target.has_f64:
         assert matmul.plan_matmul(k, gpu.target) is not None
+
+
+def test_double_buffered_slabs_natively_one_buffer_for_a_browser(gpu):
+    """Where the adapter has 32 KB of workgroup storage a big product takes the double-buffered
+    tile (one barrier a slab); its browser program keeps to WebGPU's default 16 KB, planned again
+    with one buffer, and both compute the product."""
+    import re
+
+    m, n, kk = 1024, 2048, 12  # 128 tiles of 128 x 128: enough that the large tile is chosen
+    k = matmul_kernel(m, n, kk)
+    a, b, sa, sb = operands(m, n, kk, 1, False, False)
+
+    def storage(code: str) -> int:
+        return sum(16 * int(c) for c in re.findall(r"var<workgroup> \w+: array<vec4<f32>, (\d+)>", code))
+
+    exe, got = run(gpu, k, [sa, sb])
+    want = a[0].astype(np.float64) @ b[0]
+    np.testing.assert_allclose(got.reshape(m, n), want, rtol=1e-4, atol=1e-3)
+    (native,) = exe.data.codes
+    assert storage(native) == (32768 if gpu.target.max_workgroup_storage >= 32768 else 16384)
+    browser = gpu.browser_plan(exe)
+    (p,) = browser.passes if browser is not None else (None,)
+    code = p.code if p is not None else native
+    assert "var ph" not in code and storage(code) == 16384
+    if p is not None:  # the browser's pass, run here
+        again = gpu.compile_plan(k, browser)
+        ins = [gpu.malloc(x.nbytes, x.tobytes()) for x in (sa, sb)]
+        out = gpu.malloc(k.bytes)
+        gpu.dispatch(again, ins, [out])
+        again_got = np.frombuffer(gpu.read(out), np.float32).reshape(m, n)
+        np.testing.assert_allclose(again_got, want, rtol=1e-4, atol=1e-3)
+        for s in (*ins, out):
+            gpu.dec_ref(s)
