@@ -33,6 +33,8 @@ _VAR = re.compile(
     r"@group\((\d+)\)\s*@binding\((\d+)\)\s*var<\s*(storage|uniform)\s*(?:,\s*(read|read_write)\s*)?>"
 )
 _F64 = re.compile(r"\bf64\b|\d(?:\.\d*)?lf\b")
+_WORKGROUP_VAR = re.compile(r"var<workgroup>\s*\w+\s*:\s*([^;]+);")
+_SCALAR_BYTES = {"f16": 2, "f32": 4, "i32": 4, "u32": 4, "bool": 4, "f64": 8}
 _ENTRY = re.compile(r"@compute\b[^{;]*?\bfn\s+(\w+)", re.S)
 _WG_SIZE = re.compile(r"@workgroup_size\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?(?:,\s*(\d+)\s*)?\)")
 _F16 = re.compile(r"^\s*enable\s+f16\s*;", re.M)
@@ -132,6 +134,31 @@ def _compiled_steps(backend: Any, plan: Any) -> list[tuple[Any, str, bytes | Non
     return steps
 
 
+def _type_layout(ty: str) -> tuple[int, int]:
+    """(size, alignment) in bytes of a WGSL workgroup type: scalars, atomics, vectors, fixed arrays."""
+    ty = ty.replace(" ", "")
+    if ty in _SCALAR_BYTES:
+        return _SCALAR_BYTES[ty], _SCALAR_BYTES[ty]
+    head, _, rest = ty.partition("<")
+    inner = rest[:-1]
+    if head == "atomic":
+        return _type_layout(inner)
+    if head in ("vec2", "vec3", "vec4"):
+        size, _ = _type_layout(inner)
+        n = int(head[3])
+        return n * size, (2 if n == 2 else 4) * size
+    if head == "array":
+        elem, _, count = inner.rpartition(",")
+        size, align = _type_layout(elem)
+        return -(-size // align) * align * int(count.rstrip("u")), align
+    raise ValueError(f"workgroup type {ty!r}")
+
+
+def _workgroup_bytes(code: str) -> int:
+    """The workgroup storage a shader declares (the sum of its `var<workgroup>`s)."""
+    return sum(_type_layout(ty)[0] for ty in _WORKGROUP_VAR.findall(code))
+
+
 def _limits(passes: list[dict[str, Any]], shaders: list[str], sizes: list[int]) -> dict[str, int]:
     """The adapter limits (WebGPU names) the program needs at least, so a page can tell in advance."""
     wg = [(1, 1, 1)]
@@ -148,6 +175,7 @@ def _limits(passes: list[dict[str, Any]], shaders: list[str], sizes: list[int]) 
         "maxComputeWorkgroupSizeZ": max(w[2] for w in wg),
         "maxComputeWorkgroupsPerDimension": max(grid),
         "maxStorageBufferBindingSize": max(sizes or [MIN_BINDING]),
+        "maxComputeWorkgroupStorageSize": max([_workgroup_bytes(code) for code in shaders] or [0]),
     }
 
 

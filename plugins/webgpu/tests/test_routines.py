@@ -479,9 +479,23 @@ def test_fft_export_keeps_16kb(gpu):
     from jaxcore_webgpu.export import export
 
     r = Routine.build(Routines.Fft, [(2, 4096)] * 2, ["float32"] * 2, FftParams.default(4096))
-    shaders = export(gpu, gpu.prepare_routine(r))["shaders"]
-    arrays = [a for code in shaders for a in fft_workgroup_arrays(code)]
+    program = export(gpu, gpu.prepare_routine(r))
+    arrays = [a for code in program["shaders"] for a in fft_workgroup_arrays(code)]
     assert arrays == [("f32", 4096)]
+    assert program["limits"]["maxComputeWorkgroupStorageSize"] == 16384  # stated for the page
+
+
+def test_export_states_workgroup_storage():
+    """The storage an exported program states is what its shaders declare, laid out as WGSL lays
+    out arrays (a vec3 takes a vec4's stride) and summed over a shader's variables."""
+    from jaxcore_webgpu.export import _workgroup_bytes
+
+    code = (
+        "var<workgroup> a: array<vec2<f32>, 4096>;\nvar<workgroup> n: atomic<u32>;\n"
+        "var<workgroup> b : array<vec3<f32>, 10>;\nvar<workgroup> c: array<array<f16, 3>, 4u>;\n"
+    )
+    assert _workgroup_bytes(code) == 32768 + 4 + 160 + 4 * 6
+    assert _workgroup_bytes("fn main() {}") == 0
 
 
 def test_float64_sort_is_undeclared(gpu):
