@@ -7,18 +7,13 @@ are Python's double-precision cos/sin, written as literals.
 
 A 13-smooth length up to 4096 (2048 in float64) is one pass (`_LocalFft`): stages of radix 2..16
 (4096 is 16·16·16) hold their butterflies in registers and exchange values through workgroup
-memory, so a row is read and written once, with no bit reversal. The exchange is a vec2 array, one
-round per stage, where the row fits the device's workgroup storage (the limit the device was
-granted, `max_workgroup_storage`: 4096 complex64 is 32 KB, which lavapipe and an H100 have), else the
-real and imaginary halves in turn, twice the rounds and barriers. A longer row n = n1·n2 is the
-four-step decomposition (`_fft_passes`): 65536 is two passes, 2^24 three. Other lengths are
-Bluestein's chirp convolution (`_bluestein`), up to 64 a direct sum. The inverse scales by 1/n at
-the end, as numpy's ifft. Every shader keeps to WebGPU's default 256 invocations and at most 6
-storage buffers; with 16 KB of workgroup storage (no target, and a browser export:
-`backend.browser_plan`) the WGSL is exactly what 16 KB always gave. Rows per workgroup and the
-four-step's split stay what 16 KB gives on any device: more rows would only lengthen each thread's
-work, and a one-pass 8192 (halves in turn in 32 KB) ran slower on lavapipe than two passes. Any
-factor list gives the same DFT, so `FftParams.factors` only has to multiply to n.
+memory (the real and imaginary halves in turn where a vec2 array would not fit 16 KB), so a row is
+read and written once, with no bit reversal. A longer row n = n1·n2 is the four-step decomposition
+(`_fft_passes`): 65536 is two passes, 2^24 three. Other lengths are Bluestein's chirp convolution
+(`_bluestein`), up to 64 a direct sum. The inverse scales by 1/n at the end, as numpy's ifft.
+Every shader keeps to WebGPU's default limits (16 KB of workgroup storage, 256 invocations, at
+most 6 storage buffers). Any factor list gives the same DFT, so `FftParams.factors` only has to
+multiply to n.
 """
 
 from __future__ import annotations
@@ -46,7 +41,10 @@ from jaxcore_webgpu.routines.common import (
     work_dtype,
 )
 
-LOCAL_BYTES = 16384  # WebGPU's default workgroup storage (and what a plan without a target gets)
+# WebGPU's default workgroup storage: the same WGSL runs in a browser. A 4096-point row exchanged as
+# vec2 in 32 KB (one round a stage, not the halves in turn) ran 20 % faster on lavapipe but took
+# the H100's 4096x4096 FFT from 0.144 to 0.193 ms, so rows keep to 16 KB on every device.
+LOCAL_BYTES = 16384
 MAX_THREADS = 256  # WebGPU's default invocations per workgroup
 MAX_RADIX = 16  # a butterfly of up to 16 values stays in registers
 RADIX_PRIMES = (2, 3, 5, 7, 11, 13)  # lengths built from these need no Bluestein
@@ -218,16 +216,15 @@ class _LocalFft:
 
     def __init__(
         self, num: _Num, L: int, rows: int, cols: int, load: _Side, store: _Side, tw: _Twiddles,
-        scale: float | None, storage: int,
+        scale: float | None,
     ) -> None:  # fmt: skip
         self.num, self.L, self.cols, self.load, self.store = num, L, cols, load, store
         self.tw, self.scale = tw, scale
         self.count = rows * cols
-        vec_cap = storage // num.elem
+        vec_cap = LOCAL_BYTES // num.elem
         assert L <= 2 * vec_cap
         self.split = L > vec_cap  # then real and imaginary parts take turns in one scalar array
-        # rows per workgroup as 16 KB holds them on any device (more would only lengthen each thread's work)
-        self.C = max(1, min(self.count, LOCAL_BYTES // num.elem // L))
+        self.C = 1 if self.split else max(1, min(self.count, vec_cap // L))
         self.size = self.C * L
         self.radices = _radices(L)
         self.threads = min(MAX_THREADS, -(-self.size // max(self.radices)))
@@ -370,12 +367,6 @@ class _LocalFft:
         return Pass(text, self.grid, tuple(b.binding for b in self.bufs))
 
 
-def _storage(target: object) -> int:
-    """The workgroup storage a shader may use: the device's granted limit (the backend requests the
-    adapter's), WebGPU's default without a target."""
-    return int(getattr(target, "max_workgroup_storage", LOCAL_BYTES))
-
-
 def _split(n: int, lmax: int) -> int:
     """n1 for the four-step n = n1·n2: at most COALESCE_MAX (so a workgroup reads >= 8 neighbouring
     columns), n2 within one pass where possible, and near √n (both passes then move whole rows)."""
@@ -388,20 +379,19 @@ def _split(n: int, lmax: int) -> int:
 
 def _fft_passes(
     num: _Num, n: int, rows: int, load: _Side, store: _Side, tw: _Twiddles, temps: tuple[Buf, Buf],
-    storage: int, scale: float | None = None,
+    scale: float | None = None,
 ) -> list[Pass]:  # fmt: skip
-    """Passes for `rows` FFTs of length n from `load` to `store`: one in workgroup memory (`storage`
-    bytes of it), or the four-step (a column pass into temps[0], then the rows of that, recursively).
-    One pass takes what 16 KB holds as halves in turn, on any device (see the module docstring)."""
+    """Passes for `rows` FFTs of length n from `load` to `store`: one in workgroup memory, or the
+    four-step (a column pass into temps[0], then the rows of that, recursively)."""
     lmax = 2 * LOCAL_BYTES // num.elem
     if n <= lmax:
-        return [_LocalFft(num, n, rows, 1, load, store, tw, scale, storage).build()]
+        return [_LocalFft(num, n, rows, 1, load, store, tw, scale).build()]
     n1 = _split(n, lmax)
     n2 = n // n1
     t = temps[0]
     # column j2 of row r: x[r][j1·n2 + j2] -> t[r·n + k1·n2 + j2] (times W_n^(j2·k1))
     to_t = _Side((t,), lambda r, pos, v: f"{t.name}[({r}) * {n}u + {pos}] = {v};")
-    first = _LocalFft(num, n1, rows, n2, load, to_t, tw, None, storage).build()
+    first = _LocalFft(num, n1, rows, n2, load, to_t, tw, None).build()
     # then row r·n1 + k1 of t (length n2) transforms into X[r][k1 + n1·k2]
     from_t = _Side((t,), lambda r, pos, v: f"{v} = {t.name}[({r}) * {n2}u + {pos}];")
     out = _Side(
@@ -409,7 +399,7 @@ def _fft_passes(
         lambda r, pos, v: store.code(f"({r}) / {n1}u", f"({r}) % {n1}u + {n1}u * ({pos})", v),
         True,
     )
-    return [first] + _fft_passes(num, n2, rows * n1, from_t, out, tw, (temps[1], t), storage, scale)
+    return [first] + _fft_passes(num, n2, rows * n1, from_t, out, tw, (temps[1], t), scale)
 
 
 def _table(tw: _Twiddles, num: _Num) -> Pass:
@@ -446,7 +436,7 @@ def _smooth_size(m: int) -> int:
     return m
 
 
-def _bluestein(num: _Num, n: int, batch: int, sign: float, inverse: bool, storage: int) -> Plan:
+def _bluestein(num: _Num, n: int, batch: int, sign: float, inverse: bool) -> Plan:
     """X_k = c_k sum_j (x_j c_j) conj(c_(k-j)) with c_j = exp(±πi j²/n): a circular convolution of
     length M >= 2n - 1, done with three FFTs (the chirp's recomputed each dispatch: plan scratch
     starts undefined). The chirp multiply and the pointwise product ride on the FFTs' loads and stores."""
@@ -478,7 +468,7 @@ def _bluestein(num: _Num, n: int, batch: int, sign: float, inverse: bool, storag
         ),
     )
     to_fb = _Side((fb,), lambda r, pos, v: f"fb[{pos}] = {v};")
-    passes += _fft_passes(num, big, 1, chirp_b, to_fb, fwd, temps, storage)
+    passes += _fft_passes(num, big, 1, chirp_b, to_fb, fwd, temps)
     # av = FFT(x c zero-padded to M) · fb
     planes = _planes_in(num, n)
     x_c = _Side(
@@ -495,7 +485,7 @@ def _bluestein(num: _Num, n: int, batch: int, sign: float, inverse: bool, storag
             f"{{ let j = {pos}; let z = {v}; let f = fb[j]; av[({r}) * {big}u + j] = {_cmul(V, 'z', 'f')}; }}"
         ),
     )
-    passes += _fft_passes(num, big, batch, x_c, times_fb, fwd, temps, storage)
+    passes += _fft_passes(num, big, batch, x_c, times_fb, fwd, temps)
     # the inverse FFT (conjugate twiddles), then c_k · r_k / M for k < n
     from_a = _Side((a,), lambda r, pos, v: f"{v} = av[({r}) * {big}u + {pos}];")
     out = _planes_out(num, n)
@@ -508,7 +498,7 @@ def _bluestein(num: _Num, n: int, batch: int, sign: float, inverse: bool, storag
         ),
     )
     scale = 1.0 / big / (n if inverse else 1)
-    passes += _fft_passes(num, big, batch, from_a, times_c, inv, temps, storage, scale)
+    passes += _fft_passes(num, big, batch, from_a, times_c, inv, temps, scale)
     big_bytes = max(16, batch * big * num.elem)
     tmp_bytes = big_bytes if big > 2 * LOCAL_BYTES // num.elem else 16
     small = max(16, big * num.elem)
@@ -563,14 +553,12 @@ def plan_fft(routine: Routine, target: object = None) -> Plan:
     if not _smooth(n):
         if n <= DIRECT_MAX:
             return _direct(num, n, batch, sign, params.inverse)
-        return _bluestein(num, n, batch, sign, params.inverse, _storage(target))
+        return _bluestein(num, n, batch, sign, params.inverse)
     tw = _Twiddles(scratch("tw", num.V, 0), n, sign)
     temps = (scratch("t0", num.V, 1), scratch("t1", num.V, 2))
     scale = 1.0 / n if params.inverse else None
     passes = [_table(tw, num)]
-    passes += _fft_passes(
-        num, n, batch, _planes_in(num, n), _planes_out(num, n), tw, temps, _storage(target), scale
-    )
+    passes += _fft_passes(num, n, batch, _planes_in(num, n), _planes_out(num, n), tw, temps, scale)
     used = {b[1] for p in passes for b in p.bindings if b[0] == "scratch"}
     cbytes = max(16, batch * n * num.elem)
     return Plan(tuple(passes), (max(16, n * num.elem), *(cbytes if i in used else 16 for i in (1, 2))))
