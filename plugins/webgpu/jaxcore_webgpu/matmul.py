@@ -202,8 +202,8 @@ class _Slab:
         nt, ot4 = (t.bm // t.tm) * (t.bn // t.tn), outer_tile // 4
         Z = P if mode == "s" else f"vec4<{P}>"  # a register's type
         base = f"({op.base} + bb * {op.s_batch})"
-        # with two stages, the slab being written is the half `ph` (0 or 1) of the array
-        sh = f"{sh}[ph * {outer_tile * t.bk // 4} + " if t.stages > 1 else f"{sh}["
+        # where a put writes: with two stages, in the half `ph` (0 or 1) of the array
+        at = f"{sh}[ph * {outer_tile * t.bk // 4} + " if t.stages > 1 else f"{sh}["
         units = outer_tile * t.bk // (1 if mode == "s" else 4)
         for u in range(-(-units // nt)):
             e = f"(tid + {u * nt})"
@@ -219,7 +219,7 @@ class _Slab:
                 self.setup.append(f"  var {r}: {Z} = {Z}(0);")
                 oi, ki = o, k
                 idx = f"{base} + ({o0} + {o}) * {op.s_outer} + (KSLAB + {k}) * {op.s_k}"
-                self.put.append(f"    if ({g}) {{ {sh}{k} * {ot4} + {o} / 4][{o} % 4] = {r}; }}")
+                self.put.append(f"    if ({g}) {{ {at}{k} * {ot4} + {o} / 4][{o} % 4] = {r}; }}")
             elif mode == "k4":  # vec4 along k: unit = (outer o, k quad q)
                 self.setup.append(f"  var {r}: {Z} = {Z}(0);")
                 self.setup.append(
@@ -229,7 +229,7 @@ class _Slab:
                 idx = f"({base} + ({o0} + {o}) * {op.s_outer}) / 4 + KSLAB / 4 + {q}"
                 self.put.append(f"    if ({g}) {{")
                 self.put += [
-                    f"      {sh}({q} * 4 + {c}) * {ot4} + {o} / 4][{o} % 4] = {r}.{comp};"
+                    f"      {at}({q} * 4 + {c}) * {ot4} + {o} / 4][{o} % 4] = {r}.{comp};"
                     for c, comp in enumerate("xyzw")
                 ]
                 self.put.append("    }")
@@ -238,7 +238,7 @@ class _Slab:
                 self.setup.append(f"  let {k} = {e} / {ot4}; let {q} = {e} % {ot4}; let {g} = {guard};")
                 oi, ki = f"{q} * 4", k
                 idx = f"({base} + (KSLAB + {k}) * {op.s_k}) / 4 + {o0} / 4 + {q}"
-                self.put.append(f"    if ({g}) {{ {sh}{k} * {ot4} + {q}] = {r}; }}")
+                self.put.append(f"    if ({g}) {{ {at}{k} * {ot4} + {q}] = {r}; }}")
             # the bound checks that whole tiles make true are left out (the common aligned case)
             ok = [g] if guard != "true" else []
             ok += [f"{o0} + {oi} < {outer_dim}"] if outer_dim % outer_tile else []
