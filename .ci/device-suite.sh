@@ -63,6 +63,7 @@ if [ "${BENCH:-0}" = 1 ]; then
     stamp "bench webgpu"
     "$PY" bench/webgpu.py --json "$OUT/bench-webgpu.json" 2>&1 | tee "$OUT/bench-webgpu.txt"
     "$PY" bench/webgpu_routines.py --json "$OUT/bench-routines.json" 2>&1 | tee "$OUT/bench-routines.txt"
+    "$PY" bench/webgpu_tiles.py 2>&1 | tee "$OUT/bench-tiles.txt"
     stamp "bench webgl"
     "$PY" plugins/webgl/bench_local.py 2>&1 | tee "$OUT/bench-webgl.txt"
     stamp "bench done"

@@ -32,7 +32,8 @@ from jaxcore.routine import FftParams, Routine, Routines, ScatterParams  # noqa:
 F32 = DType.float32
 
 
-def matmul(g: Gpu, t: Torch, n: int, reps: int) -> Row:
+def matmul_case(n: int) -> tuple[Kernel, np.ndarray, np.ndarray]:
+    """An n x n float32 product as the kernel a frontend builds, and its two operands."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)
@@ -40,14 +41,24 @@ def matmul(g: Gpu, t: Torch, n: int, reps: int) -> Row:
     exp = gi(0, n * n, AluExp.idiv(gd, AluExp.i32(n)) * AluExp.i32(n) + r) * gi(
         1, n * n, r * AluExp.i32(n) + AluExp.mod(gd, AluExp.i32(n))
     )
-    k = g.be.prepare_kernel(Kernel(2, n * n, exp, Reduction(F32, AluOp.Add, n)))
-    ga, gb, out = g.put(a), g.put(b), g.empty(4 * n * n)
-    g.be.dispatch(k, [ga, gb], [out])
+    return Kernel(2, n * n, exp, Reduction(F32, AluOp.Add, n)), a, b
+
+
+def matmul_check(g: Gpu, out: object, a: np.ndarray, b: np.ndarray) -> str:
+    """The product against float64 on a sample of rows."""
+    n = a.shape[0]
     rows = np.random.default_rng(1).choice(n, size=min(n, 64), replace=False)
     got = g.get(out).reshape(n, n)[rows]
-    want = a[rows].astype(np.float64) @ b.astype(np.float64)
     tol = 1e-5 * np.sqrt(n) * 4
-    ok = check(got, want, tol, tol)
+    return check(got, a[rows].astype(np.float64) @ b.astype(np.float64), tol, tol)
+
+
+def matmul(g: Gpu, t: Torch, n: int, reps: int) -> Row:
+    kernel, a, b = matmul_case(n)
+    k = g.be.prepare_kernel(kernel)
+    ga, gb, out = g.put(a), g.put(b), g.empty(4 * n * n)
+    g.be.dispatch(k, [ga, gb], [out])
+    ok = matmul_check(g, out, a, b)
     s = g.time(lambda: g.be.dispatch(k, [ga, gb], [out]), reps)
     if t.torch is not None:
         ta, tb = t.torch.from_numpy(a).cuda(), t.torch.from_numpy(b).cuda()

@@ -515,6 +515,11 @@ class LruCache:
         with self._lock:
             return key in self._items
 
+    def forget(self, key: Any) -> None:
+        """Drop `key`'s entry, if any (the next prepare of it builds again)."""
+        with self._lock:
+            self._items.pop(key, None)
+
     def __len__(self) -> int:
         return len(self._items)
 

@@ -310,7 +310,9 @@ class WebGpuBackend(QueuedBackend):
 
     def compile_plan(self, source: Kernel, plan: Plan) -> Executable:
         """Prepare `source` with a hand-made plan instead of the compiler's (tests, experiments);
-        the executable is made and cached by `prepare_kernel`, as every other."""
+        the executable is made and cached by `prepare_kernel`, as every other, in place of any
+        executable of the same kernel prepared before (so each plan of a sweep runs its own)."""
+        self._kernel_cache.forget(source.key())
         self._hand_plans[source.key()] = plan
         try:
             return self.prepare_kernel(source)

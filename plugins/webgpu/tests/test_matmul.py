@@ -303,6 +303,7 @@ def test_double_buffered_slabs_natively_one_buffer_for_a_browser(gpu):
     assert "var ph" not in code and storage(code) == 16384
     if p is not None:  # the browser's pass, run here
         again = gpu.compile_plan(k, browser)
+        assert list(again.data.codes) == [p.code]
         ins = [gpu.malloc(x.nbytes, x.tobytes()) for x in (sa, sb)]
         out = gpu.malloc(k.bytes)
         gpu.dispatch(again, ins, [out])
