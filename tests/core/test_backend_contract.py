@@ -416,3 +416,14 @@ def test_concurrent_prepares_of_one_kernel_share_one_executable_even_when_it_is_
         t.join(10)
     assert len(got) == 8 and len({id(e) for e in got}) == 1 and len(builds) == 1
     assert slow not in b._kernel_cache and not b._compile_locks
+
+
+def test_cache_forget_drops_one_entry_and_the_next_prepare_builds_again() -> None:
+    """`LruCache.forget` (a hand plan replacing a prepared kernel) drops only that key; forgetting
+    a key the cache does not hold is a no-op."""
+    b = CpuBackend()
+    first, other = b.prepare_kernel(scale(2.0)), b.prepare_kernel(scale(3.0))
+    b._kernel_cache.forget(scale(2.0).key())
+    b._kernel_cache.forget("never prepared")
+    assert b.prepare_kernel(scale(2.0)) is not first
+    assert b.prepare_kernel(scale(3.0)) is other
