@@ -156,7 +156,13 @@ def _type_layout(ty: str) -> tuple[int, int]:
 
 def _workgroup_bytes(code: str) -> int:
     """The workgroup storage a shader declares (the sum of its `var<workgroup>`s)."""
-    return sum(_type_layout(ty)[0] for ty in _WORKGROUP_VAR.findall(code))
+    total = 0
+    for ty in _WORKGROUP_VAR.findall(code):
+        try:
+            total += _type_layout(ty)[0]
+        except ValueError:  # a named constant for a length, a struct: not what the compilers write
+            raise ExportError(f"cannot tell the size of the workgroup variable type {ty.strip()!r}") from None
+    return total
 
 
 def _limits(passes: list[dict[str, Any]], shaders: list[str], sizes: list[int]) -> dict[str, int]:

@@ -428,6 +428,10 @@ def test_export_states_workgroup_storage():
     )
     assert _workgroup_bytes(code) == 32768 + 4 + 160 + 4 * 6
     assert _workgroup_bytes("fn main() {}") == 0
+    from jaxcore_webgpu.export import ExportError
+
+    with pytest.raises(ExportError, match="array<f32, N>"):
+        _workgroup_bytes("const N = 4;\nvar<workgroup> a: array<f32, N>;")
 
 
 def test_float64_sort_is_undeclared(gpu):
