@@ -191,7 +191,8 @@ def render(kernel: Kernel, mm: MatmulShape, t: Tile, exact_subnormals: bool = Tr
 
 class _Slab:
     """One operand's slab loader: `setup` lines, `load` lines (into registers, from the slab at
-    KSLAB) and `put` lines (registers into workgroup memory, As[k][m] or Bs[k][n])."""
+    KSLAB) and `put` lines (registers into workgroup memory, As[k][m] or Bs[k][n]); `half` is the
+    offset, in vec4s, of the slab in use (with two stages, the half `ph` of the array)."""
 
     def __init__(self, mm: MatmulShape, t: Tile, P: str, op: Operand, mode: str, is_a: bool) -> None:
         self.setup: list[str] = []
@@ -202,8 +203,8 @@ class _Slab:
         nt, ot4 = (t.bm // t.tm) * (t.bn // t.tn), outer_tile // 4
         Z = P if mode == "s" else f"vec4<{P}>"  # a register's type
         base = f"({op.base} + bb * {op.s_batch})"
-        # where a put writes: with two stages, in the half `ph` (0 or 1) of the array
-        at = f"{sh}[ph * {outer_tile * t.bk // 4} + " if t.stages > 1 else f"{sh}["
+        self.half = f"ph * {outer_tile * t.bk // 4} + " if t.stages > 1 else ""
+        at = f"{sh}[{self.half}"  # where a put writes
         units = outer_tile * t.bk // (1 if mode == "s" else 4)
         for u in range(-(-units // nt)):
             e = f"(tid + {u * nt})"
@@ -263,10 +264,9 @@ def _k_loop(mm: MatmulShape, t: Tile, P: str, ACC: str, a: _Slab, b: _Slab) -> l
     L += ["    workgroupBarrier();", f"    if (k0 + {t.bk} < {mm.k}) {{", f"      let k1 = k0 + {t.bk};"]
     L += ["  " + ln.replace("KSLAB", "k1") for ln in a.load + b.load]
     L.append("    }")
-    oa, ob = (f"ph * {t.bk * t.bm // 4} + ", f"ph * {t.bk * t.bn // 4} + ") if t.stages > 1 else ("", "")
     for k in range(t.bk):
-        L += [f"    let a{v}_{k} = As[{oa}{k * t.bm // 4 + v * wy} + ty];" for v in range(t.tm // 4)]
-        L += [f"    let b{v}_{k} = Bs[{ob}{k * t.bn // 4 + v * wx} + tx];" for v in range(t.tn // 4)]
+        L += [f"    let a{v}_{k} = As[{a.half}{k * t.bm // 4 + v * wy} + ty];" for v in range(t.tm // 4)]
+        L += [f"    let b{v}_{k} = Bs[{b.half}{k * t.bn // 4 + v * wx} + tx];" for v in range(t.tn // 4)]
         for rr in range(t.tm):
             v, comp = divmod(rr, 4)
             for h in range(t.tn // 4):
