@@ -53,6 +53,13 @@ def matmul_check(g: Gpu, out: object, a: np.ndarray, b: np.ndarray) -> str:
     return check(got, a[rows].astype(np.float64) @ b.astype(np.float64), tol, tol)
 
 
+def torch_matmul_time(t: Torch, a: np.ndarray, b: np.ndarray, reps: int) -> float:
+    """PyTorch's time for a @ b on the GPU, into a preallocated output (t.torch must be there)."""
+    ta, tb = t.torch.from_numpy(a).cuda(), t.torch.from_numpy(b).cuda()
+    tc = t.torch.empty_like(ta)
+    return t.time(lambda: t.torch.matmul(ta, tb, out=tc), reps)
+
+
 def matmul(g: Gpu, t: Torch, n: int, reps: int) -> Row:
     kernel, a, b = matmul_case(n)
     k = g.be.prepare_kernel(kernel)
@@ -61,9 +68,7 @@ def matmul(g: Gpu, t: Torch, n: int, reps: int) -> Row:
     ok = matmul_check(g, out, a, b)
     s = g.time(lambda: g.be.dispatch(k, [ga, gb], [out]), reps)
     if t.torch is not None:
-        ta, tb = t.torch.from_numpy(a).cuda(), t.torch.from_numpy(b).cuda()
-        tc = t.torch.empty_like(ta)
-        ref_s, ref = t.time(lambda: t.torch.matmul(ta, tb, out=tc), reps), "torch"
+        ref_s, ref = torch_matmul_time(t, a, b, reps), "torch"
     else:
         ref_s, ref = host_time(lambda: a @ b, max(2, reps // 4)), "numpy"
     g.free()

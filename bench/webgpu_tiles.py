@@ -21,7 +21,8 @@ from _common import setup_path
 setup_path()
 
 from _gpu import Gpu, Torch  # noqa: E402
-from webgpu_routines import matmul_case, matmul_check  # noqa: E402
+from jaxcore_webgpu import matmul as M  # noqa: E402
+from webgpu_routines import matmul_case, matmul_check, torch_matmul_time  # noqa: E402
 
 from jaxcore.matmul_shape import detect  # noqa: E402
 
@@ -37,15 +38,10 @@ CANDIDATES = {  # name: (bm, bn, bk, tm, tn, stages)
 
 def sweep(g: Gpu, torch: Torch, n: int, names: list[str], reps: int) -> None:
     """One product size: PyTorch's rate, then each tile's (checked first)."""
-    from jaxcore_webgpu import matmul as M
-
     kernel, a, b = matmul_case(n)
     ga, gb, out = g.put(a), g.put(b), g.empty(4 * n * n)
     if torch.torch is not None:
-        ta, tb = torch.torch.from_numpy(a).cuda(), torch.torch.from_numpy(b).cuda()
-        tc = torch.torch.empty_like(ta)
-        s = torch.time(lambda: torch.torch.matmul(ta, tb, out=tc), reps)
-        print(f"n={n} torch {2 * n**3 / s / 1e12:.4g} TFLOP/s")
+        print(f"n={n} torch {2 * n**3 / torch_matmul_time(torch, a, b, reps) / 1e12:.4g} TFLOP/s")
     chosen = M.choose_tile(detect(kernel), g.be.target)
     for name in names:
         tile = M.TILES[name]
@@ -69,8 +65,6 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-torch", action="store_true")
     args = ap.parse_args()
-    from jaxcore_webgpu import matmul as M
-
     for name, shape in CANDIDATES.items():
         M.TILES.setdefault(name, M.Tile(*shape))
     names = [t for t in args.tiles.split(",") if t] or list(M.TILES)
