@@ -20,10 +20,11 @@ def gi(gid: int, n: int, idx: AluExp, dtype: DType = F32) -> AluExp:
     return AluExp.global_index(dtype, gid, n, idx)
 
 
-def run(be, kernel, inputs, out_dtype=np.float32):
+def run(be, kernel, inputs, out_dtype=np.float32, exe=None):
+    """`kernel` prepared (or `exe`, a hand plan of it) run on `inputs`: the executable, the output."""
     slots = [be.malloc(a.nbytes, a.tobytes()) for a in inputs]
     out = be.malloc(kernel.bytes, np.full(kernel.bytes, 0xFF, np.uint8).tobytes())  # NaN-poisoned
-    exe = be.prepare_kernel(kernel)
+    exe = exe or be.prepare_kernel(kernel)
     be.dispatch(exe, slots, [out])
     res = np.frombuffer(be.read(out), dtype=out_dtype).copy()
     for s in (*slots, out):
@@ -81,16 +82,8 @@ def test_every_tile_shape(gpu, tile):
     if plan is None:
         pytest.skip(f"tile {tile} does not fit this adapter")
     a, b, sa, sb = operands(m, n, kk, 1, False, False)
-    src = gpu.pipelines  # compile through the hand-plan hook
-    _ = src
-    exe = gpu.compile_plan(k, plan)
-    ins = [gpu.malloc(x.nbytes, x.tobytes()) for x in (sa, sb)]
-    out = gpu.malloc(k.bytes)
-    gpu.dispatch(exe, ins, [out])
-    got = np.frombuffer(gpu.read(out), np.float32).reshape(m, n)
-    for s in (*ins, out):
-        gpu.dec_ref(s)
-    np.testing.assert_allclose(got, a[0].astype(np.float64) @ b[0], rtol=1e-4, atol=1e-3)
+    _, got = run(gpu, k, [sa, sb], exe=gpu.compile_plan(k, plan))
+    np.testing.assert_allclose(got.reshape(m, n), a[0].astype(np.float64) @ b[0], rtol=1e-4, atol=1e-3)
 
 
 def test_epilogue_reads_a_bias_and_gidx(gpu):
@@ -283,15 +276,11 @@ def test_double_buffered_slabs_natively_one_buffer_for_a_browser(gpu):
     """Where the adapter has 32 KB of workgroup storage a big product takes the double-buffered
     tile (one barrier a slab); its browser program keeps to WebGPU's default 16 KB, planned again
     with one buffer, and both compute the product."""
-    import re
+    from jaxcore_webgpu.export import _workgroup_bytes as storage
 
     m, n, kk = 1024, 2048, 12  # 128 tiles of 128 x 128: enough that the large tile is chosen
     k = matmul_kernel(m, n, kk)
     a, b, sa, sb = operands(m, n, kk, 1, False, False)
-
-    def storage(code: str) -> int:
-        return sum(16 * int(c) for c in re.findall(r"var<workgroup> \w+: array<vec4<f32>, (\d+)>", code))
-
     exe, got = run(gpu, k, [sa, sb])
     want = a[0].astype(np.float64) @ b[0]
     np.testing.assert_allclose(got.reshape(m, n), want, rtol=1e-4, atol=1e-3)
@@ -304,10 +293,5 @@ def test_double_buffered_slabs_natively_one_buffer_for_a_browser(gpu):
     if p is not None:  # the browser's pass, run here
         again = gpu.compile_plan(k, browser)
         assert list(again.data.codes) == [p.code]
-        ins = [gpu.malloc(x.nbytes, x.tobytes()) for x in (sa, sb)]
-        out = gpu.malloc(k.bytes)
-        gpu.dispatch(again, ins, [out])
-        again_got = np.frombuffer(gpu.read(out), np.float32).reshape(m, n)
-        np.testing.assert_allclose(again_got, want, rtol=1e-4, atol=1e-3)
-        for s in (*ins, out):
-            gpu.dec_ref(s)
+        _, again_got = run(gpu, k, [sa, sb], exe=again)
+        np.testing.assert_allclose(again_got.reshape(m, n), want, rtol=1e-4, atol=1e-3)

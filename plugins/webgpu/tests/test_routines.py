@@ -420,7 +420,7 @@ def test_fft_export_keeps_16kb(gpu):
 def test_export_states_workgroup_storage():
     """The storage an exported program states is what its shaders declare, laid out as WGSL lays
     out arrays (a vec3 takes a vec4's stride) and summed over a shader's variables."""
-    from jaxcore_webgpu.export import _workgroup_bytes
+    from jaxcore_webgpu.export import ExportError, _workgroup_bytes
 
     code = (
         "var<workgroup> a: array<vec2<f32>, 4096>;\nvar<workgroup> n: atomic<u32>;\n"
@@ -428,8 +428,6 @@ def test_export_states_workgroup_storage():
     )
     assert _workgroup_bytes(code) == 32768 + 4 + 160 + 4 * 6
     assert _workgroup_bytes("fn main() {}") == 0
-    from jaxcore_webgpu.export import ExportError
-
     with pytest.raises(ExportError, match="array<f32, N>"):
         _workgroup_bytes("const N = 4;\nvar<workgroup> a: array<f32, N>;")
 
