@@ -296,6 +296,9 @@ def _a_choice(e: AluExp, known: dict[str, bool]) -> bool:
     if e.op == AluOp.Cast:  # through a chain of casts: f64(u32(b)) too (NVIDIA: NaN * f64(u32(0)) = 0)
         while e.op == AluOp.Cast and e.src[0].dtype != DType.bool:
             e = e.src[0]
+            # an integer of two values is a choice too: NVIDIA made f64(max(u32(b), 0)) * inf 0
+            if not is_float(e.dtype) and e.vmax - e.vmin <= 1:
+                return True
         return e.op == AluOp.Cast
     # a select of such values too: NVIDIA proved select(b, 0, f64(b)) zero and made its / 0 zero;
     # and a select with one arm it knows (a masked read, select(c, x[i], 0)): lavapipe moved

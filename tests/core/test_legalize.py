@@ -521,6 +521,17 @@ def test_a_product_with_a_bool_cast_to_float_is_opaque(chain: list[DType]) -> No
     _same(_run(legal, {"x": vals}), _run(x * v, {"x": vals}))
 
 
+def test_a_product_with_an_integer_of_two_values_is_opaque() -> None:
+    """NVIDIA made `f64(max(u32(b), 0)) * inf` 0 where b was false: an integer the compiler can
+    bound to two values is a choice as a cast bool is, so the float made of it reaches * opaque."""
+    x = AluExp.variable(F64, "x")
+    two = AluExp(AluOp.Max, U32, (AluExp.cast(U32, AluExp.cmplt(x, AluExp.f64(1.0))), AluExp.u32(0)))
+    legal = legalize(x * AluExp.cast(F64, two), TargetTraits(assumes_finite_math=True))
+    assert any(is_opaque(s) for s in legal.src), legal
+    wide = AluExp.cast(F64, AluExp.cast(U32, AluExp.variable(I32, "i")))
+    assert not any(is_opaque(s) for s in legalize(x * wide, TargetTraits(assumes_finite_math=True)).src)
+
+
 @pytest.mark.parametrize("op", [AluOp.Sub, AluOp.Div, AluOp.Idiv, AluOp.Add, AluOp.Mul])
 def test_two_reads_of_one_buffer_are_kept_apart_where_they_could_cancel(op: AluOp) -> None:
     """NVIDIA's Vulkan driver proved x[min(g, 10)] and x[g] equal (g < 10 by its grid) and made

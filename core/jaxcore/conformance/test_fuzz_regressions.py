@@ -400,6 +400,15 @@ CASES: dict[str, Regression] = {
         ((BOOL, u(0, 1, 0, 0)), (F32, (math.nan, math.nan, math.inf, 2.0))),
         4,
     ),
+    # NVIDIA (H100): f64(max(u32(b), 0)) * f64(f16(big)) gave 0 where b was false: 0 * inf, NaN
+    "f64_product_with_a_two_valued_integer": Regression(
+        lambda: (
+            AluExp.cast(F64, AluExp(AluOp.Max, U32, (AluExp.cast(U32, read(BOOL, 0, 4)), AluExp.u32(0))))
+            * AluExp.cast(F64, AluExp.cast(F16, read(I32, 1, 4)))
+        ),
+        ((BOOL, u(0, 1, 0, 1)), (I32, u(100000, -100000, -7, 3))),
+        4,
+    ),
     "f64_difference_minus_an_unknown": Regression(
         lambda: (read(F64, 0, 3) - read(F64, 0, 3)) - AluExp.cast(F64, read(I32, 1, 3)),
         ((F64, (1e20, 3.0, -7.5e15)), (I32, u(-4, 7, 1))),

@@ -256,7 +256,7 @@ class WebGpuBackend(QueuedBackend):
         fallback, to compare both on one adapter); `JAXCORE_WEBGPU_RADIX_SORT_FROM` sets the row
         length from which Sort/Argsort take the radix sort (0: never)."""
         from jaxcore_webgpu.codegen import WgslTarget
-        from jaxcore_webgpu.routines.sort import RADIX_MIN, RADIX_MIN_GPU
+        from jaxcore_webgpu.routines.radix import RADIX_MIN, RADIX_MIN_GPU
 
         lim, feat = self.gpu.limits, self.gpu.features
         radix = RADIX_MIN if self.gpu.info.get("adapter_type") == "CPU" else RADIX_MIN_GPU

@@ -79,7 +79,9 @@ def test_argsort_stable_with_many_ties(gpu):
     np.testing.assert_array_equal(vals.view(np.uint32), np.take_along_axis(x, want, -1).view(np.uint32))
 
 
+# from a CPU adapter's radix length up, and past a GPU's (1M): several blocks, partial last ones, rows
 RADIX_SHAPES = [(1, 8192), (2, 8193), (3, 20000), (1, (1 << 17) + 5), (4, 2048 * 5 + 2047), (2, 600001)]
+RADIX_SHAPES.append((1, (1 << 20) + 3))
 
 
 def _radix_values(dtype: str, shape: tuple[int, int]) -> np.ndarray:

@@ -1,0 +1,337 @@
+"""Sort and stable Argsort of long rows: an LSD radix sort over 8-bit digits of u32 keys.
+
+Four passes, each a reduce-then-scan: `_histogram` counts the digits of every block of keys
+(H[row][digit][block]), `_chunk_sums` and `_offsets` turn a row's counts into exclusive offsets in
+(digit, block) order, and `_scatter` sorts each block by its digit in workgroup memory and writes
+it out at those offsets. Global memory is read and written only in order (thread `lid` of a block
+takes keys lid, lid + RT, ..), so both are coalesced; the digit's order within a block comes from
+two stable 4-bit counting splits in workgroup memory (per-thread counters packed two to a word,
+one workgroup scan a split). Every step keeps equal digits in input order, so the sort is stable.
+
+The first pass reads the input and makes its keys as it goes; the last one writes the outputs
+(Sort's values from the keys, Argsort's indices and the input gathered at them, bit for bit).
+Argsort moves a block's (digit, position) pairs through workgroup memory and reads each key and
+index again at its position when it writes it (the block's lines are in cache by then).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from jaxcore.dtype import DType
+from jaxcore_webgpu.program import Pass, Plan
+from jaxcore_webgpu.routines.common import (
+    Buf,
+    declare,
+    fold,
+    header,
+    inp,
+    main,
+    outp,
+    scratch,
+    storage,
+    u32s,
+    uniform_block,
+    wgsl_type,
+)
+from jaxcore_webgpu.routines.keys import sort_key, sort_value
+
+# Row lengths from which the radix sort beats the bitonic network (WgslTarget.radix_sort_from): on a
+# CPU adapter (lavapipe: 65536 keys 129 ms by the network, 19 by this), and on a GPU, where the
+# fixed cost of four passes (about 0.11 ms) loses below 1M keys (H100: 1M 0.164 ms against the
+# network's 0.223, 16M 1.65 against 3.9-4.3; at 256K the network's 0.094 beat every variant tried).
+RADIX_MIN = 1 << 13
+RADIX_MIN_GPU = 1 << 20
+RT = 256  # threads of a radix block (the WebGPU default limit; one digit each)
+RK = 8  # keys a thread holds (two block-sized arrays fill WebGPU's default 16 KB; 16 keys in 32 KB
+# took an H100's 16M-key sort from 1.65 to 2.74 ms)
+RB = RT * RK  # keys per block (a row is cut into blocks, none straddles two rows)
+BITS = 8
+DIGITS = 1 << BITS  # == RT: a thread per digit where a block's counts are read or written
+PASSES = 32 // BITS
+_SCAN = 256  # threads of an offset-scan workgroup
+_PER = 4  # counts a thread of it scans
+_CHUNK = _SCAN * _PER  # counts a workgroup scans (a row's DIGITS * blocks are cut into chunks)
+_UNI = uniform_block("shift")
+# workgroup memory: two RB-word arrays, bank-swizzled (a thread's RK consecutive keys, and RT
+# threads' keys at one stride, each hit distinct banks)
+_SWIZZLE = f"fn jc_sw(q: u32) -> u32 {{ return q ^ ((q >> 5u) & {RK - 1}u); }}\n"
+_Z, _LO, _HI = "vec4<u32>(0u)", "vec4<u32>(0u, 1u, 2u, 3u)", "vec4<u32>(4u, 5u, 6u, 7u)"
+# a split's counters: value v (0..15) is half v & 1 of word v >> 1 of (c0, c1)
+_COUNTERS = (
+    "fn jc_one(v: u32, w: vec4<u32>) -> vec4<u32> {\n"
+    f"  return select({_Z}, vec4<u32>(1u << ((v & 1u) << 4u)), vec4<u32>(v >> 1u) == w);\n}}\n"
+    "fn jc_at(v: u32, o0: vec4<u32>, o1: vec4<u32>) -> u32 {\n"
+    "  let w = vec4<u32>(v >> 1u);\n"
+    f"  let m = select({_Z}, o0, w == {_LO}) | select({_Z}, o1, w == {_HI});\n"
+    "  return ((m.x | m.y | m.z | m.w) >> ((v & 1u) << 4u)) & 0xffffu;\n}\n"
+)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """What the shaders are cut to: `batch` rows of `n` keys, `bpr` blocks a row."""
+
+    batch: int
+    n: int
+
+    @property
+    def bpr(self) -> int:
+        return -(-self.n // RB)
+
+
+@dataclass(frozen=True)
+class _Side:
+    """Where a pass reads its keys (and Argsort's indices): buffers and WGSL, `{x}` a flat index."""
+
+    bufs: tuple[Buf, ...]
+    key: str  # the key at `{x}`
+    idx: str  # Argsort: the row index of the key at block position `pos`
+    helper: str = ""
+
+
+@dataclass(frozen=True)
+class _Out:
+    """Where `_scatter` puts a block's keys: `store` is WGSL run with `dst` (flat index) and `e`
+    (the element moved; Argsort has `k` and `idx` too, read again at its position)."""
+
+    bufs: tuple[Buf, ...]
+    store: str
+    needs_in0: bool = False  # Argsort's last pass gathers the input at the sorted indices
+
+
+def plan_radix(dtype: DType, batch: int, n: int, argsort: bool) -> Plan:
+    """The passes that sort `batch` rows of `n` values of `dtype` (see the module's docstring)."""
+    rows = _Rows(batch, n)
+    bpr = rows.bpr
+    nc = -(-DIGITS * bpr // _CHUNK)  # offset-scan chunks per row
+    kb, hb, tb = max(16, batch * n * 4), max(16, batch * DIGITS * bpr * 4), max(16, batch * nc * 4)
+    ty = wgsl_type(dtype)
+    per = 2 if argsort else 1  # scratch buffers a side: keys (and indices), twice; then H and T
+    h, tot = Buf("H", "u32", ("scratch", 2 * per)), Buf("T", "u32", ("scratch", 2 * per + 1))
+    key, helper = sort_key(dtype, "in0[{x}]", argsort)
+    first = _Side((inp(0, ty),), key, "b0 + pos", helper)
+    sides = [
+        _Side(
+            tuple(scratch(f"{n_}{i}", "u32", per * i + j) for j, n_ in enumerate("KI"[:per])),
+            f"K{i}[{{x}}]",
+            f"I{i}[base + pos]",
+        )
+        for i in (0, 1)
+    ]
+    blocks = fold(batch * bpr)
+    scan = [Pass(_chunk_sums(batch, bpr, nc), fold(batch * nc), (h.binding, tot.binding))] if nc > 1 else []
+    scan.append(Pass(_offsets(batch, bpr, nc), fold(batch * nc), (h.binding, tot.binding)))
+    passes, src = [], first
+    for p in range(PASSES):
+        shift = u32s(BITS * p)
+        bufs = [src.bufs[0], h]
+        code = _histogram(src, bufs, rows, dtype)
+        passes.append(Pass(code, blocks, tuple(b.binding for b in bufs), uniform=shift))
+        passes += scan
+        dst = sides[(p + 1) % 2]
+        out = _final(dtype, argsort) if p == PASSES - 1 else _moved(dst, argsort)
+        bufs = [*src.bufs, *([inp(0, ty)] if out.needs_in0 else []), *out.bufs, replace(h, read_only=True)]
+        code = _scatter(src, out, bufs, rows, argsort, dtype)
+        passes.append(Pass(code, blocks, tuple(b.binding for b in bufs), uniform=shift))
+        src = dst
+    return Plan(tuple(passes), (kb,) * 2 * per + (hb, tb))
+
+
+def _moved(side: _Side, argsort: bool) -> _Out:
+    """A middle pass writes keys (and indices) to the other side's buffers."""
+    k = side.bufs[0].name
+    return _Out(side.bufs, f"{k}[dst] = k; {side.bufs[1].name}[dst] = idx;" if argsort else f"{k}[dst] = e;")
+
+
+def _final(dtype: DType, argsort: bool) -> _Out:
+    """The last pass writes the outputs: Sort's values, Argsort's indices and values."""
+    ty = wgsl_type(dtype)
+    if argsort:
+        gather = "out1[dst] = i32(idx); out0[dst] = in0[rowbase + idx];"
+        return _Out((outp(0, ty), outp(1, "i32")), gather, True)
+    return _Out((outp(0, ty),), f"out0[dst] = {sort_value(dtype, 'e')};")
+
+
+def _block(rows: _Rows) -> str:
+    """WGSL: a block's row, its first key `base` (flat) and `b0` (in the row), its key count `nk`."""
+    n, bpr, rb = rows.n, rows.bpr, RB
+    return (
+        f"  if (wgi >= {rows.batch * bpr}u) {{ return; }}\n"
+        f"  let row = wgi / {bpr}u; let blk = wgi % {bpr}u;\n"
+        f"  let b0 = blk * {rb}u; let rowbase = row * {n}u; let base = rowbase + b0;\n"
+        f"  let nk = min({rb}u, {n}u - b0);\n"
+        f"  let hat = (row * {DIGITS}u + lid) * {bpr}u + blk;  // this thread's digit's count in H\n"
+    )
+
+
+def _histogram(src: _Side, bufs: list[Buf], rows: _Rows, dtype: DType) -> str:
+    """H[row][digit][block]: how many keys of each block have each digit. (Counting into eight
+    copies, a copy a warp, to spare a digit most keys share the contention took an H100's
+    histograms of 16M keys from 0.25 to 0.32 ms.)"""
+    key = src.key.format(x="base + q")
+    body = (
+        _block(rows)
+        + "  atomicStore(&cnt[lid], 0u);\n  workgroupBarrier();\n"
+        + f"  for (var i = 0u; i < {RK}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
+        + f"    if (q < nk) {{ atomicAdd(&cnt[({key} >> u.shift) & {DIGITS - 1}u], 1u); }}\n  }}\n"
+        + "  workgroupBarrier();\n  H[hat] = atomicLoad(&cnt[lid]);"
+    )
+    code = header([dtype]) + declare(bufs) + _UNI + src.helper
+    code += f"var<workgroup> cnt: array<atomic<u32>, {DIGITS}>;\n"
+    return code + main(RT, fold(rows.batch * rows.bpr), [b.name for b in bufs], body)
+
+
+def _scatter(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool, dtype: DType) -> str:
+    """Each block sorted by its digit in workgroup memory (A), then written at its offsets."""
+    key = src.key.format(x="base + q")
+    if argsort:  # the element moved: (digit << 16) | position
+        digit, elem, pad = (
+            "({e} >> 16u)",
+            f"((({key} >> u.shift) & {DIGITS - 1}u) << 16u) | q",
+            "0xff0000u | q",
+        )
+    else:  # the key itself
+        digit, elem, pad = f"(({{e}} >> u.shift) & {DIGITS - 1}u)", key, "0xffffffffu"
+    reread = ""
+    if argsort:
+        reread = (
+            f"    let pos = e & 0xffffu; let k = {src.key.format(x='base + pos')}; let idx = {src.idx};\n"
+        )
+    body = (
+        _block(rows)
+        + f"  for (var i = 0u; i < {RK}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
+        + f"    var e = {pad};\n    if (q < nk) {{ e = {elem}; }}\n    A[jc_sw(q)] = e;\n  }}\n"
+        + "  workgroupBarrier();\n"
+        + _split("A", "B", digit, 0)
+        + _split("B", "A", digit, 4)
+        # where each digit starts in the sorted block (digits absent from it are never read) ..
+        + f"  for (var i = 0u; i < {RK}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
+        + f"    if (q < nk) {{\n      let d = {digit.format(e='A[jc_sw(q)]')};\n"
+        + f"      if (q == 0u || {digit.format(e='A[jc_sw(q - 1u)]')} != d) {{ B[d] = q; }}\n    }}\n  }}\n"
+        + "  workgroupBarrier();\n"
+        # .. becomes how far its keys move: the digit's offset in the row minus that start
+        + "  B[lid] = H[hat] - B[lid];\n  workgroupBarrier();\n"
+        + f"  for (var i = 0u; i < {RK}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
+        + "    if (q >= nk) { break; }\n    let e = A[jc_sw(q)];\n"
+        + f"    let dst = rowbase + B[{digit.format(e='e')}] + q;\n{reread}    {out.store}\n  }}"
+    )
+    code = header([dtype]) + declare(bufs) + _UNI + src.helper + _SWIZZLE + _COUNTERS
+    code += f"var<workgroup> A: array<u32, {RB}>;\nvar<workgroup> B: array<u32, {RB}>;\n"
+    return code + main(RT, fold(rows.batch * rows.bpr), [b.name for b in bufs], body)
+
+
+def _split(src: str, dst: str, digit: str, lo: int) -> str:
+    """WGSL: the block in `src` (each thread's RK consecutive elements) moved to `dst` in the
+    order of bits lo..lo+3 of its digit, stably. The per-thread counts of the 16 values, packed
+    two 16-bit halves a word (c0, c1: 8 words), are scanned across threads (`_scan`) first."""
+    nib = [f"(({digit.format(e=f'e{j}')} >> {lo}u) & 15u)" for j in range(RK)]
+    g = [f"g{w // 4}.{'xyzw'[w % 4]}" for w in range(8)]
+    r = [f"r{v - 1} + ({g[(v - 1) // 2]} {'>> 16u' if (v - 1) % 2 else '& 0xffffu'})" for v in range(16)]
+    packed = [f"r{2 * w} | (r{2 * w + 1} << 16u)" for w in range(8)]
+    return "\n".join(
+        [
+            "  {",
+            *(f"    let e{j} = {src}[jc_sw(lid * {RK}u + {j}u)];" for j in range(RK)),
+            f"    var c0 = {_Z}; var c1 = {_Z};",
+            *(f"    c0 += jc_one({nib[j]}, {_LO}); c1 += jc_one({nib[j]}, {_HI});" for j in range(RK)),
+            _scan(dst),
+            # the exclusive prefix over values of the block's counts (g), packed as the counts are
+            "    let r0 = 0u;",
+            *(f"    let r{v} = {r[v]};" for v in range(1, 16)),
+            f"    var o0 = vec4<u32>({', '.join(packed[:4])}) + s0 - c0;",
+            f"    var o1 = vec4<u32>({', '.join(packed[4:])}) + s1 - c1;",
+            *(
+                f"    {{ let v = {nib[j]}; {dst}[jc_sw(jc_at(v, o0, o1))] = e{j};"
+                f" o0 += jc_one(v, {_LO}); o1 += jc_one(v, {_HI}); }}"
+                for j in range(RK)
+            ),
+            "    workgroupBarrier();\n  }\n",
+        ]
+    )
+
+
+def _scan(dst: str) -> str:
+    """WGSL: (s0, s1), the inclusive scan of the counts (c0, c1) across threads in `lid` order
+    (Hillis-Steele in `dst`: word w of thread t at w * RT + t), and (g0, g1) the block's totals.
+    (A subgroup scan and a pass over the subgroups' totals in its place ran no faster on an H100.)"""
+
+    def vec8(at: str) -> str:  # the two vec4s of dst's words at thread `at`
+        rd = [f"{dst}[{w * RT}u + {at}]" for w in range(8)]
+        return f"vec4<u32>({', '.join(rd[:4])}), vec4<u32>({', '.join(rd[4:])})"
+
+    def put(v: str) -> str:
+        return " ".join(f"{dst}[{w * RT}u + lid] = {v}{w // 4}.{'xyzw'[w % 4]};" for w in range(8))
+
+    return "\n".join(
+        [
+            f"    {put('c')}\n    workgroupBarrier();",
+            "    var s0 = c0; var s1 = c1;",
+            f"    for (var o = 1u; o < {RT}u; o = o << 1u) {{",
+            f"      var t = array<vec4<u32>, 2>({_Z}, {_Z});",
+            f"      if (lid >= o) {{ t = array<vec4<u32>, 2>({vec8('lid - o')}); }}",
+            "      workgroupBarrier();",
+            f"      s0 += t[0]; s1 += t[1];\n      {put('s')}\n      workgroupBarrier();\n    }}",
+            f"    let g = array<vec4<u32>, 2>({vec8(f'{RT - 1}u')});",
+            "    let g0 = g[0]; let g1 = g[1];\n    workgroupBarrier();",
+        ]
+    )
+
+
+# ---- the offset scan: a row's (digit, block) counts become exclusive offsets ---------------------
+
+
+def _chunk(batch: int, bpr: int, nc: int) -> str:
+    """WGSL: this workgroup's `row` and chunk `ch` of H, and `s`, the sum of this thread's
+    `_PER` counts `v` (consecutive, so a workgroup reads its chunk in one sweep)."""
+    m = DIGITS * bpr  # counts per row
+    return (
+        f"  if (wgi >= {batch * nc}u) {{ return; }}\n"
+        f"  let row = wgi / {nc}u; let ch = wgi % {nc}u;\n"
+        f"  let lo = ch * {_CHUNK}u + lid * {_PER}u; let base = row * {m}u;\n"
+        f"  var v: array<u32, {_PER}>;\n  var s = 0u;\n"
+        f"  for (var i = 0u; i < {_PER}u; i = i + 1u) {{\n"
+        f"    if (lo + i < {m}u) {{ v[i] = H[base + lo + i]; s = s + v[i]; }}\n  }}\n"
+    )
+
+
+def _chunk_sums(batch: int, bpr: int, nc: int) -> str:
+    """T[row][chunk]: the total of each chunk of a row's counts."""
+    body = _chunk(batch, bpr, nc) + _inclusive_scan("sums", _SCAN, "s")
+    body += f"  if (lid == {_SCAN - 1}u) {{ T[wgi] = sums[lid]; }}"
+    return _scan_shader(batch * nc, body, writes_h=False)
+
+
+def _offsets(batch: int, bpr: int, nc: int) -> str:
+    """A row's counts H become exclusive offsets in (digit, block) order: each chunk adds the
+    totals of the row's earlier chunks (T) to its own scan."""
+    m = DIGITS * bpr
+    body = (
+        _chunk(batch, bpr, nc)
+        + "  var before = 0u;\n"
+        + f"  for (var c = lid; c < ch; c = c + {_SCAN}u) {{ before = before + T[row * {nc}u + c]; }}\n"
+        + _inclusive_scan("sums", _SCAN, "before")
+        + f"  let head = sums[{_SCAN - 1}u];\n  workgroupBarrier();\n"
+        + _inclusive_scan("sums", _SCAN, "s")
+        + "  var run = head + sums[lid] - s;\n"
+        f"  for (var i = 0u; i < {_PER}u; i = i + 1u) {{\n"
+        f"    if (lo + i < {m}u) {{ H[base + lo + i] = run; run = run + v[i]; }}\n  }}"
+    )
+    return _scan_shader(batch * nc, body, writes_h=True)
+
+
+def _scan_shader(groups: int, body: str, writes_h: bool) -> str:
+    """An offset-scan shader over H (counts) and T (chunk totals): the one it writes is read_write."""
+    code = storage(0, "H", "u32", not writes_h) + "\n" + storage(1, "T", "u32", writes_h) + "\n"
+    code += f"var<workgroup> sums: array<u32, {_SCAN}>;\n"
+    return code + main(_SCAN, fold(groups), ["H", "T"], body)
+
+
+def _inclusive_scan(arr: str, size: int, v: str) -> str:
+    """WGSL: `arr[lid]` becomes the inclusive prefix sum of every thread's `v` (Hillis-Steele)."""
+    return (
+        f"  {arr}[lid] = {v};\n  workgroupBarrier();\n"
+        f"  for (var o = 1u; o < {size}u; o = o << 1u) {{\n"
+        f"    var t = 0u;\n    if (lid >= o) {{ t = {arr}[lid - o]; }}\n"
+        f"    workgroupBarrier();\n    {arr}[lid] = {arr}[lid] + t;\n    workgroupBarrier();\n  }}\n"
+    )
