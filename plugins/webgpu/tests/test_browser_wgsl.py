@@ -394,3 +394,30 @@ def test_fft_runs_in_chromium(gpu, tmp_path: Path) -> None:
         np.testing.assert_allclose(
             re + 1j * im.astype(np.float64), w, rtol=0, atol=1e-5 * np.abs(w).max(), err_msg=name
         )
+
+
+@pytest.mark.skipif(
+    not _browser_available() and not _browser_required(),
+    reason="needs chromium and playwright (apt-get install chromium; pip install playwright)",
+)
+def test_radix_sort_runs_in_chromium(gpu, tmp_path: Path) -> None:
+    """The radix sort's passes (vector selects, workgroup scans, a bank swizzle, 16 KB of
+    workgroup memory) pass Tint, and Sort and stable Argsort match numpy in the browser."""
+    import numpy as np
+
+    from jaxcore.routine import Routine, Routines
+
+    n = max(gpu.target.radix_sort_from, 8192) + 77  # several blocks, a partial last one
+    x = np.random.default_rng(5).integers(-50, 50, (2, n)).astype(np.float32) / 4
+    x[:, ::13] = np.nan
+    x[:, 1::17] = -0.0
+    cases = {
+        "sort": (Routine.build(Routines.Sort, [x.shape], ["float32"]), [x]),
+        "argsort": (Routine.build(Routines.Argsort, [x.shape], ["float32"]), [x]),
+    }
+    got = _run_exported(gpu, tmp_path, cases)
+    np.testing.assert_array_equal(got["sort"][0].reshape(x.shape), np.sort(x, axis=-1))
+    want = np.argsort(x, axis=-1, kind="stable").astype(np.int32)
+    np.testing.assert_array_equal(got["argsort"][1].view(np.int32).reshape(x.shape), want)
+    vals = got["argsort"][0].view(np.uint32).reshape(x.shape)
+    np.testing.assert_array_equal(vals, np.take_along_axis(x, want, -1).view(np.uint32))
