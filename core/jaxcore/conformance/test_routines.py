@@ -135,6 +135,22 @@ def test_sort_lengths(backend: Backend, n: int) -> None:
     assert_close(idx, np.arange(n - 1, -1, -1, dtype=np.int32), "Argsort", "int32", backend)
 
 
+def test_sort_long_rows(backend: Backend) -> None:
+    """A row past a million keys (where GPUs sort by radix, not by network), with long runs of ties,
+    NaN and -0.0: Sort ascending with NaN last, Argsort stable, its values moved bit for bit."""
+    rng = np.random.default_rng(11)
+    x = (rng.integers(-60, 60, (1 << 20) + 3) / 4).astype(np.float32)
+    x[::9] = np.nan
+    x[1::10] = -0.0
+    x[2::11] = np.inf
+    (got,) = run_routine(backend, prepared(backend, routine(Routines.Sort, [x], ["float32"])), [x])
+    assert_close(got, np.sort(x), "Sort", "float32", backend)
+    vals, idx = run_routine(backend, prepared(backend, routine(Routines.Argsort, [x], ["float32"])), [x])
+    want = np.argsort(x, kind="stable").astype(np.int32)
+    assert_close(idx, want, "Argsort", "int32", backend, what="Argsort indices")
+    assert (_bits(vals) == _bits(x[want])).all(), "Argsort values lost their bits"
+
+
 def test_sort_zero_size(backend: Backend) -> None:
     """Rows of length 0 keep their shape (Sort and Argsort)."""
     x = np.zeros((3, 0), np.float32)
