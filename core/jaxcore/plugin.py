@@ -55,7 +55,7 @@ from jaxcore.backend import (
     UnsupportedRoutineError,
 )
 from jaxcore.canonical import COMPOSED_ROUTINES, softmax_kernels
-from jaxcore.cstyle import CStyleLanguage, ExpRenderer, strip_parens
+from jaxcore.cstyle import TRANSCENDENTALS, CStyleLanguage, ExpRenderer, strip_parens
 from jaxcore.digest import lowering_digest
 from jaxcore.dtype import (
     INT32_MAX,
@@ -132,6 +132,7 @@ __all__ = [
     "CStyleLanguage",
     "ExpRenderer",
     "strip_parens",
+    "TRANSCENDENTALS",
     "TargetTraits",
     "divide_rn",
     "is_nan",

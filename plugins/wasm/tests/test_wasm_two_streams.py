@@ -62,3 +62,24 @@ def test_two_streams_only_for_long_sums() -> None:
     for kernel, want in cases:
         assert codegen._KernelWriter(kernel).two_streams() is want
         assert ("r2_" in codegen.generate(kernel).text) is want
+
+
+def test_a_costly_item_takes_fewer_vector_accumulators() -> None:
+    """A sum of exps interleaves two vector accumulators (four exp expansions at once overflow
+    x86's 16 vector registers), a sum of reads four: both values right."""
+    rows, cols = 8, 4096
+    plain = _sum_kernel(DType.float32, rows, cols)
+    costly = Kernel(1, rows, AluExp.exp(plain.exp), plain.reduction)
+
+    def counts(k: Kernel) -> set[str]:
+        lines = codegen.generate(k).text.splitlines()
+        return {line.split("i32 ")[-1].rstrip("}") for line in lines if "interleave.count" in line}
+
+    assert counts(plain) == {str(codegen.REDUCE_INTERLEAVE)}
+    assert counts(costly) == {str(codegen.COSTLY_ITEM_INTERLEAVE)}
+    be = WasmBackend(threads=2)
+    x = RNG.normal(0, 1, (rows, cols)).astype(np.float32)
+    src, out = be.malloc(x.nbytes, x.tobytes()), be.malloc(rows * 4)
+    be.dispatch(be.prepare_kernel(costly), [src], [out])
+    got = np.frombuffer(be.read(out), np.float32)
+    np.testing.assert_allclose(got, np.exp(x.astype(np.float64)).sum(axis=1), rtol=1e-5)
