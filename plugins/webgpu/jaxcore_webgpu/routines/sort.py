@@ -63,11 +63,9 @@ def plan_sort(routine: Routine, target: object = None) -> Plan:
     return Plan(tuple(passes), (kb, kb) if argsort else (kb,))
 
 
-def _final(
-    dtype: DType, argsort: bool, threads: int, work: list[Buf], at: str, row: str, pre: str = ""
-) -> Pass:
+def _final(dtype: DType, argsort: bool, threads: int, work: list[Buf], at: str, row: str, pre: str) -> Pass:
     """The output from the sorted keys `K[at]`, or Argsort's indices `I[at]` and the input at them
-    (`row`: the row's first input element)."""
+    (`row`: the row's first input element; `pre`: WGSL that defines what `at` and `row` use)."""
     ty = wgsl_type(dtype)
     if argsort:
         body = f"  let idx = I[{at}];\n  out1[gid] = i32(idx);\n  out0[gid] = in0[{row} + idx];\n"
