@@ -120,13 +120,15 @@ def test_radix_argsort_is_stable(gpu, dtype, shape):
 
 
 @pytest.mark.parametrize("shape", RADIX_SHAPES[:3])
-@pytest.mark.parametrize("dtype", ["float32", "int32", "uint32"])
+@pytest.mark.parametrize("dtype", ["float32", "int32", "uint32", "float16"])
 def test_radix_sort(gpu, dtype, shape):
     """Sort on the radix path: NaN last, -0 before +0 (Sort's keys keep them apart)."""
+    if dtype == "float16" and "float16" not in {str(d) for d in gpu.capabilities.dtypes}:
+        pytest.skip("no shader-f16")
     x = _radix_values(dtype, shape)
     (got,) = run(gpu, Routines.Sort, [x], [dtype])
     np.testing.assert_array_equal(got, np.sort(x, axis=-1))
-    if dtype == "float32":
+    if dtype in ("float32", "float16"):
         for row in got:
             z = np.signbit(row[row == 0])
             assert not (z[1:] & ~z[:-1]).any(), "-0 before +0"
