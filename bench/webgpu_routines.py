@@ -1,7 +1,8 @@
 """The issue-10 targets: the tiled matmul and the WGSL routines, side by side with PyTorch on the same GPU.
 
-    python bench/webgpu_routines.py            # matmul 1024/2048/4096, sort/argsort 16M, Cholesky 64x512x512,
-                                               # Fft 4096x4096 complex, Scatter-add of 16M updates
+    python bench/webgpu_routines.py            # matmul 1024/2048/4096, sort/argsort 1M and 16M,
+                                               # Cholesky 64x512x512, Fft 4096x4096 complex,
+                                               # Scatter-add of 16M updates
     python bench/webgpu_routines.py --small    # sizes lavapipe finishes in seconds
     python bench/webgpu_routines.py --only matmul --json out.json
 
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--sort-lengths",
         default="",
-        help="comma-separated row lengths for sort and argsort (default 2^24; 2^16 with --small): where "
+        help="comma-separated row lengths for sort and argsort (default 2^20,2^24; 2^16 with --small): where "
         "the radix sort (JAXCORE_WEBGPU_RADIX_SORT_FROM) and the network cross",
     )
     args = ap.parse_args(argv)
@@ -197,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     small = args.small
     reps = args.reps or (3 if small else 20)
     sizes = (128, 256) if small else (1024, 2048, 4096)
-    lengths = [int(n) for n in args.sort_lengths.split(",") if n] or [(1 << 16) if small else (16 << 20)]
+    default = [1 << 16] if small else [1 << 20, 16 << 20]
+    lengths = [int(n) for n in args.sort_lengths.split(",") if n] or default
     work: list[tuple[str, Callable[[], Row]]] = [
         *(("matmul", lambda n=n: matmul(g, torch, n, reps)) for n in sizes),
         *((kind, lambda n=n, a=a: sort(g, torch, n, reps, a)) for n in lengths for kind, a in _SORTS),
