@@ -259,7 +259,8 @@ class WebGpuBackend(QueuedBackend):
         from jaxcore_webgpu.routines.radix import RADIX_MIN, RADIX_MIN_GPU
 
         lim, feat = self.gpu.limits, self.gpu.features
-        radix = RADIX_MIN if self.gpu.info.get("adapter_type") == "CPU" else RADIX_MIN_GPU
+        cpu = self.gpu.info.get("adapter_type") == "CPU"
+        radix = RADIX_MIN if cpu else RADIX_MIN_GPU
         subgroups = "subgroup" in feat and current_settings().plugin_flag("webgpu", "subgroups", default=True)
         return WgslTarget(
             has_f16="shader-f16" in feat,
@@ -274,6 +275,7 @@ class WebGpuBackend(QueuedBackend):
             max_workgroup_storage=lim["max-compute-workgroup-storage-size"],
             exact_subnormals=self._exact_subnormals(),
             radix_sort_from=current_settings().plugin_int("webgpu", "radix_sort_from", radix),
+            radix_keys_per_thread=16 if cpu else 8,
         )
 
     def _exact_subnormals(self) -> bool:

@@ -134,6 +134,36 @@ def test_radix_sort(gpu, dtype, shape):
             assert not (z[1:] & ~z[:-1]).any(), "-0 before +0"
 
 
+@pytest.mark.parametrize("keys", [8, 16])
+def test_radix_keys_per_thread(gpu, monkeypatch, keys):
+    """A radix block's threads hold 8 keys (16 KB of workgroup storage) or 16 (32 KB: a CPU
+    adapter's choice), and a browser's 16 KB gets 8 whatever the device asked for. Either sorts
+    stably, several blocks and rows at once."""
+    from dataclasses import replace
+
+    from jaxcore_webgpu.export import _workgroup_bytes
+    from jaxcore_webgpu.routines import plan_routine
+
+    storage = 2 * 4 * 256 * keys
+    if storage > gpu.target.max_workgroup_storage:
+        pytest.skip(f"the adapter has {gpu.target.max_workgroup_storage} bytes of workgroup storage")
+    target = replace(gpu.target, radix_keys_per_thread=keys, radix_sort_from=4096)
+    monkeypatch.setitem(gpu.__dict__, "target", target)
+    x = _radix_values("float32", (3, 3 * 4096 + 5))
+    r = Routine.build(Routines.Argsort, [x.shape], ["float32"])
+
+    def most(t):
+        return max(_workgroup_bytes(p.code) for p in plan_routine(r, t).passes)
+
+    assert (most(target), most(target.browser())) == (storage, 16384)
+    gpu._routine_cache.forget(r.key())
+    vals, idx = run(gpu, Routines.Argsort, [x], ["float32"])
+    want = np.argsort(x, axis=-1, kind="stable").astype(np.int32)
+    np.testing.assert_array_equal(idx, want)
+    np.testing.assert_array_equal(vals.view(np.uint32), np.take_along_axis(x, want, -1).view(np.uint32))
+    gpu._routine_cache.forget(r.key())
+
+
 def test_scatter_add_collisions_float32_and_float16(gpu):
     n_up, size = 20000, 37
     idx = RNG.integers(-3, size + 3, n_up).astype(np.int32)

@@ -37,15 +37,13 @@ from jaxcore_webgpu.routines.common import (
 from jaxcore_webgpu.routines.keys import sort_key, sort_value
 
 # Row lengths from which the radix sort beats the bitonic network (WgslTarget.radix_sort_from): on a
-# CPU adapter (lavapipe: 65536 keys 129 ms by the network, 19 by this), and on a GPU, where the
+# CPU adapter (lavapipe: 65536 keys 129 ms by the network, 14 by this), and on a GPU, where the
 # fixed cost of four passes (about 0.11 ms) loses below 1M keys (H100: 1M 0.164 ms against the
 # network's 0.223, 16M 1.65 against 3.9-4.3; at 256K the network's 0.094 beat every variant tried).
 RADIX_MIN = 1 << 13
 RADIX_MIN_GPU = 1 << 20
 RT = 256  # threads of a radix block (the WebGPU default limit; one digit each)
-RK = 8  # keys a thread holds (two block-sized arrays fill WebGPU's default 16 KB; 16 keys in 32 KB
-# took an H100's 16M-key sort from 1.65 to 2.74 ms)
-RB = RT * RK  # keys per block (a row is cut into blocks, none straddles two rows)
+RK = 8  # keys a thread holds, unless the target asks for 16 and has the storage (WgslTarget)
 BITS = 8
 DIGITS = 1 << BITS  # == RT: a thread per digit where a block's counts are read or written
 PASSES = 32 // BITS
@@ -53,9 +51,6 @@ _SCAN = 256  # threads of an offset-scan workgroup
 _PER = 4  # counts a thread of it scans
 _CHUNK = _SCAN * _PER  # counts a workgroup scans (a row's DIGITS * blocks are cut into chunks)
 _UNI = uniform_block("shift")
-# workgroup memory: two RB-word arrays, bank-swizzled (a thread's RK consecutive keys, and RT
-# threads' keys at one stride, each hit distinct banks)
-_SWIZZLE = f"fn jc_sw(q: u32) -> u32 {{ return q ^ ((q >> 5u) & {RK - 1}u); }}\n"
 _Z, _LO, _HI = "vec4<u32>(0u)", "vec4<u32>(0u, 1u, 2u, 3u)", "vec4<u32>(4u, 5u, 6u, 7u)"
 # a split's counters: value v (0..15) is half v & 1 of word v >> 1 of (c0, c1)
 _COUNTERS = (
@@ -70,14 +65,27 @@ _COUNTERS = (
 
 @dataclass(frozen=True)
 class _Rows:
-    """What the shaders are cut to: `batch` rows of `n` keys, `bpr` blocks a row."""
+    """What the shaders are cut to: `batch` rows of `n` keys, blocks of RT threads holding `rk`
+    keys each, so `rb` keys a block (two block-sized arrays of workgroup memory) and `bpr` blocks
+    a row (none straddles two rows)."""
 
     batch: int
     n: int
+    rk: int = RK
+
+    @property
+    def rb(self) -> int:
+        return RT * self.rk
 
     @property
     def bpr(self) -> int:
-        return -(-self.n // RB)
+        return -(-self.n // self.rb)
+
+    @property
+    def swizzle(self) -> str:
+        """WGSL `jc_sw`: a block index in workgroup memory, bank-swizzled so that a thread's rk
+        consecutive keys, and RT threads' keys at one stride, each hit distinct banks."""
+        return f"fn jc_sw(q: u32) -> u32 {{ return q ^ ((q >> 5u) & {self.rk - 1}u); }}\n"
 
 
 @dataclass(frozen=True)
@@ -100,9 +108,13 @@ class _Out:
     needs_in0: bool = False  # Argsort's last pass gathers the input at the sorted indices
 
 
-def plan_radix(dtype: DType, batch: int, n: int, argsort: bool) -> Plan:
-    """The passes that sort `batch` rows of `n` values of `dtype` (see the module's docstring)."""
-    rows = _Rows(batch, n)
+def plan_radix(
+    dtype: DType, batch: int, n: int, argsort: bool, keys_per_thread: int = RK, storage: int = 16384
+) -> Plan:
+    """The passes that sort `batch` rows of `n` values of `dtype` (see the module's docstring):
+    `keys_per_thread` 8 or 16, if `storage` bytes of workgroup memory hold its two arrays."""
+    rk = keys_per_thread if 2 * 4 * RT * keys_per_thread <= storage else RK
+    rows = _Rows(batch, n, rk)
     bpr = rows.bpr
     nc = -(-DIGITS * bpr // _CHUNK)  # offset-scan chunks per row
     kb, hb, tb = max(16, batch * n * 4), max(16, batch * DIGITS * bpr * 4), max(16, batch * nc * 4)
@@ -155,7 +167,7 @@ def _final(dtype: DType, argsort: bool) -> _Out:
 
 def _block(rows: _Rows) -> str:
     """WGSL: a block's row, its first key `base` (flat) and `b0` (in the row), its key count `nk`."""
-    n, bpr, rb = rows.n, rows.bpr, RB
+    n, bpr, rb = rows.n, rows.bpr, rows.rb
     return (
         f"  if (wgi >= {rows.batch * bpr}u) {{ return; }}\n"
         f"  let row = wgi / {bpr}u; let blk = wgi % {bpr}u;\n"
@@ -173,7 +185,7 @@ def _histogram(src: _Side, bufs: list[Buf], rows: _Rows, dtype: DType) -> str:
     body = (
         _block(rows)
         + "  atomicStore(&cnt[lid], 0u);\n  workgroupBarrier();\n"
-        + f"  for (var i = 0u; i < {RK}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
+        + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
         + f"    if (q < nk) {{ atomicAdd(&cnt[({key} >> u.shift) & {DIGITS - 1}u], 1u); }}\n  }}\n"
         + "  workgroupBarrier();\n  H[hat] = atomicLoad(&cnt[lid]);"
     )
@@ -200,41 +212,41 @@ def _scatter(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool,
         )
     body = (
         _block(rows)
-        + f"  for (var i = 0u; i < {RK}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
+        + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
         + f"    var e = {pad};\n    if (q < nk) {{ e = {elem}; }}\n    A[jc_sw(q)] = e;\n  }}\n"
         + "  workgroupBarrier();\n"
-        + _split("A", "B", digit, 0)
-        + _split("B", "A", digit, 4)
+        + _split("A", "B", digit, 0, rows.rk)
+        + _split("B", "A", digit, 4, rows.rk)
         # where each digit starts in the sorted block (digits absent from it are never read) ..
-        + f"  for (var i = 0u; i < {RK}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
+        + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
         + f"    if (q < nk) {{\n      let d = {digit.format(e='A[jc_sw(q)]')};\n"
         + f"      if (q == 0u || {digit.format(e='A[jc_sw(q - 1u)]')} != d) {{ B[d] = q; }}\n    }}\n  }}\n"
         + "  workgroupBarrier();\n"
         # .. becomes how far its keys move: the digit's offset in the row minus that start
         + "  B[lid] = H[hat] - B[lid];\n  workgroupBarrier();\n"
-        + f"  for (var i = 0u; i < {RK}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
+        + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
         + "    if (q >= nk) { break; }\n    let e = A[jc_sw(q)];\n"
         + f"    let dst = rowbase + B[{digit.format(e='e')}] + q;\n{reread}    {out.store}\n  }}"
     )
-    code = header([dtype]) + declare(bufs) + _UNI + src.helper + _SWIZZLE + _COUNTERS
-    code += f"var<workgroup> A: array<u32, {RB}>;\nvar<workgroup> B: array<u32, {RB}>;\n"
+    code = header([dtype]) + declare(bufs) + _UNI + src.helper + rows.swizzle + _COUNTERS
+    code += f"var<workgroup> A: array<u32, {rows.rb}>;\nvar<workgroup> B: array<u32, {rows.rb}>;\n"
     return code + main(RT, fold(rows.batch * rows.bpr), [b.name for b in bufs], body)
 
 
-def _split(src: str, dst: str, digit: str, lo: int) -> str:
-    """WGSL: the block in `src` (each thread's RK consecutive elements) moved to `dst` in the
+def _split(src: str, dst: str, digit: str, lo: int, rk: int) -> str:
+    """WGSL: the block in `src` (each thread's rk consecutive elements) moved to `dst` in the
     order of bits lo..lo+3 of its digit, stably. The per-thread counts of the 16 values, packed
     two 16-bit halves a word (c0, c1: 8 words), are scanned across threads (`_scan`) first."""
-    nib = [f"(({digit.format(e=f'e{j}')} >> {lo}u) & 15u)" for j in range(RK)]
+    nib = [f"(({digit.format(e=f'e{j}')} >> {lo}u) & 15u)" for j in range(rk)]
     g = [f"g{w // 4}.{'xyzw'[w % 4]}" for w in range(8)]
     r = [f"r{v - 1} + ({g[(v - 1) // 2]} {'>> 16u' if (v - 1) % 2 else '& 0xffffu'})" for v in range(16)]
     packed = [f"r{2 * w} | (r{2 * w + 1} << 16u)" for w in range(8)]
     return "\n".join(
         [
             "  {",
-            *(f"    let e{j} = {src}[jc_sw(lid * {RK}u + {j}u)];" for j in range(RK)),
+            *(f"    let e{j} = {src}[jc_sw(lid * {rk}u + {j}u)];" for j in range(rk)),
             f"    var c0 = {_Z}; var c1 = {_Z};",
-            *(f"    c0 += jc_one({nib[j]}, {_LO}); c1 += jc_one({nib[j]}, {_HI});" for j in range(RK)),
+            *(f"    c0 += jc_one({nib[j]}, {_LO}); c1 += jc_one({nib[j]}, {_HI});" for j in range(rk)),
             _scan(dst),
             # the exclusive prefix over values of the block's counts (g), packed as the counts are
             "    let r0 = 0u;",
@@ -244,7 +256,7 @@ def _split(src: str, dst: str, digit: str, lo: int) -> str:
             *(
                 f"    {{ let v = {nib[j]}; {dst}[jc_sw(jc_at(v, o0, o1))] = e{j};"
                 f" o0 += jc_one(v, {_LO}); o1 += jc_one(v, {_HI}); }}"
-                for j in range(RK)
+                for j in range(rk)
             ),
             "    workgroupBarrier();\n  }\n",
         ]
