@@ -123,13 +123,12 @@ def plan_radix(
     h, tot = Buf("H", "u32", ("scratch", 2 * per)), Buf("T", "u32", ("scratch", 2 * per + 1))
     key, helper = sort_key(dtype, "in0[{x}]", argsort)
     first = _Side((inp(0, ty),), key, "b0 + pos", helper)
-    sides = [
-        _Side(
-            tuple(scratch(f"{n_}{i}", "u32", per * i + j) for j, n_ in enumerate("KI"[:per])),
-            f"K{i}[{{x}}]",
-            f"I{i}[base + pos]",
-        )
-        for i in (0, 1)
+    # the two scratch sides, each read as Kin (Iin) and written as Kout (Iout): a pass's WGSL
+    # names roles, not buffers, so the middle passes share their pipelines
+    sides = [tuple(per * i + j for j in range(per)) for i in (0, 1)]
+    reads = [
+        _Side(tuple(scratch(f"{n_}in", "u32", b) for n_, b in zip("KI", s)), "Kin[{x}]", "Iin[base + pos]")
+        for s in sides
     ]
     blocks = fold(batch * bpr)
     scan = [Pass(_chunk_sums(batch, bpr, nc), fold(batch * nc), (h.binding, tot.binding))] if nc > 1 else []
@@ -141,19 +140,19 @@ def plan_radix(
         code = _histogram(src, bufs, rows, dtype)
         passes.append(Pass(code, blocks, tuple(b.binding for b in bufs), uniform=shift))
         passes += scan
-        dst = sides[(p + 1) % 2]
-        out = _final(dtype, argsort) if p == PASSES - 1 else _moved(dst, argsort)
+        dst = (p + 1) % 2
+        out = _final(dtype, argsort) if p == PASSES - 1 else _moved(sides[dst])
         bufs = [*src.bufs, *([inp(0, ty)] if out.needs_in0 else []), *out.bufs, replace(h, read_only=True)]
         code = _scatter(src, out, bufs, rows, argsort, dtype)
         passes.append(Pass(code, blocks, tuple(b.binding for b in bufs), uniform=shift))
-        src = dst
+        src = reads[dst]
     return Plan(tuple(passes), (kb,) * 2 * per + (hb, tb))
 
 
-def _moved(side: _Side, argsort: bool) -> _Out:
-    """A middle pass writes keys (and indices) to the other side's buffers."""
-    k = side.bufs[0].name
-    return _Out(side.bufs, f"{k}[dst] = k; {side.bufs[1].name}[dst] = idx;" if argsort else f"{k}[dst] = e;")
+def _moved(side: tuple[int, ...]) -> _Out:
+    """A middle pass writes keys (and Argsort's indices) to the other side's scratch buffers."""
+    bufs = tuple(scratch(f"{n}out", "u32", b) for n, b in zip("KI", side))
+    return _Out(bufs, "Kout[dst] = k; Iout[dst] = idx;" if len(bufs) == 2 else "Kout[dst] = e;")
 
 
 def _final(dtype: DType, argsort: bool) -> _Out:
