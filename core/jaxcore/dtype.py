@@ -229,6 +229,16 @@ def bitcast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(x).astype(to_numpy(src))).view(to_numpy(dst))
 
 
+def held_by_a_constant(bits: int, dtype: DType) -> bool:
+    """Whether a float constant (a Python float) can hold the value of these bits exactly: every
+    float64 and float16 pattern, but no float32 signalling NaN (a float32 -> float64 conversion
+    sets its quiet bit), which stays a Bitcast of its integer bits instead."""
+    if dtype != DType.float32:
+        return True
+    bits &= 0xFFFFFFFF
+    return (bits & 0x7F800000) != 0x7F800000 or not bits & 0x7FFFFF or bool(bits & 0x400000)
+
+
 def erf(x: np.ndarray) -> np.ndarray:
     """erf to float64 accuracy (|error| < 1e-15), rounded to the input's dtype."""
     x = np.asarray(x)

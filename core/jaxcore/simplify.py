@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxcore.alu import AluExp, AluGroup, AluOp, pending
-from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, is_float
+from jaxcore.dtype import INT32_MAX, INT32_MIN, UINT32_MAX, DType, held_by_a_constant, is_float
 
 
 class Range(NamedTuple):
@@ -470,6 +470,9 @@ def _fold(e: AluExp, src: list[AluExp], again: Callable[[AluExp], AluExp]) -> Al
     op, dtype = e.op, e.dtype
     # R1: constant folding
     if src and op not in AluGroup.Variable and all(s.op == AluOp.Const for s in src):
+        c = src[0]
+        if op == AluOp.Bitcast and not is_float(c.dtype) and not held_by_a_constant(int(c.arg), dtype):
+            return None  # a float32 signalling NaN: its bits stay where they are
         return AluExp.const(dtype, AluExp(op, dtype, tuple(src), e.arg).evaluate({}))
     # R2: a single-valued range is a constant (not for floats: ranges do not exclude NaN, and
     # Max(sin(x), 1) is NaN at x = inf). This takes integer x - x to 0 too, which NVIDIA's GLSL

@@ -34,7 +34,7 @@ from jaxcore.cstyle import (
     OpRender,
     strip_parens,
 )
-from jaxcore.dtype import INT32_MIN, DType, to_numpy
+from jaxcore.dtype import INT32_MIN, DType, held_by_a_constant, is_float, to_numpy
 from jaxcore.dtype import bitcast as bitcast_values
 from jaxcore.dtype import cast as cast_values
 from jaxcore.legalize import TargetTraits
@@ -277,6 +277,9 @@ class WGSLLanguage(CStyleLanguage):
             # naga's const-evaluator cannot convert an f64 literal (`f32(5.0lf)` is rejected), and
             # a bitcast to a NaN must keep its bits (render_const spells them at run time).
             (c,) = e.src
+            bits = e.op == AluOp.Bitcast and not is_float(c.dtype)
+            if bits and not held_by_a_constant(int(c.arg), e.dtype):
+                return f"{r.need('jc_bits_f32')}({int(c.arg) & 0xFFFFFFFF}u)"  # a signalling NaN
             convert = cast_values if e.op == AluOp.Cast else bitcast_values
             value = convert(np.array([c.arg], dtype=to_numpy(c.dtype)), c.dtype, e.dtype)[0]
             return self.render_const(r, value.item(), e.dtype)
