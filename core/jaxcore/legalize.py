@@ -267,6 +267,8 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
         # select(b, inf, f64(x)) * 0 zero (it may move the product into the select's arms); a -0.0
         # is a zero whose sign it may drop.
         e = AluExp(e.op, e.dtype, tuple(_hidden_const(s) if _changeable(e, s) else s for s in e.src), e.arg)
+    if t.assumes_finite_math and e.op == AluOp.Where and is_float(e.dtype):
+        e = _untested(e)
     if (
         t.divides_by_reciprocal
         and e.op in (AluOp.Idiv, AluOp.Div)
@@ -282,6 +284,25 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
             out = AluExp(out.op, out.dtype, hid, out.arg)
     known[out.key()] = _is_known(out, known)
     return out
+
+
+def _untested(e: AluExp) -> AluExp:
+    """A select whose arms convert to float an integer its condition tests, with each such
+    conversion through `opaque`: the compiler may take the integer's value in an arm from the
+    test. NVIDIA's Vulkan driver made `select(0, f64(x) * f64(u), u == 0)` zero for an infinite x
+    (u is 0 in that arm, and x * 0 is 0 to it)."""
+    cond, *arms = e.src
+    tested = {n for n in cond.nodes() if not is_float(n.dtype) and n.op != AluOp.Const}
+    if not tested:
+        return e
+
+    def hide(n: AluExp) -> AluExp | None:
+        if n.op != AluOp.Cast or not is_float(n.dtype) or is_float(n.src[0].dtype):
+            return None
+        return opaque(n) if n.src[0].some(lambda m: m in tested) else None
+
+    new = tuple(a.rewrite(hide) for a in arms)
+    return e if new == tuple(arms) else AluExp(e.op, e.dtype, (cond, *new), e.arg)
 
 
 def _is_sum(e: AluExp) -> bool:

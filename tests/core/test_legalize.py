@@ -532,6 +532,23 @@ def test_a_product_with_an_integer_of_two_values_is_opaque() -> None:
     assert not any(is_opaque(s) for s in legalize(x * wide, TargetTraits(assumes_finite_math=True)).src)
 
 
+def test_a_float_of_an_integer_a_select_tests_is_opaque_in_its_arms() -> None:
+    """NVIDIA made `select(0, f64(x) * f64(u), u == 0)` zero for an infinite x: in an arm of a
+    select, a float converted from an integer the condition tests (here through a multiple of it)
+    is opaque; one the condition does not test is left alone."""
+    x, i, j = AluExp.variable(F64, "x"), AluExp.variable(I32, "i"), AluExp.variable(I32, "j")
+    cond = AluExp.cmpne(i, AluExp.i32(0)).not_()
+    tested = AluExp.cast(F64, i * AluExp.i32(3))
+    exp = AluExp.where(cond, x * tested + AluExp.cast(F64, j), AluExp.f64(0.0))
+    legal = legalize(exp, TargetTraits(assumes_finite_math=True))
+    casts = legal.collect(lambda n: n.op == AluOp.Cast and n.dtype == F64)
+    parents = legal.collect(lambda n: any(s in casts for s in n.src))
+    hidden = {s for n in parents if is_opaque(n) for s in n.src}
+    assert tested.key() in {c.key() for c in hidden} and AluExp.cast(F64, j) not in hidden, legal
+    env = {"x": np.array([np.inf, np.nan, 2.0, -np.inf]), "i": np.array([0, 0, 1, 0]), "j": np.zeros(4, int)}
+    _same(_run(legal, env), _run(exp, env))
+
+
 @pytest.mark.parametrize("op", [AluOp.Sub, AluOp.Div, AluOp.Idiv, AluOp.Add, AluOp.Mul])
 def test_two_reads_of_one_buffer_are_kept_apart_where_they_could_cancel(op: AluOp) -> None:
     """NVIDIA's Vulkan driver proved x[min(g, 10)] and x[g] equal (g < 10 by its grid) and made
