@@ -437,6 +437,41 @@ CASES: dict[str, Regression] = {
         ((I32, u(1, -3, 0)),),
         3,
     ),
+    # -- an integer a select tests, converted to float in its arm (NVIDIA, H100, 2026-12-07): the
+    # driver took u as 0 there and made inf * 0 zero
+    "f64_product_with_an_integer_its_select_tests": Regression(
+        lambda: AluExp.where(
+            AluExp.cast(BOOL, read(U32, 0, 4)).not_(),
+            AluExp.cast(F64, read(F32, 1, 4)) * AluExp.cast(F64, read(U32, 0, 4)),
+            AluExp.f64(0.0),
+        ),
+        ((U32, u(0, 0, 1, 0)), (F32, (math.inf, math.nan, 2.0, -math.inf))),
+        4,
+    ),
+    "f32_product_with_an_integer_its_select_tests": Regression(
+        lambda: AluExp.where(
+            AluExp.cmpne(read(I32, 0, 4), AluExp.i32(0)).not_(),
+            read(F32, 1, 4) * AluExp.cast(F32, read(I32, 0, 4)),
+            AluExp.f32(1.0),
+        ),
+        ((I32, u(0, 0, 1, 0)), (F32, (math.inf, math.nan, 2.0, -math.inf))),
+        4,
+    ),
+    # -- a float32 signalling NaN made from its bits (H100 and lavapipe, 2026-12-07): folded into a
+    # float constant, it came out quiet (a Python float cannot hold it)
+    "f32_signalling_nan_from_its_bits": Regression(
+        lambda: AluExp.bitcast(F32, AluExp.u32(0xFFAB6E5F)), (), 3, bits=True
+    ),
+    "f32_signalling_nan_from_its_bits_in_a_select": Regression(
+        lambda: AluExp.where(
+            AluExp.cmplt(AluVar.gidx, AluExp.i32(2)),
+            AluExp.bitcast(F32, AluExp.u32(0x7F800001)),
+            AluExp.bitcast(F32, AluExp.i32(-0x7F7FFFFF)),
+        ),
+        (),
+        4,
+        bits=True,
+    ),
     # -- what a compiler decides before it folds (lavapipe, fresh seeds on 2026-12-06): a select of
     # one value, and an integer or bool compared with itself
     "f16_of_a_select_of_one_value_minus_itself": Regression(
