@@ -85,7 +85,8 @@ RADIX_SHAPES.append((1, (1 << 20) + 3))
 
 
 def _radix_values(dtype: str, shape: tuple[int, int]) -> np.ndarray:
-    """Few distinct values (long runs of ties) with the extremes of the dtype's key order."""
+    """Few distinct values (long runs of ties) with the extremes of the dtype's key order, and
+    NaNs of several payloads."""
     if dtype in ("float32", "float16"):
         x = RNG.integers(-40, 40, shape).astype(np.float32) / 4
         flat = x.reshape(-1)
@@ -93,7 +94,13 @@ def _radix_values(dtype: str, shape: tuple[int, int]) -> np.ndarray:
         flat[1::11] = -0.0
         flat[2::13] = np.inf
         flat[3::17] = -np.inf
-        return x.astype(NP[dtype])
+        x = x.astype(NP[dtype])
+        # NaNs of other signs and payloads (a float32 signalling one too): moved bit for bit
+        pay = [0xFFC00001, 0x7FC12345, 0x7F800001] if dtype == "float32" else [0xFE01, 0x7E55]
+        bits = x.reshape(-1).view(np.uint32 if dtype == "float32" else np.uint16)
+        for i, p in enumerate(pay):
+            bits[4 + i :: 29 + 2 * i] = p
+        return x
     info = np.iinfo(NP[dtype])
     x = RNG.integers(-3, 4, shape).astype(np.int64) * (info.max // 4) + RNG.integers(0, 3, shape)
     x = np.clip(x, info.min, info.max)

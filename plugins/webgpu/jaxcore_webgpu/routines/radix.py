@@ -9,7 +9,8 @@ two stable 4-bit counting splits in workgroup memory (per-thread counters packed
 one workgroup scan a split). Every step keeps equal digits in input order, so the sort is stable.
 
 The first pass reads the input and makes its keys as it goes; the last one writes the outputs
-(Sort's values from the keys, Argsort's indices and the input gathered at them, bit for bit).
+(Sort's values from the keys; Argsort's indices, and its values from the keys but where a key is
+no one value's, +0 or NaN, gathered from the input at their index, bit for bit).
 Argsort moves a block's (digit, position) pairs through workgroup memory and reads each key and
 index again at its position when it writes it (the block's lines are in cache by then).
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from jaxcore.dtype import DType
+from jaxcore.dtype import DType, is_float
 from jaxcore_webgpu.program import Pass, Plan
 from jaxcore_webgpu.routines.common import (
     Buf,
@@ -159,8 +160,13 @@ def _final(dtype: DType, argsort: bool) -> _Out:
     """The last pass writes the outputs: Sort's values, Argsort's indices and values."""
     ty = wgsl_type(dtype)
     if argsort:
-        gather = "out1[dst] = i32(idx); out0[dst] = in0[rowbase + idx];"
-        return _Out((outp(0, ty), outp(1, "i32")), gather, True)
+        # A value is its key's, but where Argsort's key is not one value's: +0 (-0 folded into
+        # it) and NaN (any payload) are gathered from the input at their index, bits and all.
+        value = f"out0[dst] = {sort_value(dtype, 'k')};"
+        if is_float(dtype):
+            gather = "out0[dst] = in0[rowbase + idx];"
+            value = f"if (k == 0x80000000u || k == 0xffffffffu) {{ {gather} }} else {{ {value} }}"
+        return _Out((outp(0, ty), outp(1, "i32")), f"out1[dst] = i32(idx); {value}", True)
     return _Out((outp(0, ty),), f"out0[dst] = {sort_value(dtype, 'e')};")
 
 
