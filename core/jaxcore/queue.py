@@ -101,10 +101,10 @@ class QueuedBackend(BaseBackend):
     batch_limit: int = 2048  # dispatches per batch (also bounded by a plugin's timestamp slots)
     # Every this many dispatches the open batch is submitted if the device has run all the work
     # before it, so that the device starts on a long chain while the host records the rest instead
-    # of after the read (host and device time overlap, not add). It pays where the device is the
-    # slower side and a submit is cheap against it (lavapipe: 1,000 dependent tiny dispatches 40-42
-    # -> 36-39 µs each at 64); on an H100 each submit cost more host time than the overlap saved
-    # (7.34 -> 11.95 µs). 0, the default: only full batches, reads and flush() submit.
+    # of after the read (host and device time overlap, not add). It pays where a submit's fixed
+    # host cost is small against what the device overlaps (lavapipe: 1,000 dependent tiny
+    # dispatches 40-42 -> 36-39 µs each at 64; an H100, whose submit costs about 60 µs of host time:
+    # 7.40 -> 7.71 µs at 64, 6.15 at 256). 0, the default: only full batches, reads and flush().
     early_submit: int = 0
     max_in_flight: int = 8  # submitted batches the host may run ahead of the device
     max_cached_bytes: int = 1 << 30  # freed buffers the pool keeps for reuse
