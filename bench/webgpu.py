@@ -4,6 +4,7 @@
     python bench/webgpu.py --small    # sizes lavapipe finishes in seconds
     python bench/webgpu.py --json out.json
     python bench/webgpu.py --small --only chain   # host cost per dispatch (1,000 dependent ones)
+    python bench/webgpu.py --only chain --early-submit 0   # the same without early submits
 
 Every workload is checked against numpy before it is timed. webgpu times are the GPU timestamps of
 the batch (median over reps; wall time when the adapter has no timestamp queries); the dispatch
@@ -187,9 +188,18 @@ def main(argv: list[str] | None = None) -> int:
         choices=("fma", "sum", "max", "chain", "softmax", "matvec"),
         help="run only this workload (repeatable); `chain` is the dependent-dispatch one",
     )
+    ap.add_argument(
+        "--early-submit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="submit an open batch to an idle device every N dispatches (0: never; default: the plugin's)",
+    )
     args = ap.parse_args(argv)
     torch = Torch(not args.no_torch)
     g = Gpu()
+    if args.early_submit is not None:
+        g.be.early_submit = args.early_submit
     print_header(g, torch)
     small = args.small
     reps = args.reps or (5 if small else 20)
