@@ -287,22 +287,39 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
 
 
 def _untested(e: AluExp) -> AluExp:
-    """A select whose arms convert to float an integer its condition tests, with each such
-    conversion through `opaque`: the compiler may take the integer's value in an arm from the
-    test. NVIDIA's Vulkan driver made `select(0, f64(x) * f64(u), u == 0)` zero for an infinite x
-    (u is 0 in that arm, and x * 0 is 0 to it)."""
+    """A select whose arms convert to float an integer its condition pins (to one or two values
+    in an arm), with each such conversion through `opaque`: the compiler may take the integer's
+    value in that arm from the test. NVIDIA's Vulkan driver made `select(0, f64(x) * f64(u),
+    u == 0)` zero for an infinite x (u is 0 in that arm, and x * 0 is 0 to it)."""
     cond, *arms = e.src
-    tested = {n for n in cond.nodes() if not is_float(n.dtype) and n.op != AluOp.Const}
-    if not tested:
+    pinned = {x for n in cond.nodes() for x in _pins(n)}
+    if not pinned:
         return e
 
     def hide(n: AluExp) -> AluExp | None:
         if n.op != AluOp.Cast or not is_float(n.dtype) or is_float(n.src[0].dtype):
             return None
-        return opaque(n) if n.src[0].some(lambda m: m in tested) else None
+        return opaque(n) if n.src[0].some(lambda m: m in pinned) else None
 
     new = tuple(a.rewrite(hide) for a in arms)
     return e if new == tuple(arms) else AluExp(e.op, e.dtype, (cond, *new), e.arg)
+
+
+def _pins(n: AluExp) -> tuple[AluExp, ...]:
+    """The integer that test `n` pins to at most two values when it is true or when it is false:
+    `x != c`, `bool(x)` (x != 0), and `x < c` or `c < x` next to an end of x's range."""
+    if n.op == AluOp.Cast and n.dtype == DType.bool and not is_float(n.src[0].dtype):
+        return (n.src[0],)
+    if n.op not in (AluOp.Cmpne, AluOp.Cmplt) or is_float(n.src[0].dtype):
+        return ()
+    a, b = n.src
+    if n.op == AluOp.Cmpne:
+        return tuple(x for x, c in ((a, b), (b, a)) if c.op == AluOp.Const and x.op != AluOp.Const)
+    if b.op == AluOp.Const and a.op != AluOp.Const:  # a < c: [vmin, c - 1] or [c, vmax]
+        return (a,) if b.arg - a.vmin <= 2 or a.vmax - b.arg <= 1 else ()
+    if a.op == AluOp.Const and b.op != AluOp.Const:  # c < b: [c + 1, vmax] or [vmin, c]
+        return (b,) if b.vmax - a.arg <= 2 or a.arg - b.vmin <= 1 else ()
+    return ()
 
 
 def _is_sum(e: AluExp) -> bool:

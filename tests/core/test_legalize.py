@@ -534,8 +534,8 @@ def test_a_product_with_an_integer_of_two_values_is_opaque() -> None:
 
 def test_a_float_of_an_integer_a_select_tests_is_opaque_in_its_arms() -> None:
     """NVIDIA made `select(0, f64(x) * f64(u), u == 0)` zero for an infinite x: in an arm of a
-    select, a float converted from an integer the condition tests (here through a multiple of it)
-    is opaque; one the condition does not test is left alone."""
+    select, a float converted from an integer the condition pins (here through a multiple of it)
+    is opaque; one the condition does not test, or tests without pinning it, is left alone."""
     x, i, j = AluExp.variable(F64, "x"), AluExp.variable(I32, "i"), AluExp.variable(I32, "j")
     cond = AluExp.cmpne(i, AluExp.i32(0)).not_()
     tested = AluExp.cast(F64, i * AluExp.i32(3))
@@ -547,6 +547,8 @@ def test_a_float_of_an_integer_a_select_tests_is_opaque_in_its_arms() -> None:
     assert tested.key() in {c.key() for c in hidden} and AluExp.cast(F64, j) not in hidden, legal
     env = {"x": np.array([np.inf, np.nan, 2.0, -np.inf]), "i": np.array([0, 0, 1, 0]), "j": np.zeros(4, int)}
     _same(_run(legal, env), _run(exp, env))
+    wide = AluExp.where(AluExp.cmplt(i, AluExp.i32(1000)), x * AluExp.cast(F64, i), AluExp.f64(0.0))
+    assert not legalize(wide, TargetTraits(assumes_finite_math=True)).some(is_opaque)
 
 
 @pytest.mark.parametrize("op", [AluOp.Sub, AluOp.Div, AluOp.Idiv, AluOp.Add, AluOp.Mul])
