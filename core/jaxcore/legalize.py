@@ -268,7 +268,7 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
         # is a zero whose sign it may drop.
         e = AluExp(e.op, e.dtype, tuple(_hidden_const(s) if _changeable(e, s) else s for s in e.src), e.arg)
     if t.assumes_finite_math and e.op == AluOp.Where and is_float(e.dtype):
-        e = _untested(e)
+        e = _unpinned(e)
     if (
         t.divides_by_reciprocal
         and e.op in (AluOp.Idiv, AluOp.Div)
@@ -286,7 +286,7 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
     return out
 
 
-def _untested(e: AluExp) -> AluExp:
+def _unpinned(e: AluExp) -> AluExp:
     """A select whose arms convert to float an integer its condition pins (to one or two values
     in an arm), with each such conversion through `opaque`: the compiler may take the integer's
     value in that arm from the test. NVIDIA's Vulkan driver made `select(0, f64(x) * f64(u),
