@@ -230,9 +230,9 @@ def bitcast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
 
 
 def held_by_a_constant(bits: int, dtype: DType) -> bool:
-    """Whether a float constant (a Python float) can hold the value of these bits exactly: every
-    float64 and float16 pattern, but no float32 signalling NaN (a float32 -> float64 conversion
-    sets its quiet bit), which stays a Bitcast of its integer bits instead."""
+    """Whether a float constant (a Python float) can hold the value of these bits of `dtype`
+    exactly: not a float32 signalling NaN (a float32 -> float64 conversion sets its quiet bit),
+    which stays a Bitcast of its integer bits instead."""
     if dtype != DType.float32:
         return True
     bits &= 0xFFFFFFFF

@@ -288,21 +288,43 @@ def _guard_known(e: AluExp, t: TargetTraits, known: dict[str, bool]) -> AluExp:
 
 def _unpinned(e: AluExp) -> AluExp:
     """A select whose arms convert to float an integer its condition pins (to one or two values
-    in an arm), with each such conversion through `opaque`: the compiler may take the integer's
-    value in that arm from the test. NVIDIA's Vulkan driver made `select(0, f64(x) * f64(u),
-    u == 0)` zero for an infinite x (u is 0 in that arm, and x * 0 is 0 to it)."""
+    in an arm), with each such conversion near the arm's top through `opaque`: the compiler may
+    take the integer's value in that arm from the test. NVIDIA's Vulkan driver made `select(0,
+    f64(x) * f64(u), u == 0)` zero for an infinite x (u is 0 in that arm, and x * 0 is 0 to it).
+    The search is bounded (`_PIN_DEPTH` levels, as `_near`'s), so nested selects stay linear."""
     cond, *arms = e.src
     pinned = {x for n in cond.nodes() for x in _pins(n)}
     if not pinned:
         return e
+    memo: dict[tuple[str, int], AluExp] = {}
 
-    def hide(n: AluExp) -> AluExp | None:
-        if n.op != AluOp.Cast or not is_float(n.dtype) or is_float(n.src[0].dtype):
-            return None
-        return opaque(n) if n.src[0].some(lambda m: m in pinned) else None
+    def hide(n: AluExp, depth: int) -> AluExp:
+        if depth == 0 or is_opaque(n) or not n.src:
+            return n
+        key = (n.key(), depth)
+        if key not in memo:
+            if n.op == AluOp.Cast and is_float(n.dtype) and not is_float(n.src[0].dtype):
+                out = opaque(n) if pinned & _below(n.src[0], _PIN_DEPTH) else n
+            else:
+                src = tuple(hide(s, depth - 1) for s in n.src)
+                out = n if src == n.src else AluExp(n.op, n.dtype, src, n.arg)
+            memo[key] = out
+        return memo[key]
 
-    new = tuple(a.rewrite(hide) for a in arms)
+    new = tuple(hide(a, _PIN_DEPTH) for a in arms)
     return e if new == tuple(arms) else AluExp(e.op, e.dtype, (cond, *new), e.arg)
+
+
+_PIN_DEPTH = 4
+
+
+def _below(e: AluExp, depth: int) -> set[AluExp]:
+    """`e` and the nodes below it, `depth` levels down."""
+    out, level = {e}, [e]
+    for _ in range(depth):
+        level = [s for n in level for s in n.src]
+        out.update(level)
+    return out
 
 
 def _pins(n: AluExp) -> tuple[AluExp, ...]:

@@ -466,7 +466,7 @@ CASES: dict[str, Regression] = {
         lambda: AluExp.where(
             AluExp.cmplt(AluVar.gidx, AluExp.i32(2)),
             AluExp.bitcast(F32, AluExp.u32(0x7F800001)),
-            AluExp.bitcast(F32, AluExp.i32(-0x7F7FFFFF)),
+            AluExp.bitcast(F32, AluExp.i32(-0x7FFFFF)),  # 0xff800001
         ),
         (),
         4,
@@ -536,7 +536,8 @@ CASES: dict[str, Regression] = {
         ((F16, (math.inf, 1.0, -math.inf, 2.5)),),
         4,
     ),
-    # -- NaN bits of a bitcast constant (a bitcast keeps its bits; the simplifier folds it to a Const)
+    # -- NaN bits of a bitcast constant (a bitcast keeps its bits; the simplifier folds it to a Const
+    # where a float can hold them)
     "bitcast_of_int_constant_keeps_nan_payload": Regression(
         lambda: AluExp.bitcast(F32, AluExp.i32(-9)), (), 3, bits=True
     ),

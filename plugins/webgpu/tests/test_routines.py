@@ -94,9 +94,11 @@ def _radix_values(dtype: str, shape: tuple[int, int]) -> np.ndarray:
         flat[1::11] = -0.0
         flat[2::13] = np.inf
         flat[3::17] = -np.inf
+        tiny = np.finfo(NP[dtype]).smallest_subnormal
+        flat[5::31], flat[6::37] = np.finfo(NP[dtype]).max, -tiny  # the largest and a subnormal
         x = x.astype(NP[dtype])
         # NaNs of other signs and payloads (a float32 signalling one too): moved bit for bit
-        pay = [0xFFC00001, 0x7FC12345, 0x7F800001] if dtype == "float32" else [0xFE01, 0x7E55]
+        pay = [0xFFC00001, 0x7FC12345, 0x7F800001] if dtype == "float32" else [0xFE01, 0x7E55, 0x7C01]
         bits = x.reshape(-1).view(np.uint32 if dtype == "float32" else np.uint16)
         for i, p in enumerate(pay):
             bits[4 + i :: 29 + 2 * i] = p
@@ -113,7 +115,7 @@ def _radix_values(dtype: str, shape: tuple[int, int]) -> np.ndarray:
 @pytest.mark.parametrize("dtype", ["float32", "int32", "uint32", "float16"])
 def test_radix_argsort_is_stable(gpu, dtype, shape):
     """Rows from the radix sort's length up (several blocks, a partial last one, rows of a batch):
-    stable ties, -0 tied with +0, NaN last and in input order, values gathered bit for bit."""
+    stable ties, -0 tied with +0, NaN last and in input order, values bit for bit."""
     if not 0 < gpu.target.radix_sort_from <= shape[-1]:
         pytest.skip("this adapter sorts rows of this length by the bitonic network")
     if dtype == "float16" and "float16" not in {str(d) for d in gpu.capabilities.dtypes}:

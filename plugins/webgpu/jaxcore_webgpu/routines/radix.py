@@ -106,7 +106,7 @@ class _Out:
 
     bufs: tuple[Buf, ...]
     store: str
-    needs_in0: bool = False  # Argsort's last pass gathers the input at the sorted indices
+    needs_in0: bool = False  # Argsort's last pass gathers values from the input at their index
 
 
 def plan_radix(
@@ -161,12 +161,17 @@ def _final(dtype: DType, argsort: bool) -> _Out:
     ty = wgsl_type(dtype)
     if argsort:
         # A value is its key's, but where Argsort's key is not one value's: +0 (-0 folded into
-        # it) and NaN (any payload) are gathered from the input at their index, bits and all.
+        # it) and NaN (any payload) are gathered from the input at their index, bits and all;
+        # float16 always is (its value from a key is a float32 -> float16 conversion, which a
+        # driver may flush where a subnormal results; a move keeps it).
+        gather = "out0[dst] = in0[rowbase + idx];"
         value = f"out0[dst] = {sort_value(dtype, 'k')};"
-        if is_float(dtype):
-            gather = "out0[dst] = in0[rowbase + idx];"
+        if dtype == DType.float16:
+            value = gather
+        elif is_float(dtype):
             value = f"if (k == 0x80000000u || k == 0xffffffffu) {{ {gather} }} else {{ {value} }}"
-        return _Out((outp(0, ty), outp(1, "i32")), f"out1[dst] = i32(idx); {value}", True)
+        store = f"out1[dst] = i32(idx); {value}"
+        return _Out((outp(0, ty), outp(1, "i32")), store, is_float(dtype))
     return _Out((outp(0, ty),), f"out0[dst] = {sort_value(dtype, 'e')};")
 
 
