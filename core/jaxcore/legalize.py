@@ -466,10 +466,7 @@ def _hide(x: AluExp, beside: AluExp) -> AluExp:
     """`opaque(x)`, distinct from an opaque of `x` that the other operand already holds: the
     renderer computes one node once, and lavapipe folded (x - o(x)) + o(x) to x (inf for NaN)."""
     o = opaque(x)
-    level, seen = [beside], {beside}
-    for _ in range(3):
-        level = [s for n in level for s in n.src]
-        seen.update(level)
+    seen = _below(beside, 3)
     while o in seen:
         o = opaque(o)
     return o
