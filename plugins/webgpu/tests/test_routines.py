@@ -69,14 +69,21 @@ def test_sort_other_dtypes(gpu, dtype):
     np.testing.assert_array_equal(got, np.sort(x, axis=-1))
 
 
+def _assert_stable_argsort(x: np.ndarray, vals: np.ndarray, idx: np.ndarray) -> None:
+    """Argsort's indices are numpy's stable ones along the last axis, its values the input at them,
+    bit for bit."""
+    want = np.argsort(x, axis=-1, kind="stable").astype(np.int32)
+    np.testing.assert_array_equal(idx, want)
+    bits = np.dtype(f"u{x.dtype.itemsize}")
+    np.testing.assert_array_equal(vals.view(bits), np.take_along_axis(x, want, -1).view(bits))
+
+
 def test_argsort_stable_with_many_ties(gpu):
     x = RNG.integers(0, 5, (3, 3000)).astype(np.float32)
     x[:, ::7] = np.nan
     x[:, 1::11] = -0.0
     vals, idx = run(gpu, Routines.Argsort, [x], ["float32"])
-    want = np.argsort(x, axis=-1, kind="stable").astype(np.int32)
-    np.testing.assert_array_equal(idx, want)
-    np.testing.assert_array_equal(vals.view(np.uint32), np.take_along_axis(x, want, -1).view(np.uint32))
+    _assert_stable_argsort(x, vals, idx)
 
 
 # from a CPU adapter's radix length up, and past a GPU's (1M): several blocks, partial last ones, rows
@@ -122,10 +129,7 @@ def test_radix_argsort_is_stable(gpu, dtype, shape):
         pytest.skip("no shader-f16")
     x = _radix_values(dtype, shape)
     vals, idx = run(gpu, Routines.Argsort, [x], [dtype])
-    want = np.argsort(x, axis=-1, kind="stable").astype(np.int32)
-    np.testing.assert_array_equal(idx, want)
-    bits = np.uint16 if dtype == "float16" else np.uint32
-    np.testing.assert_array_equal(vals.view(bits), np.take_along_axis(x, want, -1).view(bits))
+    _assert_stable_argsort(x, vals, idx)
 
 
 @pytest.mark.parametrize("shape", RADIX_SHAPES[:3])
@@ -167,9 +171,7 @@ def test_radix_keys_per_thread(gpu, monkeypatch, keys):
     assert (most(target), most(target.browser())) == (storage, 16384)
     gpu._routine_cache.forget(r.key())
     vals, idx = run(gpu, Routines.Argsort, [x], ["float32"])
-    want = np.argsort(x, axis=-1, kind="stable").astype(np.int32)
-    np.testing.assert_array_equal(idx, want)
-    np.testing.assert_array_equal(vals.view(np.uint32), np.take_along_axis(x, want, -1).view(np.uint32))
+    _assert_stable_argsort(x, vals, idx)
     gpu._routine_cache.forget(r.key())
 
 
