@@ -1,9 +1,11 @@
 """Sort and stable Argsort of long rows: an LSD radix sort over 8-bit digits of u32 keys.
 
-Four passes, each a reduce-then-scan: `_histogram` counts the digits of every block of keys
-(H[row][digit][block]), `_chunk_sums` and `_offsets` turn a row's counts into exclusive offsets in
-(digit, block) order, and `_scatter` sorts each block by its digit in workgroup memory and writes
-it out at those offsets. Global memory is read and written only in order (thread `lid` of a block
+Four passes, in each of which `_scatter` sorts each block of keys by its digit in workgroup memory
+and writes it out at its digits' offsets in the row. Those offsets come one of two ways: by
+decoupled look-back in the scatter itself (`_OneSweep`, one dispatch a pass after one count of all
+four digits' totals; where the adapter runs every started workgroup, `WgslTarget.look_back`), or
+by reduce-then-scan (`_ReduceScan`: a histogram of every block's digits and two scans before each
+scatter; an exported program's way, since WebGPU does not promise that progress). Global memory is read and written only in order (thread `lid` of a block
 takes keys lid, lid + RT, ..), so both are coalesced; the digit's order within a block comes from
 two stable 4-bit counting splits in workgroup memory (per-thread counters packed two to a word,
 one workgroup scan a split). Every step keeps equal digits in input order, so the sort is stable.
