@@ -141,17 +141,21 @@ class PipelineCache:
     def _warm(self, passes: list[CompiledPass]) -> None:
         """One workgroup of each new pipeline over scratch buffers (WGSL bounds-checks every access),
         waited for: a driver that compiles at the first dispatch (lavapipe) does it in prepare. Best
-        effort: a pass it cannot bind is left to its first dispatch, which reports what is wrong."""
+        effort: a pass it cannot bind is left to its first dispatch, which reports what is wrong.
+        The buffers are zeroed first: a shader that waits on what it reads (the radix sort's
+        look-back) must find what a plan's own zeroing would leave, not the last warm-up's."""
         import wgpu
 
         with contextlib.suppress(Exception):
             for cp in passes:
                 for _ in range(len(cp.bindings) - len(self._scratch)):
-                    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
+                    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
                     self._scratch.append(self.device.create_buffer(size=256, usage=usage))
                 entries = [{"binding": i, "resource": {"buffer": b}} for i, b in enumerate(self._scratch)]
                 group = self.device.create_bind_group(layout=cp.layout, entries=entries[: len(cp.bindings)])
                 enc = self.device.create_command_encoder()
+                for buf in self._scratch[: len(cp.bindings)]:
+                    enc.clear_buffer(buf)
                 run = enc.begin_compute_pass()
                 run.set_pipeline(cp.pipeline)
                 run.set_bind_group(0, group)

@@ -5,8 +5,9 @@ and writes it out at its digits' offsets in the row. Those offsets come one of t
 decoupled look-back in the scatter itself (`_OneSweep`, one dispatch a pass after one count of all
 four digits' totals; where the adapter runs every started workgroup, `WgslTarget.look_back`), or
 by reduce-then-scan (`_ReduceScan`: a histogram of every block's digits and two scans before each
-scatter; an exported program's way, since WebGPU does not promise that progress). Global memory is read and written only in order (thread `lid` of a block
-takes keys lid, lid + RT, ..), so both are coalesced; the digit's order within a block comes from
+scatter; an exported program's way, since WebGPU does not promise that progress). Global memory
+is read and written only in order (thread `lid` of a block takes keys lid, lid + RT, ..), so both
+are coalesced; the digit's order within a block comes from
 two stable 4-bit counting splits in workgroup memory (per-thread counters packed two to a word,
 one workgroup scan a split). Every step keeps equal digits in input order, so the sort is stable.
 
@@ -62,6 +63,7 @@ _PART, _DONE = 1 << 30, 2 << 30  # a block's own count, a running total
 # 65535: llvmpipe ends any loop after that many iterations (and a loop it ended ends the loop
 # around it), so a wait cut short there would lose a count.
 _SPINS = 60000
+_WINDOW = 8  # statuses a look-back step loads at once
 _Z, _LO, _HI = "vec4<u32>(0u)", "vec4<u32>(0u, 1u, 2u, 3u)", "vec4<u32>(4u, 5u, 6u, 7u)"
 # a split's counters: value v (0..15) is half v & 1 of word v >> 1 of (c0, c1)
 _COUNTERS = (
@@ -291,9 +293,19 @@ class _OneSweep:
             f"  if (blk == 0u) {{ atomicStore(&W[st], {_DONE:#x}u | count); }} else {{\n"
             f"    atomicStore(&W[st], {_PART:#x}u | count);\n"
             f"    var at = st - {DIGITS}u;\n    var j = blk - 1u;\n"
-            "    loop {\n      var v = 0u;\n"
-            f"      for (var s = 0u; s < {_SPINS}u; s = s + 1u) {{\n"
-            "        v = atomicLoad(&W[at]);\n        if (v != 0u) { break; }\n      }\n"
+            "    loop {\n"
+            # the next _WINDOW statuses back, loaded at once; those with only their block's count
+            # are added, up to the first with a running total (the last) or none yet (waited for)
+            f"      var w: array<u32, {_WINDOW}>;\n"
+            f"      for (var i = 0u; i < {_WINDOW}u; i = i + 1u) {{\n"
+            f"        if (i <= j) {{ w[i] = atomicLoad(&W[at - i * {DIGITS}u]); }}\n      }}\n"
+            "      var k = 0u;\n"
+            f"      while (k < {_WINDOW}u && w[k] != 0u && w[k] < {_DONE:#x}u) {{\n"
+            f"        before += w[k] & {_COUNT_LIMIT - 1:#x}u;\n        k += 1u;\n      }}\n"
+            f"      at -= k * {DIGITS}u;\n      j -= k;\n"
+            f"      if (k == {_WINDOW}u) {{ continue; }}\n"
+            "      var v = w[k];\n"
+            f"      for (var s = 0u; s < {_SPINS}u && v == 0u; s = s + 1u) {{ v = atomicLoad(&W[at]); }}\n"
             "      if (v == 0u) {\n        var c = 0u;\n"
             f"        for (var q = 0u; q < {rows.rb}u; q = q + 1u) {{\n"
             f"          c += select(0u, 1u, (({key} >> u.shift) & {DIGITS - 1}u) == lid);\n        }}\n"
