@@ -34,10 +34,6 @@ from jaxcore_webgpu.program import CompiledPlan, PipelineCache, Plan, dump_dir_f
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 _STAGING = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
 _MIN_BINDING = 16  # bytes bound at least (a binding must hold one element: f64, vec4<f32>)
-# GPU vendors (PCI ids) whose drivers run every started workgroup to completion while another
-# spins on it: NVIDIA, AMD, Intel, Apple (one-sweep sorts and scans rely on it there); CPU
-# adapters do too. WebGPU promises it of none (some phones' GPUs starve such a wait).
-_LOOK_BACK_VENDORS = frozenset({0x10DE, 0x1002, 0x8086, 0x106B})
 _BIND_GROUPS = 4096  # bind groups kept for reuse (a loop binds the same buffers again and again)
 
 # Pass commands go straight to wgpu-native, not through wgpu-py's methods: those wrap each call in
@@ -259,8 +255,7 @@ class WebGpuBackend(QueuedBackend):
         """What the compiler needs to know about this adapter (jaxcore_webgpu.codegen.WgslTarget).
         `JAXCORE_WEBGPU_SUBGROUPS=0` compiles without subgroup ops on an adapter that has them (the
         fallback, to compare both on one adapter); `JAXCORE_WEBGPU_RADIX_SORT_FROM` sets the row
-        length from which Sort/Argsort take the radix sort (0: never); `JAXCORE_WEBGPU_LOOK_BACK=0|1`
-        says whether this adapter runs decoupled look-back (`WgslTarget.look_back`), whatever its vendor."""
+        length from which Sort/Argsort take the radix sort (0: never)."""
         from jaxcore_webgpu.codegen import WgslTarget
         from jaxcore_webgpu.routines.radix import RADIX_MIN, RADIX_MIN_GPU
 
@@ -282,9 +277,6 @@ class WebGpuBackend(QueuedBackend):
             exact_subnormals=self._exact_subnormals(),
             radix_sort_from=current_settings().plugin_int("webgpu", "radix_sort_from", radix),
             radix_keys_per_thread=16 if cpu else 8,
-            look_back=current_settings().plugin_flag(
-                "webgpu", "look_back", cpu or self.gpu.info.get("vendor_id") in _LOOK_BACK_VENDORS
-            ),
         )
 
     def _exact_subnormals(self) -> bool:

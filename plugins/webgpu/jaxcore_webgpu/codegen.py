@@ -70,11 +70,6 @@ class WgslTarget:
     # (lavapipe: 1M keys 194 against 292 ms), 8 on a GPU (H100: 16M keys 1.65 against 2.74 ms).
     # 16 needs 32 KB of workgroup storage; with less, 8.
     radix_keys_per_thread: int = 8
-    # Every started workgroup progresses while another spins on a flag it will set, so the radix
-    # sort can take its offsets by decoupled look-back (one sweep a pass). WebGPU does not promise
-    # it (some phones' GPUs starve a spinning workgroup's predecessor); the adapters the backend
-    # knows to do it (jaxcore_webgpu.backend) say so, and an exported program does without.
-    look_back: bool = False
 
     def browser(self) -> WgslTarget:
         """What an exported program's shaders may assume of the page's device: exact on
@@ -82,9 +77,7 @@ class WgslTarget:
         workgroup storage (a phone's GPU has no more). The other limits an exported program
         states (`export._limits`), and the page asks its adapter for them."""
         storage = min(self.max_workgroup_storage, 16384)
-        return replace(
-            self, has_f32_atomics=False, max_workgroup_storage=storage, exact_subnormals=True, look_back=False
-        )
+        return replace(self, has_f32_atomics=False, max_workgroup_storage=storage, exact_subnormals=True)
 
     def limits(self) -> GpuLimits:
         return GpuLimits(

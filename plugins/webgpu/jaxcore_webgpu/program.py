@@ -142,8 +142,8 @@ class PipelineCache:
         """One workgroup of each new pipeline over scratch buffers (WGSL bounds-checks every access),
         waited for: a driver that compiles at the first dispatch (lavapipe) does it in prepare. Best
         effort: a pass it cannot bind is left to its first dispatch, which reports what is wrong.
-        The buffers are zeroed first: a shader that waits on what it reads (the radix sort's
-        look-back) must find what a plan's own zeroing would leave, not the last warm-up's."""
+        The buffers are zeroed first, so that a shader whose loops run on what it reads (a count,
+        an index, a flag to wait for) meets zeros, not whatever the last warm-up left there."""
         import wgpu
 
         with contextlib.suppress(Exception):

@@ -147,36 +147,6 @@ def test_radix_sort(gpu, dtype, shape):
             assert not (z[1:] & ~z[:-1]).any(), "-0 before +0"
 
 
-@pytest.mark.parametrize("how", ["look-back", "late predecessors", "reduce-then-scan"])
-def test_radix_offsets(gpu, monkeypatch, how):
-    """Where a radix block's digits go: by decoupled look-back (a block adds the counts its
-    predecessors publish; one that has not published is counted from its keys, which "late
-    predecessors" forces for every block) or by reduce-then-scan (an exported program's way).
-    Each sorts stably: rows of several blocks, a partial last one, all four passes' digits."""
-    from dataclasses import replace
-
-    from jaxcore_webgpu.routines import plan_routine, radix
-
-    if how == "late predecessors":
-        monkeypatch.setattr(radix, "_SPINS", 0)
-    target = replace(gpu.target, radix_sort_from=4096, look_back=how != "reduce-then-scan")
-    monkeypatch.setitem(gpu.__dict__, "target", target)
-    x = _radix_values("float32", (3, 5 * 4096 + 5))
-    u = RNG.integers(0, 1 << 32, (2, 3 * 4096 + 7), dtype=np.uint64).astype(np.uint32)
-    cases = [(Routines.Argsort, x, "float32"), (Routines.Sort, u, "uint32")]
-    for name, a, dtype in cases:
-        r = Routine.build(name, [a.shape], [dtype])
-        # look-back: zero, count, scan, then a scatter a digit; reduce-then-scan: three or four a digit
-        assert (len(plan_routine(r, target).passes) == 7) == target.look_back
-        gpu._routine_cache.forget(r.key())
-        got = run(gpu, name, [a], [dtype])
-        gpu._routine_cache.forget(r.key())
-        if name == Routines.Argsort:
-            _assert_stable_argsort(a, *got)
-        else:
-            np.testing.assert_array_equal(got[0], np.sort(a, axis=-1))
-
-
 @pytest.mark.parametrize("keys", [8, 16])
 def test_radix_keys_per_thread(gpu, monkeypatch, keys):
     """A radix block's threads hold 8 keys (16 KB of workgroup storage) or 16 (32 KB: a CPU

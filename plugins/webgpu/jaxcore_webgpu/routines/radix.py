@@ -1,13 +1,10 @@
 """Sort and stable Argsort of long rows: an LSD radix sort over 8-bit digits of u32 keys.
 
-Four passes, in each of which `_scatter` sorts each block of keys by its digit in workgroup memory
-and writes it out at its digits' offsets in the row. Those offsets come one of two ways: by
-decoupled look-back in the scatter itself (`_OneSweep`, one dispatch a pass after one count of all
-four digits' totals; where the adapter runs every started workgroup, `WgslTarget.look_back`), or
-by reduce-then-scan (`_ReduceScan`: a histogram of every block's digits and two scans before each
-scatter; an exported program's way, since WebGPU does not promise that progress). Global memory
-is read and written only in order (thread `lid` of a block takes keys lid, lid + RT, ..), so both
-are coalesced; the digit's order within a block comes from
+Four passes, each a reduce-then-scan: `_histogram` counts the digits of every block of keys
+(H[row][digit][block]), `_chunk_sums` and `_offsets` turn a row's counts into exclusive offsets in
+(digit, block) order, and `_scatter` sorts each block by its digit in workgroup memory and writes
+it out at those offsets. Global memory is read and written only in order (thread `lid` of a block
+takes keys lid, lid + RT, ..), so both are coalesced; the digit's order within a block comes from
 two stable 4-bit counting splits in workgroup memory (per-thread counters packed two to a word,
 one workgroup scan a split). Every step keeps equal digits in input order, so the sort is stable.
 
@@ -27,7 +24,6 @@ from jaxcore_webgpu.program import Pass, Plan
 from jaxcore_webgpu.routines.common import (
     Buf,
     declare,
-    elementwise_pass,
     fold,
     header,
     inp,
@@ -55,15 +51,7 @@ PASSES = 32 // BITS
 _SCAN = 256  # threads of an offset-scan workgroup
 _PER = 4  # counts a thread of it scans
 _CHUNK = _SCAN * _PER  # counts a workgroup scans (a row's DIGITS * blocks are cut into chunks)
-_UNI = uniform_block("shift", "step")
-_TOTALS = RT * 32  # keys a workgroup of `_OneSweep`'s totals counts
-_COUNT_LIMIT = 1 << 30  # a status word's count: below its two flag bits
-_PART, _DONE = 1 << 30, 2 << 30  # a block's own count, a running total
-# Loads of a predecessor's status a block makes before it counts that block's digit itself. Below
-# 65535: llvmpipe ends any loop after that many iterations (and a loop it ended ends the loop
-# around it), so a wait cut short there would lose a count.
-_SPINS = 60000
-_WINDOW = 8  # statuses a look-back step loads at once
+_UNI = uniform_block("shift")
 _Z, _LO, _HI = "vec4<u32>(0u)", "vec4<u32>(0u, 1u, 2u, 3u)", "vec4<u32>(4u, 5u, 6u, 7u)"
 # a split's counters: value v (0..15) is half v & 1 of word v >> 1 of (c0, c1)
 _COUNTERS = (
@@ -122,21 +110,18 @@ class _Out:
 
 
 def plan_radix(
-    dtype: DType,
-    batch: int,
-    n: int,
-    argsort: bool,
-    keys_per_thread: int = RK,
-    storage: int = 16384,
-    look_back: bool = False,
+    dtype: DType, batch: int, n: int, argsort: bool, keys_per_thread: int = RK, storage: int = 16384
 ) -> Plan:
     """The passes that sort `batch` rows of `n` values of `dtype` (see the module's docstring):
-    `keys_per_thread` 8 or 16, if `storage` bytes of workgroup memory hold its two arrays; with
-    `look_back` (WgslTarget.look_back), one sweep a pass."""
+    `keys_per_thread` 8 or 16, if `storage` bytes of workgroup memory hold its two arrays."""
     rk = keys_per_thread if 2 * 4 * RT * keys_per_thread <= storage else RK
     rows = _Rows(batch, n, rk)
+    bpr = rows.bpr
+    nc = -(-DIGITS * bpr // _CHUNK)  # offset-scan chunks per row
+    kb, hb, tb = max(16, batch * n * 4), max(16, batch * DIGITS * bpr * 4), max(16, batch * nc * 4)
     ty = wgsl_type(dtype)
-    per = 2 if argsort else 1  # scratch buffers a side: keys (and indices), twice; then the work
+    per = 2 if argsort else 1  # scratch buffers a side: keys (and indices), twice; then H and T
+    h, tot = Buf("H", "u32", ("scratch", 2 * per)), Buf("T", "u32", ("scratch", 2 * per + 1))
     key, helper = sort_key(dtype, "in0[{x}]", argsort)
     first = _Side((inp(0, ty),), key, "b0 + pos", helper)
     # the two scratch sides, each read as Kin (Iin) and written as Kout (Iout): a pass's WGSL
@@ -146,19 +131,23 @@ def plan_radix(
         _Side(tuple(scratch(f"{n_}in", "u32", b) for n_, b in zip("KI", s)), "Kin[{x}]", "Iin[base + pos]")
         for s in sides
     ]
-    sweep: _ReduceScan | _OneSweep
-    sweep = _OneSweep(rows, 2 * per) if look_back and n < _COUNT_LIMIT else _ReduceScan(rows, 2 * per)
-    passes, src = list(sweep.before(first, dtype)), first
+    blocks = fold(batch * bpr)
+    scan = [Pass(_chunk_sums(batch, bpr, nc), fold(batch * nc), (h.binding, tot.binding))] if nc > 1 else []
+    scan.append(Pass(_offsets(batch, bpr, nc), fold(batch * nc), (h.binding, tot.binding)))
+    passes, src = [], first
     for p in range(PASSES):
-        uniform = u32s(BITS * p, p)
-        passes += sweep.each_pass(src, dtype, uniform)
+        shift = u32s(BITS * p)
+        bufs = [src.bufs[0], h]
+        code = _histogram(src, bufs, rows, dtype)
+        passes.append(Pass(code, blocks, tuple(b.binding for b in bufs), uniform=shift))
+        passes += scan
         dst = (p + 1) % 2
         out = _final(dtype, argsort) if p == PASSES - 1 else _moved(sides[dst])
-        bufs = [*src.bufs, *([inp(0, ty)] if out.needs_in0 else []), *out.bufs, *sweep.scatter_bufs]
-        code = _scatter(src, out, bufs, rows, argsort, dtype, sweep)
-        passes.append(Pass(code, fold(batch * rows.bpr), tuple(b.binding for b in bufs), uniform=uniform))
+        bufs = [*src.bufs, *([inp(0, ty)] if out.needs_in0 else []), *out.bufs, replace(h, read_only=True)]
+        code = _scatter(src, out, bufs, rows, argsort, dtype)
+        passes.append(Pass(code, blocks, tuple(b.binding for b in bufs), uniform=shift))
         src = reads[dst]
-    return Plan(tuple(passes), (max(16, batch * n * 4),) * 2 * per + sweep.scratch)
+    return Plan(tuple(passes), (kb,) * 2 * per + (hb, tb))
 
 
 def _moved(side: tuple[int, ...]) -> _Out:
@@ -186,160 +175,16 @@ def _final(dtype: DType, argsort: bool) -> _Out:
     return _Out((outp(0, ty),), f"out0[dst] = {sort_value(dtype, 'e')};")
 
 
-def _block(rows: _Rows, at: str = "wgi", take: str = "") -> str:
-    """WGSL: a block's row, its first key `base` (flat) and `b0` (in the row), its key count `nk`;
-    the block is number `at`, which `take` may define once the surplus workgroups have left."""
+def _block(rows: _Rows) -> str:
+    """WGSL: a block's row, its first key `base` (flat) and `b0` (in the row), its key count `nk`."""
     n, bpr, rb = rows.n, rows.bpr, rows.rb
     return (
-        f"  if (wgi >= {rows.batch * bpr}u) {{ return; }}\n{take}"
-        f"  let row = {at} / {bpr}u; let blk = {at} % {bpr}u;\n"
+        f"  if (wgi >= {rows.batch * bpr}u) {{ return; }}\n"
+        f"  let row = wgi / {bpr}u; let blk = wgi % {bpr}u;\n"
         f"  let b0 = blk * {rb}u; let rowbase = row * {n}u; let base = rowbase + b0;\n"
         f"  let nk = min({rb}u, {n}u - b0);\n"
+        f"  let hat = (row * {DIGITS}u + lid) * {bpr}u + blk;  // this thread's digit's count in H\n"
     )
-
-
-class _ReduceScan:
-    """Where a block's digits go, by reduce-then-scan: before each scatter, `_histogram` counts the
-    digits of every block (H[row][digit][block]) and two scans make those counts offsets. Four
-    dispatches a pass, and the keys read twice, but no workgroup waits on another."""
-
-    def __init__(self, rows: _Rows, first: int) -> None:
-        self.rows = rows
-        self.nc = -(-DIGITS * rows.bpr // _CHUNK)  # offset-scan chunks per row
-        self.h, self.t = Buf("H", "u32", ("scratch", first)), Buf("T", "u32", ("scratch", first + 1))
-        self.scatter_bufs = (replace(self.h, read_only=True),)
-        batch = rows.batch
-        self.scratch = (max(16, batch * DIGITS * rows.bpr * 4), max(16, batch * self.nc * 4))
-
-    def before(self, first: _Side, dtype: DType) -> list[Pass]:
-        return []
-
-    def each_pass(self, src: _Side, dtype: DType, uniform: bytes) -> list[Pass]:
-        rows, nc, bind = self.rows, self.nc, (self.h.binding, self.t.binding)
-        bufs = [src.bufs[0], self.h]
-        code = _histogram(src, bufs, rows, dtype)
-        passes = [Pass(code, fold(rows.batch * rows.bpr), tuple(b.binding for b in bufs), uniform=uniform)]
-        if nc > 1:
-            passes.append(Pass(_chunk_sums(rows.batch, rows.bpr, nc), fold(rows.batch * nc), bind))
-        return [*passes, Pass(_offsets(rows.batch, rows.bpr, nc), fold(rows.batch * nc), bind)]
-
-    def block(self) -> str:
-        hat = f"  let hat = (row * {DIGITS}u + lid) * {self.rows.bpr}u + blk;  // digit lid's count in H\n"
-        return _block(self.rows) + hat
-
-    def offsets(self, src: _Side) -> str:
-        """WGSL: `B[lid]` (the start of digit lid in the sorted block) becomes how far its keys move."""
-        return "  B[lid] = H[hat] - B[lid];\n"
-
-
-class _OneSweep:
-    """Where a block's digits go, in the scatter itself (Merrill and Garland's decoupled look-back,
-    as the one-sweep radix sorts do): the four digits' row totals are counted in one read of the
-    input first, then each block, numbered in the order workgroups start, publishes its digit
-    counts and adds its predecessors' until one has published a running total. A block waits only
-    on blocks that started before it, which needs every started workgroup to progress
-    (WgslTarget.look_back). Work buffer W (u32): four block counters, the totals G[row][pass][digit]
-    (then their exclusive scans) and each pass's S[block][digit]: 0 until published, then a count
-    with _PART or a running total with _DONE in its top bits."""
-
-    def __init__(self, rows: _Rows, first: int) -> None:
-        self.rows = rows
-        self.w = Buf("W", "atomic<u32>", ("scratch", first))
-        self.scatter_bufs = (self.w,)
-        self.g = 4  # G's first word in W
-        self.s = self.g + rows.batch * PASSES * DIGITS  # S's
-        self.words = self.s + PASSES * rows.batch * rows.bpr * DIGITS
-        self.scratch = (self.words * 4,)
-
-    def before(self, first: _Side, dtype: DType) -> list[Pass]:
-        """W zeroed, the totals counted, then scanned."""
-        rows = self.rows
-        zero = elementwise_pass([replace(self.w, ty="u32")], "  W[gid] = 0u;", self.words)
-        hb = -(-rows.n // _TOTALS)  # totals workgroups per row
-        bufs = [first.bufs[0], self.w]
-        code = _totals(first, bufs, rows, hb, self.g, dtype)
-        count = Pass(code, fold(rows.batch * hb), tuple(b.binding for b in bufs))
-        groups = rows.batch * PASSES
-        body = (
-            f"  if (wgi >= {groups}u) {{ return; }}\n  let at = {self.g}u + wgi * {DIGITS}u + lid;\n"
-            "  let v = atomicLoad(&W[at]);\n"
-            + _inclusive_scan("sums", DIGITS, "v")
-            + "  atomicStore(&W[at], sums[lid] - v);"
-        )
-        code = declare([self.w]) + f"var<workgroup> sums: array<u32, {DIGITS}>;\n"
-        scan = Pass(code + main(DIGITS, fold(groups), ["W"], body), fold(groups), (self.w.binding,))
-        return [zero, count, scan]
-
-    def each_pass(self, src: _Side, dtype: DType, uniform: bytes) -> list[Pass]:
-        return []
-
-    def block(self) -> str:
-        # B is free until the first split (the slot is read before a barrier it waits at)
-        take = "  if (lid == 0u) { B[0] = atomicAdd(&W[u.step], 1u); }\n"
-        take += "  let id = workgroupUniformLoad(&B[0]);\n"
-        return _block(self.rows, "id", take)
-
-    def offsets(self, src: _Side) -> str:
-        """WGSL: digit lid's count in the block published, its predecessors' added, and `B[lid]`
-        (its start in the sorted block) made how far its keys move. A predecessor that has not
-        published after `_SPINS` loads (late, or a driver that runs it only once this block is
-        done) has its digit counted from its keys here: slower, never wrong or stuck."""
-        rows, blocks = self.rows, self.rows.batch * self.rows.bpr
-        key = src.key.format(x=f"rowbase + j * {rows.rb}u + q")
-        return (
-            f"  let count = B[{DIGITS}u + lid] - B[lid];\n"
-            f"  let st = {self.s}u + (u.step * {blocks}u + id) * {DIGITS}u + lid;\n"
-            "  var before = 0u;\n"
-            f"  if (blk == 0u) {{ atomicStore(&W[st], {_DONE:#x}u | count); }} else {{\n"
-            f"    atomicStore(&W[st], {_PART:#x}u | count);\n"
-            f"    var at = st - {DIGITS}u;\n    var j = blk - 1u;\n"
-            "    loop {\n"
-            # the next _WINDOW statuses back, loaded at once; those with only their block's count
-            # are added, up to the first with a running total (the last) or none yet (waited for)
-            f"      var w: array<u32, {_WINDOW}>;\n"
-            f"      for (var i = 0u; i < {_WINDOW}u; i = i + 1u) {{\n"
-            f"        if (i <= j) {{ w[i] = atomicLoad(&W[at - i * {DIGITS}u]); }}\n      }}\n"
-            "      var k = 0u;\n"
-            f"      while (k < {_WINDOW}u && w[k] != 0u && w[k] < {_DONE:#x}u) {{\n"
-            f"        before += w[k] & {_COUNT_LIMIT - 1:#x}u;\n        k += 1u;\n      }}\n"
-            f"      at -= k * {DIGITS}u;\n      j -= k;\n"
-            f"      if (k == {_WINDOW}u) {{ continue; }}\n"
-            "      var v = w[k];\n"
-            f"      for (var s = 0u; s < {_SPINS}u && v == 0u; s = s + 1u) {{ v = atomicLoad(&W[at]); }}\n"
-            "      if (v == 0u) {\n        var c = 0u;\n"
-            f"        for (var q = 0u; q < {rows.rb}u; q = q + 1u) {{\n"
-            f"          c += select(0u, 1u, (({key} >> u.shift) & {DIGITS - 1}u) == lid);\n        }}\n"
-            f"        v = select({_PART:#x}u, {_DONE:#x}u, j == 0u) | c;\n      }}\n"
-            f"      before += v & {_COUNT_LIMIT - 1:#x}u;\n      if (v >= {_DONE:#x}u) {{ break; }}\n"
-            f"      at -= {DIGITS}u;\n      j -= 1u;\n    }}\n"
-            f"    atomicStore(&W[st], {_DONE:#x}u | (before + count));\n  }}\n"
-            f"  let total = atomicLoad(&W[{self.g}u + (row * {PASSES}u + u.step) * {DIGITS}u + lid]);\n"
-            "  B[lid] = total + before - B[lid];\n"
-        )
-
-
-def _totals(first: _Side, bufs: list[Buf], rows: _Rows, hb: int, g: int, dtype: DType) -> str:
-    """G[row][pass][digit] += the digit counts of all four passes in `_TOTALS` keys of a row."""
-    key = first.key.format(x="base + q")
-    mask = DIGITS - 1
-    adds = "".join(
-        f"      atomicAdd(&cnt[{p * DIGITS}u + ((k >> {BITS * p}u) & {mask}u)], 1u);\n" for p in range(PASSES)
-    )
-    body = (
-        f"  if (wgi >= {rows.batch * hb}u) {{ return; }}\n"
-        f"  let row = wgi / {hb}u; let b0 = (wgi % {hb}u) * {_TOTALS}u; let base = row * {rows.n}u + b0;\n"
-        f"  let nk = min({_TOTALS}u, {rows.n}u - b0);\n"
-        f"  for (var j = 0u; j < {PASSES}u; j = j + 1u) {{ atomicStore(&cnt[j * {DIGITS}u + lid], 0u); }}\n"
-        "  workgroupBarrier();\n"
-        f"  for (var q = lid; q < nk; q = q + {RT}u) {{\n    let k = {key};\n{adds}  }}\n"
-        "  workgroupBarrier();\n"
-        f"  for (var j = 0u; j < {PASSES}u; j = j + 1u) {{\n"
-        f"    let v = atomicLoad(&cnt[j * {DIGITS}u + lid]);\n"
-        f"    if (v != 0u) {{ atomicAdd(&W[{g}u + (row * {PASSES}u + j) * {DIGITS}u + lid], v); }}\n  }}"
-    )
-    code = header([dtype]) + declare(bufs) + first.helper
-    code += f"var<workgroup> cnt: array<atomic<u32>, {PASSES * DIGITS}>;\n"
-    return code + main(RT, fold(rows.batch * hb), [b.name for b in bufs], body)
 
 
 def _histogram(src: _Side, bufs: list[Buf], rows: _Rows, dtype: DType) -> str:
@@ -348,7 +193,7 @@ def _histogram(src: _Side, bufs: list[Buf], rows: _Rows, dtype: DType) -> str:
     histograms of 16M keys from 0.25 to 0.32 ms.)"""
     key = src.key.format(x="base + q")
     body = (
-        _ReduceScan(rows, 0).block()
+        _block(rows)
         + "  atomicStore(&cnt[lid], 0u);\n  workgroupBarrier();\n"
         + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
         + f"    if (q < nk) {{ atomicAdd(&cnt[({key} >> u.shift) & {DIGITS - 1}u], 1u); }}\n  }}\n"
@@ -359,15 +204,7 @@ def _histogram(src: _Side, bufs: list[Buf], rows: _Rows, dtype: DType) -> str:
     return code + main(RT, fold(rows.batch * rows.bpr), [b.name for b in bufs], body)
 
 
-def _scatter(
-    src: _Side,
-    out: _Out,
-    bufs: list[Buf],
-    rows: _Rows,
-    argsort: bool,
-    dtype: DType,
-    sweep: _ReduceScan | _OneSweep,
-) -> str:
+def _scatter(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool, dtype: DType) -> str:
     """Each block sorted by its digit in workgroup memory (A), then written at its offsets."""
     key = src.key.format(x="base + q")
     if argsort:  # the element moved: (digit << 16) | position
@@ -383,25 +220,20 @@ def _scatter(
         reread = (
             f"    let pos = e & 0xffffu; let k = {src.key.format(x='base + pos')}; let idx = {src.idx};\n"
         )
-    at = digit.format(e="A[jc_sw(q)]")
     body = (
-        sweep.block()
+        _block(rows)
         + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
         + f"    var e = {pad};\n    if (q < nk) {{ e = {elem}; }}\n    A[jc_sw(q)] = e;\n  }}\n"
         + "  workgroupBarrier();\n"
         + _split("A", "B", digit, 0, rows.rk)
         + _split("B", "A", digit, 4, rows.rk)
-        # where each digit starts and ends in the sorted block (both 0 for a digit absent) ..
-        + f"  B[lid] = 0u; B[{DIGITS}u + lid] = 0u;\n  workgroupBarrier();\n"
+        # where each digit starts in the sorted block (digits absent from it are never read) ..
         + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
-        + f"    if (q < nk) {{\n      let d = {at};\n"
-        + f"      if (q == 0u || {digit.format(e='A[jc_sw(q - 1u)]')} != d) {{ B[d] = q; }}\n"
-        + f"      if (q + 1u == nk || {digit.format(e='A[jc_sw(q + 1u)]')} != d) {{\n"
-        + f"        B[{DIGITS}u + d] = q + 1u;\n      }}\n"
-        + "    }\n  }\n  workgroupBarrier();\n"
-        # .. becomes how far its keys move: the digit's offset in the row minus that start
-        + sweep.offsets(src)
+        + f"    if (q < nk) {{\n      let d = {digit.format(e='A[jc_sw(q)]')};\n"
+        + f"      if (q == 0u || {digit.format(e='A[jc_sw(q - 1u)]')} != d) {{ B[d] = q; }}\n    }}\n  }}\n"
         + "  workgroupBarrier();\n"
+        # .. becomes how far its keys move: the digit's offset in the row minus that start
+        + "  B[lid] = H[hat] - B[lid];\n  workgroupBarrier();\n"
         + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
         + "    if (q >= nk) { break; }\n    let e = A[jc_sw(q)];\n"
         + f"    let dst = rowbase + B[{digit.format(e='e')}] + q;\n{reread}    {out.store}\n  }}"

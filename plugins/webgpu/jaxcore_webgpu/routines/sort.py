@@ -44,8 +44,7 @@ def plan_sort(routine: Routine, target: object = None) -> Plan:
     radix_from = getattr(target, "radix_sort_from", 0)
     if radix_from and n >= radix_from:
         keys = getattr(target, "radix_keys_per_thread", 8)
-        storage = getattr(target, "max_workgroup_storage", 16384)
-        return plan_radix(dtype, batch, n, argsort, keys, storage, getattr(target, "look_back", False))
+        return plan_radix(dtype, batch, n, argsort, keys, getattr(target, "max_workgroup_storage", 16384))
     p = 1 << max(n - 1, 0).bit_length()
     kb = max(16, batch * p * 4)
     work = [scratch("K", "u32", 0), scratch("I", "u32", 1)] if argsort else [scratch("K", "u32", 0)]
