@@ -26,13 +26,14 @@ from webgpu_routines import matmul_case, matmul_check, torch_matmul_time  # noqa
 
 from jaxcore.matmul_shape import detect  # noqa: E402
 
-CANDIDATES = {  # name: (bm, bn, bk, tm, tn, stages)
-    "bk8": (128, 128, 8, 8, 8, 1),
-    "bk8-double": (128, 128, 8, 8, 8, 2),
-    "wide": (128, 256, 16, 8, 16, 1),
-    "wide-bk8-double": (128, 256, 8, 8, 16, 2),
-    "tall-bk8-double": (256, 128, 8, 16, 8, 2),
-    "64x128": (64, 128, 16, 4, 8, 1),
+T = M.Tile
+CANDIDATES = {
+    "bk8": T(128, 128, 8, 8, 8, 1),
+    "bk8-double": T(128, 128, 8, 8, 8, 2),
+    "wide": T(128, 256, 16, 8, 16, 1),
+    "wide-bk8-double": T(128, 256, 8, 8, 16, 2),
+    "tall-bk8-double": T(256, 128, 8, 16, 8, 2),
+    "64x128": T(64, 128, 16, 4, 8, 1),
 }
 
 
@@ -65,8 +66,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-torch", action="store_true")
     args = ap.parse_args()
-    for name, shape in CANDIDATES.items():
-        M.TILES.setdefault(name, M.Tile(*shape))
+    for name, tile in CANDIDATES.items():
+        M.TILES.setdefault(name, tile)
     names = [t for t in args.tiles.split(",") if t] or list(M.TILES)
     g, torch = Gpu(), Torch(not args.no_torch)
     print(f"# {g.be.gpu.description}; workgroup storage {g.be.target.max_workgroup_storage} bytes")

@@ -295,3 +295,21 @@ def test_double_buffered_slabs_natively_one_buffer_for_a_browser(gpu):
         assert list(again.data.codes) == [p.code]
         _, again_got = run(gpu, k, [sa, sb], exe=again)
         np.testing.assert_allclose(again_got.reshape(m, n), want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "storage, mnk, tile",
+    [
+        (32768, (1024, 1024, 1024), "mid2"),  # 64 tiles of 128 x 128, 128 of 64 x 128
+        (16384, (1024, 1024, 1024), "medium"),  # the 64 x 128 double buffer needs 24 KB
+        (32768, (2048, 2048, 64), "large2"),
+        (32768, (256, 256, 256), "small"),
+    ],
+)
+def test_tile_choice_fills_the_gpu_within_the_storage(storage, mnk, tile):
+    """The largest tile that still makes FILL_WORKGROUPS workgroups, and fits the storage."""
+    from jaxcore_webgpu.codegen import WgslTarget
+
+    m, n, kk = mnk
+    target = WgslTarget(max_workgroup_storage=storage)
+    assert matmul.choose_tile(detect(matmul_kernel(m, n, kk)), target) == matmul.TILES[tile]
