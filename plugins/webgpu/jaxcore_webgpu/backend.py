@@ -255,8 +255,10 @@ class WebGpuBackend(QueuedBackend):
         """What the compiler needs to know about this adapter (jaxcore_webgpu.codegen.WgslTarget).
         `JAXCORE_WEBGPU_SUBGROUPS=0` compiles without subgroup ops on an adapter that has them (the
         fallback, to compare both on one adapter); `JAXCORE_WEBGPU_RADIX_SORT_FROM` sets the row
-        length from which Sort/Argsort take the radix sort (0: never)."""
+        length from which Sort/Argsort take the radix sort (0: never), `JAXCORE_WEBGPU_RADIX_MATCH`
+        whether its blocks are sorted by subgroup match (default: on a CPU adapter)."""
         from jaxcore_webgpu.codegen import WgslTarget
+        from jaxcore_webgpu.device import subgroup_lanes
         from jaxcore_webgpu.routines.radix import RADIX_MIN, RADIX_MIN_GPU
 
         lim, feat = self.gpu.limits, self.gpu.features
@@ -267,6 +269,7 @@ class WebGpuBackend(QueuedBackend):
             has_f16="shader-f16" in feat,
             has_f64="shader-f64" in feat,
             has_subgroups=subgroups,
+            subgroup_size=subgroup_lanes(self.gpu.device) if subgroups else 0,
             has_f32_atomics="shader-float32-atomic" in feat,
             max_workgroup_size=min(
                 lim["max-compute-invocations-per-workgroup"], lim["max-compute-workgroup-size-x"]
@@ -277,6 +280,7 @@ class WebGpuBackend(QueuedBackend):
             exact_subnormals=self._exact_subnormals(),
             radix_sort_from=current_settings().plugin_int("webgpu", "radix_sort_from", radix),
             radix_keys_per_thread=16 if cpu else 8,
+            radix_match=current_settings().plugin_flag("webgpu", "radix_match", default=cpu),
         )
 
     def _exact_subnormals(self) -> bool:

@@ -176,3 +176,21 @@ def keeps_subnormals(device: Any) -> bool:
 
     data = struct.pack("<4f", 2.0**-140, 1.0, 2.0**-70, 0.0)
     return _probe(device, _SUBNORMAL_PROBE, [data], 4) == (0x200, 0x200, 0x200, 1)
+
+
+# The lanes of a subgroup as a 256-invocation shader sees them.
+_SUBGROUP_PROBE = """
+@group(0) @binding(0) var<storage, read_write> y: array<u32>;
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) l: u32, @builtin(subgroup_size) s: u32) {
+  if (l == 0u) { y[0] = s; }
+}
+"""
+
+
+def subgroup_lanes(device: Any) -> int:
+    """How many lanes a subgroup of `device` has, as a shader sees them (0 where the probe fails).
+    Asked, not read from the adapter: wgpu reports WebGPU's bounds (4 to 128) on lavapipe and on
+    NVIDIA alike."""
+    got = _probe(device, _SUBGROUP_PROBE, [], 1)
+    return got[0] if got else 0

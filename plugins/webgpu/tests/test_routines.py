@@ -118,9 +118,25 @@ def _radix_values(dtype: str, shape: tuple[int, int]) -> np.ndarray:
     return x.astype(NP[dtype])
 
 
+@pytest.fixture(params=["split", "match"])
+def radix_path(request, gpu, monkeypatch):
+    """The radix sort's blocks sorted by counting splits, or by subgroup match where the adapter's
+    subgroups have 8 lanes or more, whichever the adapter would take by itself."""
+    from dataclasses import replace
+
+    match = request.param == "match"
+    lanes = gpu.target.subgroup_size if gpu.target.has_subgroups else 0
+    if match and lanes < 8:
+        pytest.skip(f"subgroups of 8 lanes or more needed (this adapter's: {lanes})")
+    monkeypatch.setitem(gpu.__dict__, "target", replace(gpu.target, radix_match=match))
+    gpu._routine_cache.clear()
+    yield request.param
+    gpu._routine_cache.clear()
+
+
 @pytest.mark.parametrize("shape", RADIX_SHAPES)
 @pytest.mark.parametrize("dtype", ["float32", "int32", "uint32", "float16"])
-def test_radix_argsort_is_stable(gpu, dtype, shape):
+def test_radix_argsort_is_stable(gpu, radix_path, dtype, shape):
     """Rows from the radix sort's length up (several blocks, a partial last one, rows of a batch):
     stable ties, -0 tied with +0, NaN last and in input order, values bit for bit."""
     if not 0 < gpu.target.radix_sort_from <= shape[-1]:
@@ -134,7 +150,7 @@ def test_radix_argsort_is_stable(gpu, dtype, shape):
 
 @pytest.mark.parametrize("shape", RADIX_SHAPES[:3])
 @pytest.mark.parametrize("dtype", ["float32", "int32", "uint32", "float16"])
-def test_radix_sort(gpu, dtype, shape):
+def test_radix_sort(gpu, radix_path, dtype, shape):
     """Sort on the radix path: NaN last, -0 before +0 (Sort's keys keep them apart)."""
     if dtype == "float16" and "float16" not in {str(d) for d in gpu.capabilities.dtypes}:
         pytest.skip("no shader-f16")
@@ -160,7 +176,7 @@ def test_radix_keys_per_thread(gpu, monkeypatch, keys):
     storage = 2 * 4 * 256 * keys
     if storage > gpu.target.max_workgroup_storage:
         pytest.skip(f"the adapter has {gpu.target.max_workgroup_storage} bytes of workgroup storage")
-    target = replace(gpu.target, radix_keys_per_thread=keys, radix_sort_from=4096)
+    target = replace(gpu.target, radix_keys_per_thread=keys, radix_sort_from=4096, radix_match=False)
     monkeypatch.setitem(gpu.__dict__, "target", target)
     x = _radix_values("float32", (3, 3 * 4096 + 5))
     r = Routine.build(Routines.Argsort, [x.shape], ["float32"])

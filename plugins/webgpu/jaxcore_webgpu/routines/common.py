@@ -81,12 +81,13 @@ def declare(bufs: Sequence[Buf]) -> str:
     return "".join(storage(i, b.name, b.ty, b.read_only) + "\n" for i, b in enumerate(bufs))
 
 
-def entry(wg: int, names: Sequence[str], lid: str = "lid") -> str:
-    """The opening of `main` (workgroup id `wid`, local index `lid`), touching every buffer."""
+def entry(wg: int, names: Sequence[str], lid: str = "lid", more: str = "") -> str:
+    """The opening of `main` (workgroup id `wid`, local index `lid`, and the `more` builtins, e.g.
+    ", @builtin(subgroup_size) sgs: u32"), touching every buffer."""
     return (
         f"@compute @workgroup_size({wg}, 1, 1)\n"
-        f"fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) {lid}: u32) {{\n"
-        + "".join(f"  _ = &{n};\n" for n in names)
+        "fn main(@builtin(workgroup_id) wid: vec3<u32>,"
+        f" @builtin(local_invocation_index) {lid}: u32{more}) {{\n" + "".join(f"  _ = &{n};\n" for n in names)
     )
 
 
@@ -97,10 +98,11 @@ def fold(n_wg: int, max_dim: int = 65535) -> tuple[int, int, int]:
     return (-(-n_wg // gy), gy, 1)
 
 
-def main(wg: int, grid: tuple[int, int, int], names: Sequence[str], body: str) -> str:
-    """A compute entry point with `wgi` (linear workgroup index), `lid`, and `gid = wgi*wg + lid`."""
+def main(wg: int, grid: tuple[int, int, int], names: Sequence[str], body: str, more: str = "") -> str:
+    """A compute entry point with `wgi` (linear workgroup index), `lid`, and `gid = wgi*wg + lid`
+    (and `more` builtins, as `entry`)."""
     return (
-        entry(wg, names)
+        entry(wg, names, more=more)
         + f"  let wgi: u32 = wid.x + wid.y * {grid[0]}u;\n"
         + f"  let gid: u32 = wgi * {wg}u + lid;\n"
         + f"{body}\n}}\n"

@@ -6,7 +6,10 @@ Four passes, each a reduce-then-scan: `_histogram` counts the digits of every bl
 it out at those offsets. Global memory is read and written only in order (thread `lid` of a block
 takes keys lid, lid + RT, ..), so both are coalesced; the digit's order within a block comes from
 two stable 4-bit counting splits in workgroup memory (per-thread counters packed two to a word,
-one workgroup scan a split). Every step keeps equal digits in input order, so the sort is stable.
+one workgroup scan a split), or, where the adapter's subgroups have at least 8 lanes and 25 KB of
+workgroup storage is there, from subgroup match (`_scatter_match`: ballots find the lanes that hold
+one digit, so each key's rank comes from one atomic add by the lowest of them). Every step keeps
+equal digits in input order, so the sort is stable.
 
 The first pass reads the input and makes its keys as it goes; the last one writes the outputs
 (Sort's values from the keys; Argsort's indices, and its values from the keys but where a key is
@@ -110,11 +113,20 @@ class _Out:
 
 
 def plan_radix(
-    dtype: DType, batch: int, n: int, argsort: bool, keys_per_thread: int = RK, storage: int = 16384
+    dtype: DType,
+    batch: int,
+    n: int,
+    argsort: bool,
+    keys_per_thread: int = RK,
+    storage: int = 16384,
+    match: bool = False,
 ) -> Plan:
     """The passes that sort `batch` rows of `n` values of `dtype` (see the module's docstring):
-    `keys_per_thread` 8 or 16, if `storage` bytes of workgroup memory hold its two arrays."""
-    rk = keys_per_thread if 2 * 4 * RT * keys_per_thread <= storage else RK
+    `keys_per_thread` 8 or 16, if `storage` bytes of workgroup memory hold its two arrays; with
+    `match` (subgroups of at least _VG lanes), blocks sorted by `_scatter_match` where the storage
+    holds it (RK keys a thread)."""
+    match = match and MATCH_STORAGE <= storage
+    rk = RK if match else keys_per_thread if 2 * 4 * RT * keys_per_thread <= storage else RK
     rows = _Rows(batch, n, rk)
     bpr = rows.bpr
     nc = -(-DIGITS * bpr // _CHUNK)  # offset-scan chunks per row
@@ -144,7 +156,7 @@ def plan_radix(
         dst = (p + 1) % 2
         out = _final(dtype, argsort) if p == PASSES - 1 else _moved(sides[dst])
         bufs = [*src.bufs, *([inp(0, ty)] if out.needs_in0 else []), *out.bufs, replace(h, read_only=True)]
-        code = _scatter(src, out, bufs, rows, argsort, dtype)
+        code = (_scatter_match if match else _scatter)(src, out, bufs, rows, argsort, dtype)
         passes.append(Pass(code, blocks, tuple(b.binding for b in bufs), uniform=shift))
         src = reads[dst]
     return Plan(tuple(passes), (kb,) * 2 * per + (hb, tb))
@@ -241,6 +253,108 @@ def _scatter(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool,
     code = header([dtype]) + declare(bufs) + _UNI + src.helper + rows.swizzle + _COUNTERS
     code += f"var<workgroup> A: array<u32, {rows.rb}>;\nvar<workgroup> B: array<u32, {rows.rb}>;\n"
     return code + main(RT, fold(rows.batch * rows.bpr), [b.name for b in bufs], body)
+
+
+MIN_LANES = 8  # the smallest subgroup `_scatter_match` takes: its counts need RT / 8 groups' room
+_GROUPS = RT // MIN_LANES
+MATCH_STORAGE = 4 * (RK * RT + _GROUPS * DIGITS // 2 + DIGITS)  # bytes: S, G and D below
+# lane masks as a subgroup ballot gives them (vec4<u32>: lanes 0..127): the lanes below lane s,
+# and the lowest lane of a mask
+_LANES = (
+    "fn jc_below(s: u32) -> vec4<u32> {\n"
+    "  let lo = vec4<u32>(0u, 32u, 64u, 96u);\n"
+    "  let part = (vec4<u32>(1u) << (vec4<u32>(s) - lo)) - vec4<u32>(1u);\n"
+    "  return select(select(vec4<u32>(0u), part, vec4<u32>(s) > lo), vec4<u32>(0xffffffffu),"
+    " vec4<u32>(s) >= lo + vec4<u32>(32u));\n}\n"
+    "fn jc_lowest(m: vec4<u32>) -> u32 {\n"
+    "  if (m.x != 0u) { return firstTrailingBit(m.x); }\n"
+    "  if (m.y != 0u) { return 32u + firstTrailingBit(m.y); }\n"
+    "  if (m.z != 0u) { return 64u + firstTrailingBit(m.z); }\n"
+    "  return 96u + firstTrailingBit(m.w);\n}\n"
+    "fn jc_count(m: vec4<u32>) -> u32 { let c = countOneBits(m); return c.x + c.y + c.z + c.w; }\n"
+)
+
+
+def _scatter_match(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool, dtype: DType) -> str:
+    """`_scatter` by subgroup match (the multisplit of the one-sweep radix sorts): each subgroup
+    takes sgs·rk consecutive keys of the block, sgs at a time; the lanes holding one digit find
+    each other by eight ballots, and the lowest of them adds their number to the subgroup's count
+    of that digit (G: u16 counts, two digits a word), so each key's rank among its subgroup's equal
+    digits comes out in order. A scan over subgroups, then over digits, places every key in the
+    sorted block (S) with no counting splits. Needs subgroups of at least MIN_LANES lanes."""
+    key = src.key.format(x="base + q")
+    mask = f"{DIGITS - 1}u"
+    if argsort:
+        digit, elem, pad = "({e} >> 16u)", f"((({key} >> u.shift) & {mask}) << 16u) | q", "0xff0000u | q"
+    else:
+        digit, elem, pad = f"(({{e}} >> u.shift) & {mask})", key, "0xffffffffu"
+    reread = ""
+    if argsort:
+        reread = (
+            f"    let pos = e & 0xffffu; let k = {src.key.format(x='base + pos')}; let idx = {src.idx};\n"
+        )
+    rk = rows.rk
+    half = "((d & 1u) << 4u)"  # the shift of digit d's u16 in its word of G
+    gw = f"g * {DIGITS // 2}u + d / 2u"  # subgroup g's word for digit d
+    body = (
+        _block(rows)
+        + f"  for (var i = lid; i < {_GROUPS * DIGITS // 2}u; i = i + {RT}u) {{ atomicStore(&G[i], 0u); }}\n"
+        + "  if (lid == 0u) { atomicStore(&nsub, 0u); }\n  workgroupBarrier();\n"
+        # subgroups numbered as they come, not by lid: WGSL does not say which lids share one
+        + "  var first = 0u;\n  if (sid == 0u) { first = atomicAdd(&nsub, 1u); }\n"
+        + f"  let g = subgroupBroadcastFirst(first); let ng = {RT}u / sgs;\n"
+        + "  let below = jc_below(sid); let all = subgroupBallot(true);\n"
+        + "".join(_match_round(j, rk, pad, elem, digit, gw, half) for j in range(rk))
+        + "  workgroupBarrier();\n"
+        # each digit pair's counts over the subgroups become exclusive prefixes; D gets the totals
+        + f"  if (lid < {DIGITS // 2}u) {{\n    var run = 0u;\n"
+        + "    for (var h = 0u; h < ng; h = h + 1u) {\n"
+        + f"      let at = h * {DIGITS // 2}u + lid; let c = atomicLoad(&G[at]);\n"
+        + "      atomicStore(&G[at], run); run = run + c;\n    }\n"
+        + "    D[2u * lid] = run & 0xffffu; D[2u * lid + 1u] = run >> 16u;\n  }\n"
+        + "  workgroupBarrier();\n"
+        + "  let cnt = D[lid];\n"
+        + _inclusive_scan("D", DIGITS, "cnt")
+        # D[d]: where digit d starts in the sorted block
+        + "  let start = D[lid] - cnt;\n  workgroupBarrier();\n  D[lid] = start;\n  workgroupBarrier();\n"
+        + "".join(
+            f"  {{ let d = {digit.format(e=f'e{j}')}; let pre = (atomicLoad(&G[{gw}]) >> {half}) & 0xffffu;\n"
+            f"    S[D[d] + pre + r{j}] = e{j}; }}\n"
+            for j in range(rk)
+        )
+        + "  workgroupBarrier();\n"
+        # .. then how far digit d's keys move: its offset in the row minus where it starts
+        + "  D[lid] = H[hat] - D[lid];\n  workgroupBarrier();\n"
+        + f"  for (var i = 0u; i < {rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
+        + "    if (q >= nk) { break; }\n    let e = S[q];\n"
+        + f"    let dst = rowbase + D[{digit.format(e='e')}] + q;\n{reread}    {out.store}\n  }}"
+    )
+    code = header([dtype]) + declare(bufs) + _UNI + src.helper + _LANES
+    code += f"var<workgroup> S: array<u32, {rows.rb}>;\n"
+    code += f"var<workgroup> G: array<atomic<u32>, {_GROUPS * DIGITS // 2}>;\n"
+    code += f"var<workgroup> D: array<u32, {DIGITS}>;\nvar<workgroup> nsub: atomic<u32>;\n"
+    more = ", @builtin(subgroup_invocation_id) sid: u32, @builtin(subgroup_size) sgs: u32"
+    return code + main(RT, fold(rows.batch * rows.bpr), [b.name for b in bufs], body, more)
+
+
+def _match_round(j: int, rk: int, pad: str, elem: str, digit: str, gw: str, half: str) -> str:
+    """WGSL: round j of `_scatter_match`: key e{j} of this lane and r{j}, its rank among the equal
+    digits its subgroup has taken so far (this round's lower lanes included)."""
+    ballots = "".join(
+        f"    {{ let bit = ((d >> {b}u) & 1u) == 1u; let w = subgroupBallot(bit);"
+        " peers &= select(~w, w, bit); }\n"
+        for b in range(BITS)
+    )
+    return (
+        f"  var e{j}: u32;\n  var r{j} = 0u;\n  {{\n"
+        f"    let q = g * sgs * {rk}u + {j}u * sgs + sid;\n"
+        f"    var e = {pad};\n    if (q < nk) {{ e = {elem}; }}\n    e{j} = e;\n"
+        f"    let d = {digit.format(e='e')};\n    var peers = all;\n{ballots}"
+        "    let lead = jc_lowest(peers);\n    var old = 0u;\n"
+        f"    if (sid == lead) {{ old = atomicAdd(&G[{gw}], jc_count(peers) << {half}); }}\n"
+        "    old = subgroupShuffle(old, lead);\n"
+        f"    r{j} = ((old >> {half}) & 0xffffu) + jc_count(peers & below);\n  }}\n"
+    )
 
 
 def _split(src: str, dst: str, digit: str, lo: int, rk: int) -> str:

@@ -28,7 +28,7 @@ from jaxcore_webgpu.routines.common import (
     wgsl_type,
 )
 from jaxcore_webgpu.routines.keys import sort_key, sort_value
-from jaxcore_webgpu.routines.radix import plan_radix
+from jaxcore_webgpu.routines.radix import MIN_LANES, plan_radix
 
 MULTI = 4  # partner distances handled per global pass (16 keys per thread in registers)
 LOCAL = 1024  # threads of a workgroup-memory stage at most (2*LOCAL keys), within the adapter's limits
@@ -44,7 +44,10 @@ def plan_sort(routine: Routine, target: object = None) -> Plan:
     radix_from = getattr(target, "radix_sort_from", 0)
     if radix_from and n >= radix_from:
         keys = getattr(target, "radix_keys_per_thread", 8)
-        return plan_radix(dtype, batch, n, argsort, keys, getattr(target, "max_workgroup_storage", 16384))
+        storage = getattr(target, "max_workgroup_storage", 16384)
+        lanes = getattr(target, "subgroup_size", 0) if getattr(target, "has_subgroups", False) else 0
+        match = getattr(target, "radix_match", False) and lanes >= MIN_LANES
+        return plan_radix(dtype, batch, n, argsort, keys, storage, match)
     p = 1 << max(n - 1, 0).bit_length()
     kb = max(16, batch * p * 4)
     work = [scratch("K", "u32", 0), scratch("I", "u32", 1)] if argsort else [scratch("K", "u32", 0)]
