@@ -216,22 +216,41 @@ def _histogram(src: _Side, bufs: list[Buf], rows: _Rows, dtype: DType) -> str:
     return code + main(RT, fold(rows.batch * rows.bpr), [b.name for b in bufs], body)
 
 
+@dataclass(frozen=True)
+class _Moved:
+    """What a scatter moves through workgroup memory: `elem` (WGSL, of block position q: the key,
+    or Argsort's (digit << 16) | q), `pad` past the block's end (sorts last), `digit` (a format
+    string of `{e}`), and `reread`, Argsort's key and index again at the element's position."""
+
+    digit: str
+    elem: str
+    pad: str
+    reread: str
+
+    @classmethod
+    def of(cls, src: _Side, argsort: bool) -> _Moved:
+        key = src.key.format(x="base + q")
+        if not argsort:
+            return cls(f"(({{e}} >> u.shift) & {DIGITS - 1}u)", key, "0xffffffffu", "")
+        again = f"    let pos = e & 0xffffu; let k = {src.key.format(x='base + pos')}; let idx = {src.idx};\n"
+        elem = f"((({key} >> u.shift) & {DIGITS - 1}u) << 16u) | q"
+        return cls("({e} >> 16u)", elem, "0xff0000u | q", again)
+
+    def write_out(self, rk: int, sorted_at: str, moves: str, store: str) -> str:
+        """WGSL: the sorted block (`sorted_at`, of q) to the row, digit d's elements moved by
+        `moves`[d] (its offset in the row minus where it starts in the block), in order."""
+        return (
+            f"  for (var i = 0u; i < {rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
+            f"    if (q >= nk) {{ break; }}\n    let e = {sorted_at};\n"
+            f"    let dst = rowbase + {moves}[{self.digit.format(e='e')}] + q;\n"
+            f"{self.reread}    {store}\n  }}"
+        )
+
+
 def _scatter(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool, dtype: DType) -> str:
     """Each block sorted by its digit in workgroup memory (A), then written at its offsets."""
-    key = src.key.format(x="base + q")
-    if argsort:  # the element moved: (digit << 16) | position
-        digit, elem, pad = (
-            "({e} >> 16u)",
-            f"((({key} >> u.shift) & {DIGITS - 1}u) << 16u) | q",
-            "0xff0000u | q",
-        )
-    else:  # the key itself
-        digit, elem, pad = f"(({{e}} >> u.shift) & {DIGITS - 1}u)", key, "0xffffffffu"
-    reread = ""
-    if argsort:
-        reread = (
-            f"    let pos = e & 0xffffu; let k = {src.key.format(x='base + pos')}; let idx = {src.idx};\n"
-        )
+    mv = _Moved.of(src, argsort)
+    digit, elem, pad = mv.digit, mv.elem, mv.pad
     body = (
         _block(rows)
         + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
@@ -246,9 +265,7 @@ def _scatter(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool,
         + "  workgroupBarrier();\n"
         # .. becomes how far its keys move: the digit's offset in the row minus that start
         + "  B[lid] = H[hat] - B[lid];\n  workgroupBarrier();\n"
-        + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
-        + "    if (q >= nk) { break; }\n    let e = A[jc_sw(q)];\n"
-        + f"    let dst = rowbase + B[{digit.format(e='e')}] + q;\n{reread}    {out.store}\n  }}"
+        + mv.write_out(rows.rk, "A[jc_sw(q)]", "B", out.store)
     )
     code = header([dtype]) + declare(bufs) + _UNI + src.helper + rows.swizzle + _COUNTERS
     code += f"var<workgroup> A: array<u32, {rows.rb}>;\nvar<workgroup> B: array<u32, {rows.rb}>;\n"
@@ -282,17 +299,8 @@ def _scatter_match(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort:
     of that digit (G: u16 counts, two digits a word), so each key's rank among its subgroup's equal
     digits comes out in order. A scan over subgroups, then over digits, places every key in the
     sorted block (S) with no counting splits. Needs subgroups of at least MIN_LANES lanes."""
-    key = src.key.format(x="base + q")
-    mask = f"{DIGITS - 1}u"
-    if argsort:
-        digit, elem, pad = "({e} >> 16u)", f"((({key} >> u.shift) & {mask}) << 16u) | q", "0xff0000u | q"
-    else:
-        digit, elem, pad = f"(({{e}} >> u.shift) & {mask})", key, "0xffffffffu"
-    reread = ""
-    if argsort:
-        reread = (
-            f"    let pos = e & 0xffffu; let k = {src.key.format(x='base + pos')}; let idx = {src.idx};\n"
-        )
+    mv = _Moved.of(src, argsort)
+    digit, elem, pad = mv.digit, mv.elem, mv.pad
     rk = rows.rk
     half = "((d & 1u) << 4u)"  # the shift of digit d's u16 in its word of G
     gw = f"g * {DIGITS // 2}u + d / 2u"  # subgroup g's word for digit d
@@ -303,7 +311,7 @@ def _scatter_match(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort:
         # subgroups numbered as they come, not by lid: WGSL does not say which lids share one
         + "  var first = 0u;\n  if (sid == 0u) { first = atomicAdd(&nsub, 1u); }\n"
         + f"  let g = subgroupBroadcastFirst(first); let ng = {RT}u / sgs;\n"
-        + "  let below = jc_below(sid); let all = subgroupBallot(true);\n"
+        + "  let below = jc_below(sid); let live = subgroupBallot(true);\n"
         + "".join(_match_round(j, rk, pad, elem, digit, gw, half) for j in range(rk))
         + "  workgroupBarrier();\n"
         # each digit pair's counts over the subgroups become exclusive prefixes; D gets the totals
@@ -325,9 +333,7 @@ def _scatter_match(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort:
         + "  workgroupBarrier();\n"
         # .. then how far digit d's keys move: its offset in the row minus where it starts
         + "  D[lid] = H[hat] - D[lid];\n  workgroupBarrier();\n"
-        + f"  for (var i = 0u; i < {rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
-        + "    if (q >= nk) { break; }\n    let e = S[q];\n"
-        + f"    let dst = rowbase + D[{digit.format(e='e')}] + q;\n{reread}    {out.store}\n  }}"
+        + mv.write_out(rk, "S[q]", "D", out.store)
     )
     code = header([dtype]) + declare(bufs) + _UNI + src.helper + _LANES
     code += f"var<workgroup> S: array<u32, {rows.rb}>;\n"
@@ -349,7 +355,7 @@ def _match_round(j: int, rk: int, pad: str, elem: str, digit: str, gw: str, half
         f"  var e{j}: u32;\n  var r{j} = 0u;\n  {{\n"
         f"    let q = g * sgs * {rk}u + {j}u * sgs + sid;\n"
         f"    var e = {pad};\n    if (q < nk) {{ e = {elem}; }}\n    e{j} = e;\n"
-        f"    let d = {digit.format(e='e')};\n    var peers = all;\n{ballots}"
+        f"    let d = {digit.format(e='e')};\n    var peers = live;\n{ballots}"
         "    let lead = jc_lowest(peers);\n    var old = 0u;\n"
         f"    if (sid == lead) {{ old = atomicAdd(&G[{gw}], jc_count(peers) << {half}); }}\n"
         "    old = subgroupShuffle(old, lead);\n"
