@@ -265,11 +265,12 @@ class WebGpuBackend(QueuedBackend):
         cpu = self.gpu.info.get("adapter_type") == "CPU"
         radix = RADIX_MIN if cpu else RADIX_MIN_GPU
         subgroups = "subgroup" in feat and current_settings().plugin_flag("webgpu", "subgroups", default=True)
+        match = current_settings().plugin_flag("webgpu", "radix_match", default=cpu)
         return WgslTarget(
             has_f16="shader-f16" in feat,
             has_f64="shader-f64" in feat,
             has_subgroups=subgroups,
-            subgroup_size=subgroup_lanes(self.gpu.device) if subgroups else 0,
+            subgroup_size=subgroup_lanes(self.gpu.device) if subgroups and match else 0,  # a probe dispatch
             has_f32_atomics="shader-float32-atomic" in feat,
             max_workgroup_size=min(
                 lim["max-compute-invocations-per-workgroup"], lim["max-compute-workgroup-size-x"]
@@ -280,7 +281,7 @@ class WebGpuBackend(QueuedBackend):
             exact_subnormals=self._exact_subnormals(),
             radix_sort_from=current_settings().plugin_int("webgpu", "radix_sort_from", radix),
             radix_keys_per_thread=16 if cpu else 8,
-            radix_match=current_settings().plugin_flag("webgpu", "radix_match", default=cpu),
+            radix_match=match,
         )
 
     def _exact_subnormals(self) -> bool:

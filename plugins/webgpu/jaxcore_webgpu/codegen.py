@@ -56,7 +56,7 @@ class WgslTarget:
     has_f16: bool = False  # shader-f16, for the routines (kernels hold float16 in float32)
     has_f64: bool = False
     has_subgroups: bool = False
-    subgroup_size: int = 0  # lanes of a subgroup, as a probe shader saw them (0: unknown)
+    subgroup_size: int = 0  # lanes of a subgroup, probed where radix_match needs it (0: not known)
     has_f32_atomics: bool = False  # shader-float32-atomic (native only: no browser has it)
     max_workgroup_size: int = 256  # invocations per workgroup (and along x)
     max_workgroups_per_dim: int = 65535
@@ -82,8 +82,13 @@ class WgslTarget:
         default 16 KB of workgroup storage (a phone's GPU has no more). The other limits an exported program
         states (`export._limits`), and the page asks its adapter for them."""
         storage = min(self.max_workgroup_storage, 16384)
-        page = replace(self, has_f32_atomics=False, exact_subnormals=True, subgroup_size=0)
-        return replace(page, max_workgroup_storage=storage)
+        return replace(
+            self,
+            has_f32_atomics=False,
+            exact_subnormals=True,
+            subgroup_size=0,
+            max_workgroup_storage=storage,
+        )
 
     def limits(self) -> GpuLimits:
         return GpuLimits(

@@ -280,13 +280,7 @@ def _k_loop(mm: MatmulShape, t: Tile, P: str, ACC: str, a: _Slab, b: _Slab) -> l
     L += ["  var ph = 0;"] if t.stages > 1 else []
     L += [ln[2:].replace("KSLAB", "k0") for ln in a.load + b.load]
     L.append(f"  for (; k0 < {mm.k}; k0 = k0 + {t.bk}) {{")
-    L += _slab_step(mm, t, P, ACC, a, b)
-    return L + (["    ph = 1 - ph;", "  }"] if t.stages > 1 else ["    workgroupBarrier();", "  }"])
-
-
-def _slab_step(mm: MatmulShape, t: Tile, P: str, ACC: str, a: _Slab, b: _Slab) -> list[str]:
-    """One slab: store the registers, barrier, prefetch the next slab, multiply this one."""
-    L = a.put + b.put
+    L += a.put + b.put
     L += ["    workgroupBarrier();", f"    if (k0 + {t.bk} < {mm.k}) {{", f"      let k1 = k0 + {t.bk};"]
     L += ["  " + ln.replace("KSLAB", "k1") for ln in a.load + b.load]
     L.append("    }")
@@ -301,7 +295,7 @@ def _slab_step(mm: MatmulShape, t: Tile, P: str, ACC: str, a: _Slab, b: _Slab) -
                     L.append(f"    c{rr}_{h} = fma({av}, b{h}_{k}, c{rr}_{h});")
                 else:
                     L.append(f"    c{rr}_{h} = c{rr}_{h} + vec4<{ACC}>({av} * b{h}_{k});")
-    return L
+    return L + (["    ph = 1 - ph;", "  }"] if t.stages > 1 else ["    workgroupBarrier();", "  }"])
 
 
 def _stores(mm: MatmulShape, t: Tile, vec_ty: str | None) -> list[str]:

@@ -124,11 +124,14 @@ def radix_path(request, gpu, monkeypatch):
     subgroups have 8 lanes or more, whichever the adapter would take by itself."""
     from dataclasses import replace
 
+    from jaxcore_webgpu.device import subgroup_lanes
+
     match = request.param == "match"
-    lanes = gpu.target.subgroup_size if gpu.target.has_subgroups else 0
+    lanes = subgroup_lanes(gpu.gpu.device) if gpu.target.has_subgroups else 0
     if match and lanes < 8:
         pytest.skip(f"subgroups of 8 lanes or more needed (this adapter's: {lanes})")
-    monkeypatch.setitem(gpu.__dict__, "target", replace(gpu.target, radix_match=match))
+    target = replace(gpu.target, radix_match=match, subgroup_size=lanes)
+    monkeypatch.setitem(gpu.__dict__, "target", target)
     gpu._routine_cache.clear()
     yield request.param
     gpu._routine_cache.clear()

@@ -123,7 +123,7 @@ def plan_radix(
 ) -> Plan:
     """The passes that sort `batch` rows of `n` values of `dtype` (see the module's docstring):
     `keys_per_thread` 8 or 16, if `storage` bytes of workgroup memory hold its two arrays; with
-    `match` (subgroups of at least _VG lanes), blocks sorted by `_scatter_match` where the storage
+    `match` (subgroups of at least MIN_LANES lanes), blocks sorted by `_scatter_match` where the storage
     holds it (RK keys a thread)."""
     match = match and MATCH_STORAGE <= storage
     rk = RK if match else keys_per_thread if 2 * 4 * RT * keys_per_thread <= storage else RK

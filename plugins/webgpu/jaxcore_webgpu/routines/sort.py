@@ -45,8 +45,7 @@ def plan_sort(routine: Routine, target: object = None) -> Plan:
     if radix_from and n >= radix_from:
         keys = getattr(target, "radix_keys_per_thread", 8)
         storage = getattr(target, "max_workgroup_storage", 16384)
-        lanes = getattr(target, "subgroup_size", 0) if getattr(target, "has_subgroups", False) else 0
-        match = getattr(target, "radix_match", False) and lanes >= MIN_LANES
+        match = getattr(target, "radix_match", False) and getattr(target, "subgroup_size", 0) >= MIN_LANES
         return plan_radix(dtype, batch, n, argsort, keys, storage, match)
     p = 1 << max(n - 1, 0).bit_length()
     kb = max(16, batch * p * 4)
