@@ -4,12 +4,13 @@ Matrices are worked on in a copy in the work dtype (float16 runs in float32 and 
 as the host reference does): a scratch buffer, or for Cholesky in float32/float64 the output
 itself; each routine's passes write every output element.
 
-- Cholesky: blocked right-looking, by block columns of NB, three passes a block (`_chol_diag`,
-  `_chol_panel`, `_chol_update`). Each element gets the reference column algorithm's formulas
-  (s = A[i,j] - sum_p L[i,p] L[j,p], L[j,j] = sqrt(s_jj), L[i,j] = s / L[j,j]) over the same
-  dependencies, only the subtraction order differs, so a non-positive-definite pivot gives NaN in
-  the same places. The block's offset is the passes' uniform, so the passes of a kind share one
-  pipeline.
+- Cholesky: blocked right-looking, by block columns of NB: the first diagonal block
+  (`_chol_diag`), then two passes a block, the panel below it (`_chol_panel`) and the trailing
+  update (`_chol_update`), whose first tile's workgroup factors the next diagonal block. Each
+  element gets the reference column algorithm's formulas (s = A[i,j] - sum_p L[i,p] L[j,p],
+  L[j,j] = sqrt(s_jj), L[i,j] = s / L[j,j]) over the same dependencies, only the subtraction
+  order differs, so a non-positive-definite pivot gives NaN in the same places. The block's
+  offset is the passes' uniform, so the passes of a kind share one pipeline.
 - TriangularSolve: one thread per right-hand-side row, back substitution over the upper triangle.
 - LU: one workgroup per matrix; per column, thread 0 finds the first largest |value| (a NaN never
   wins, a NaN diagonal stays), the rows swap in parallel, the multipliers and the trailing update
@@ -45,7 +46,7 @@ LOCAL = 256
 SYNC = "storageBarrier(); workgroupBarrier();"
 
 NB = 32  # block width of the blocked Cholesky (a diagonal block is a workgroup's rows)
-TILE = 32  # trailing-update tile (TILE x TILE outputs per workgroup, 4 x 4 a thread)
+TILE = NB  # trailing-update tile (TILE x TILE outputs a workgroup, 4 x 4 a thread): tile 0 = next diagonal
 PANEL_ROWS = 64  # panel rows per workgroup (a thread per row)
 WG_STORAGE = 16384  # WebGPU's default workgroup storage limit: the WGSL must run in browsers too
 _CHOL_UNI = uniform_block("k0", "kb", "tiles")
@@ -101,7 +102,20 @@ def _tiled_main(wg: int, batch: int, nn: int, body: str) -> str:
 
 
 def _chol_diag(T: str, n: int, batch: int) -> str:
-    """Factor the diagonal block at (u.k0, u.k0), u.kb wide: a thread per row, holding its row
+    """The first diagonal block's pass (`_diag_body` at u.k0, u.kb wide; the later ones are
+    factored by the update pass before them)."""
+    decls, body = _diag_body(T, n, "u.k0", "u.kb")
+    return decls + _tiled_main(NB, batch, n * n, body)
+
+
+def _diag_bytes(wd: DType) -> int:
+    """Workgroup storage `_diag_body` takes: NB rows of NB // 4 vec4s, and 4 vec4s."""
+    return (NB * NB // 4 + 4) * 4 * byte_width(wd)
+
+
+def _diag_body(T: str, n: int, k0: str, kb: str) -> tuple[str, str]:
+    """(declarations, WGSL block) that factor the diagonal block at (k0, k0), kb wide (NB threads
+    or more, in uniform control flow): a thread per row, holding its row
     as vec4s of 4 columns; four columns per step, two barriers each. In step g every row below
     subtracts the finished rows' earlier groups from its group-g columns (vec4 dot products), the
     group's 4 rows publish theirs, every thread factors that 4 x 4 diagonal block (the same
@@ -109,7 +123,8 @@ def _chol_diag(T: str, n: int, batch: int) -> str:
     publishes its group g for the steps after."""
     g4 = NB // 4
     v = f"vec4<{T}>"
-    body = f"""  let k0 = u.k0; let kb = u.kb;
+    body = f"""  {{
+  let k0 = {k0}; let kb = {kb};
   let row = base + (k0 + lid) * {n}u + k0;
   let mine = lid < kb;
   var x: array<{v}, {g4}>;
@@ -156,9 +171,10 @@ def _chol_diag(T: str, n: int, batch: int) -> str:
     workgroupBarrier();
   }}
   if (mine) {{ for (var c = 0u; c <= lid; c = c + 1u) {{ W[row + c] = x[c / 4u][c % 4u]; }} }}
+  }}
 """
     decls = f"var<workgroup> lrow: array<{v}, {NB * g4}>;\nvar<workgroup> ly: array<{v}, 4>;\n"
-    return decls + _tiled_main(NB, batch, n * n, body)
+    return decls, body
 
 
 def _chol_panel(T: str, n: int, batch: int, rows: int) -> str:
@@ -216,7 +232,9 @@ def _chol_update(T: str, n: int, batch: int, kc: int) -> str:
     trailing lower triangle (tile t of the row-major lower triangle of tiles; above-diagonal
     elements of a diagonal tile are not stored). The block's columns come through workgroup
     memory `kc` at a time as vec4s of 4 rows; each thread keeps a 4 x 4 block of outputs (rows
-    4ty.., columns 4tx..) in registers, so a step is two vec4 loads and four vec4 multiply-adds."""
+    4ty.., columns 4tx..) in registers, so a step is two vec4 loads and four vec4 multiply-adds.
+    Tile 0 is the next diagonal block (TILE == NB): its workgroup factors it once updated, as no
+    other tile reads it, which spares a pass and its wait a block."""
     s = TILE // 4 + 1  # vec4 column stride of `li`, `lj` (padded: the load writes across columns)
     v = f"vec4<{T}>"
     xyzw = "xyzw"
@@ -257,12 +275,16 @@ def _chol_update(T: str, n: int, batch: int, kc: int) -> str:
   let e = base + i * {n}u + j;
 {stores}"""
     decls = f"var<workgroup> li: array<{v}, {kc * s}>;\nvar<workgroup> lj: array<{v}, {kc * s}>;\n"
+    ddecls, dbody = _diag_body(T, n, f"u.k0 + {NB}u", f"min({NB}u, {n}u - u.k0 - {NB}u)")
+    body += f"  if (t == 0u) {{\n  {SYNC}\n{dbody}  }}\n"
+    decls += ddecls
     return decls + _tiled_main(TILE * TILE // 16, batch, n * n, body)
 
 
 def plan_cholesky(routine: Routine, target: object = None) -> Plan:
-    """Per block: the diagonal block (a workgroup per matrix), the panel below it (row tiles x
-    batch), the trailing lower triangle (tiles x batch). Row-major throughout; float32/float64 work
+    """The first diagonal block (a workgroup per matrix), then per block the panel below it (row
+    tiles x batch) and the trailing lower triangle (tiles x batch; tile 0 factors the next
+    diagonal block). Row-major throughout; float32/float64 work
     in place in the output (the first pass copies the lower triangle, zeros above), float16 in a
     float32 scratch that a last pass rounds into the output."""
     dtype, (_, n), batch = routine.type.operand(0)
@@ -276,7 +298,7 @@ def plan_cholesky(routine: Routine, target: object = None) -> Plan:
     passes = [elementwise_pass([inp(0, ty), Buf("W", T, work)], init_body, total, header([dtype]))]
 
     kc = NB  # block columns per trailing-update step: two TILE x kc tiles in workgroup memory
-    while 2 * kc * (TILE + 4) * byte_width(wd) > WG_STORAGE:
+    while 2 * kc * (TILE + 4) * byte_width(wd) + _diag_bytes(wd) > WG_STORAGE:
         kc //= 2
     decls = declare([Buf("W", T, work)]) + _CHOL_UNI
     diag, panel, update = (
@@ -290,7 +312,8 @@ def plan_cholesky(routine: Routine, target: object = None) -> Plan:
 
     for k0 in range(0, n, NB):
         kb = min(NB, n - k0)
-        passes.append(run(diag, 1, k0, kb))
+        if k0 == 0:
+            passes.append(run(diag, 1, k0, kb))
         m = n - k0 - kb  # rows below the block: none for the last one, so the others are NB wide
         if m:
             passes.append(run(panel, -(-m // PANEL_ROWS), k0, kb))

@@ -199,16 +199,30 @@ def _block(rows: _Rows) -> str:
     )
 
 
+def _preload(key: str, rk: int) -> str:
+    """WGSL: a thread's rk keys k{j}, at block positions q{j}, all read before any is used, so
+    their loads can be in flight together (with a load and its use at a time, an H100's
+    histograms read keys at about 1 TB/s, a third of its bandwidth); a position past the block's
+    end reads the block's last key."""
+    return "".join(
+        f"  let q{j} = {j * RT}u + lid; let k{j} = {key.format(x=f'base + min(q{j}, nk - 1u)')};\n"
+        for j in range(rk)
+    )
+
+
 def _histogram(src: _Side, bufs: list[Buf], rows: _Rows, dtype: DType) -> str:
     """H[row][digit][block]: how many keys of each block have each digit. (Counting into eight
     copies, a copy a warp, to spare a digit most keys share the contention took an H100's
     histograms of 16M keys from 0.25 to 0.32 ms.)"""
-    key = src.key.format(x="base + q")
+    count = "".join(
+        f"  if (q{j} < nk) {{ atomicAdd(&cnt[(k{j} >> u.shift) & {DIGITS - 1}u], 1u); }}\n"
+        for j in range(rows.rk)
+    )
     body = (
         _block(rows)
+        + _preload(src.key, rows.rk)
         + "  atomicStore(&cnt[lid], 0u);\n  workgroupBarrier();\n"
-        + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
-        + f"    if (q < nk) {{ atomicAdd(&cnt[({key} >> u.shift) & {DIGITS - 1}u], 1u); }}\n  }}\n"
+        + count
         + "  workgroupBarrier();\n  H[hat] = atomicLoad(&cnt[lid]);"
     )
     code = header([dtype]) + declare(bufs) + _UNI + src.helper
@@ -234,7 +248,16 @@ class _Moved:
             return cls(f"(({{e}} >> u.shift) & {DIGITS - 1}u)", key, "0xffffffffu", "")
         again = f"    let pos = e & 0xffffu; let k = {src.key.format(x='base + pos')}; let idx = {src.idx};\n"
         elem = f"((({key} >> u.shift) & {DIGITS - 1}u) << 16u) | q"
-        return cls("({e} >> 16u)", elem, "0xff0000u | q", again)
+        return cls("({e} >> 16u)", elem, "0xff0000u | {q}", again)
+
+    def elem_of(self, j: int) -> str:
+        """The element of `_preload`'s key k{j}."""
+        if self.reread:
+            return f"(((k{j} >> u.shift) & {DIGITS - 1}u) << 16u) | q{j}"
+        return f"k{j}"
+
+    def pad_at(self, j: int) -> str:
+        return self.pad.format(q=f"q{j}")
 
     def write_out(self, rk: int, sorted_at: str, moves: str, store: str) -> str:
         """WGSL: the sorted block (`sorted_at`, of q) to the row, digit d's elements moved by
@@ -250,11 +273,14 @@ class _Moved:
 def _scatter(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool, dtype: DType) -> str:
     """Each block sorted by its digit in workgroup memory (A), then written at its offsets."""
     mv = _Moved.of(src, argsort)
-    digit, elem, pad = mv.digit, mv.elem, mv.pad
+    digit = mv.digit
     body = (
         _block(rows)
-        + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
-        + f"    var e = {pad};\n    if (q < nk) {{ e = {elem}; }}\n    A[jc_sw(q)] = e;\n  }}\n"
+        + _preload(src.key, rows.rk)
+        + "".join(
+            f"  A[jc_sw(q{j})] = select({mv.pad_at(j)}, {mv.elem_of(j)}, q{j} < nk);\n"
+            for j in range(rows.rk)
+        )
         + "  workgroupBarrier();\n"
         + _split("A", "B", digit, 0, rows.rk)
         + _split("B", "A", digit, 4, rows.rk)
@@ -354,7 +380,7 @@ def _match_round(j: int, rk: int, pad: str, elem: str, digit: str, gw: str, half
     return (
         f"  var e{j}: u32;\n  var r{j} = 0u;\n  {{\n"
         f"    let q = g * sgs * {rk}u + {j}u * sgs + sid;\n"
-        f"    var e = {pad};\n    if (q < nk) {{ e = {elem}; }}\n    e{j} = e;\n"
+        f"    var e = {pad.format(q='q')};\n    if (q < nk) {{ e = {elem}; }}\n    e{j} = e;\n"
         f"    let d = {digit.format(e='e')};\n    var peers = live;\n{ballots}"
         "    let lead = jc_lowest(peers);\n    var old = 0u;\n"
         f"    if (sid == lead) {{ old = atomicAdd(&G[{gw}], jc_count(peers) << {half}); }}\n"
