@@ -256,7 +256,9 @@ class WebGpuBackend(QueuedBackend):
         `JAXCORE_WEBGPU_SUBGROUPS=0` compiles without subgroup ops on an adapter that has them (the
         fallback, to compare both on one adapter); `JAXCORE_WEBGPU_RADIX_SORT_FROM` sets the row
         length from which Sort/Argsort take the radix sort (0: never), `JAXCORE_WEBGPU_RADIX_MATCH`
-        whether its blocks are sorted by subgroup match (default: on a CPU adapter)."""
+        whether its blocks are sorted by subgroup match (default: on a CPU adapter),
+        `JAXCORE_WEBGPU_CHOLESKY_LOOKAHEAD` whether the Cholesky's update factors the next diagonal
+        block (default: on a GPU)."""
         from jaxcore_webgpu.codegen import WgslTarget
         from jaxcore_webgpu.device import subgroup_lanes
         from jaxcore_webgpu.routines.radix import RADIX_MIN, RADIX_MIN_GPU
@@ -282,6 +284,9 @@ class WebGpuBackend(QueuedBackend):
             radix_sort_from=current_settings().plugin_int("webgpu", "radix_sort_from", radix),
             radix_keys_per_thread=16 if cpu else 8,
             radix_match=match,
+            cholesky_lookahead=current_settings().plugin_flag(
+                "webgpu", "cholesky_lookahead", default=not cpu
+            ),
         )
 
     def _exact_subnormals(self) -> bool:

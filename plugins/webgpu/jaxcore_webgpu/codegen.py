@@ -75,11 +75,16 @@ class WgslTarget:
     # more: on a CPU adapter (lavapipe: 1M keys 130 against 203 ms), not on a GPU (H100: 16M keys
     # 2.44 against the counting splits' 1.65 ms).
     radix_match: bool = False
+    # The blocked Cholesky's update factors the next diagonal block in its first tile's workgroup
+    # (routines.linalg): a pass less a block. Off on a CPU adapter, where the update kernel carrying
+    # it ran slower (lavapipe 64x512x512: 645 against 576-596 ms).
+    cholesky_lookahead: bool = True
 
     def browser(self) -> WgslTarget:
         """What an exported program's shaders may assume of the page's device: exact on
         subnormals, no float atomics (no browser has them), subgroups of unknown size, and WebGPU's
-        default 16 KB of workgroup storage (a phone's GPU has no more). The other limits an exported program
+        default 16 KB of workgroup storage (a phone's GPU has no more), and a GPU's choices where a
+        CPU adapter makes others (the Cholesky's look-ahead). The other limits an exported program
         states (`export._limits`), and the page asks its adapter for them."""
         storage = min(self.max_workgroup_storage, 16384)
         return replace(
@@ -88,6 +93,7 @@ class WgslTarget:
             exact_subnormals=True,
             subgroup_size=0,
             max_workgroup_storage=storage,
+            cholesky_lookahead=True,
         )
 
     def limits(self) -> GpuLimits:

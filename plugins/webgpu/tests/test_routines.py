@@ -259,7 +259,21 @@ def test_scatter_update_last_wins_2d(gpu):
     np.testing.assert_array_equal(got, want)
 
 
-def test_cholesky_wider_than_a_workgroup(gpu):
+@pytest.fixture(params=["lookahead", "diagonal-passes"])
+def cholesky_path(request, gpu, monkeypatch):
+    """The blocked Cholesky with each diagonal block factored by the update before it, or by a
+    pass of its own, whichever the adapter would take by itself."""
+    from dataclasses import replace
+
+    monkeypatch.setitem(
+        gpu.__dict__, "target", replace(gpu.target, cholesky_lookahead=request.param == "lookahead")
+    )
+    gpu._routine_cache.clear()
+    yield request.param
+    gpu._routine_cache.clear()
+
+
+def test_cholesky_wider_than_a_workgroup(gpu, cholesky_path):
     n = 300
     m = RNG.uniform(-1, 1, (2, n, n))
     a = (m @ m.transpose(0, 2, 1) + n * np.eye(n)).astype(np.float32)
@@ -289,7 +303,7 @@ def _host_cholesky(a, dtype):
 
 
 @pytest.mark.parametrize("batch,n", [(1, 33), (2, 64), (3, 100), (2, 129), (1, 200)])
-def test_cholesky_blocked_matches_numpy(gpu, batch, n):
+def test_cholesky_blocked_matches_numpy(gpu, cholesky_path, batch, n):
     """Past one 32-column block: a partial last block and partial trailing tiles unless n % 32 == 0."""
     a = _spd(batch, n, np.float32)
     (got,) = run(gpu, Routines.Cholesky, [a], ["float32"])
@@ -300,7 +314,7 @@ def test_cholesky_blocked_matches_numpy(gpu, batch, n):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float64"])
-def test_cholesky_blocked_float16_float64(gpu, dtype):
+def test_cholesky_blocked_float16_float64(gpu, cholesky_path, dtype):
     """float16 works in float32 and rounds on store, as the host does; float64 stays float64."""
     if dtype not in {str(d) for d in gpu.capabilities.dtypes}:
         pytest.skip(f"no {dtype} on this adapter")
@@ -312,7 +326,7 @@ def test_cholesky_blocked_float16_float64(gpu, dtype):
     assert (np.triu(got, 1) == 0).all()
 
 
-def test_cholesky_blocked_not_positive_definite_nan_pattern(gpu):
+def test_cholesky_blocked_not_positive_definite_nan_pattern(gpu, cholesky_path):
     """NaN where the host's column algorithm puts it: a negative pivot in a later block (NaN from
     it on), a NaN below the diagonal (its row, then everything from its row's pivot on), a zero
     pivot (0 on the diagonal, 0/0 below it)."""
@@ -330,18 +344,20 @@ def test_cholesky_blocked_not_positive_definite_nan_pattern(gpu):
     np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-4)
 
 
-def test_cholesky_blocked_passes_share_pipelines(gpu):
-    """The block offset is a uniform: a 200x200 plan (7 blocks: the copy, the first diagonal
-    block, then a panel and an update a block but the last, whose diagonal block the update before
-    it factors) has 4 distinct shaders."""
+def test_cholesky_blocked_passes_share_pipelines(gpu, cholesky_path):
+    """The block offset is a uniform: a 200x200 plan (7 blocks) is the copy, the first diagonal
+    block, then a panel and an update a block but the last (with look-ahead the update factors the
+    next diagonal block; without, a diagonal pass of its own follows), in 4 distinct shaders."""
     from jaxcore_webgpu.routines import plan_routine
 
     plan = plan_routine(Routine.build(Routines.Cholesky, [(2, 200, 200)], ["float32"]), gpu.target)
-    assert len(plan.passes) == 1 + 1 + 6 + 6
-    assert len({p.code for p in plan.passes}) == 4
-    for code in {p.code for p in plan.passes[2:]}:  # the panel and update passes
-        uniforms = [p.uniform for p in plan.passes if p.code == code]
-        assert len(set(uniforms)) == len(uniforms) == 6
+    lookahead = cholesky_path == "lookahead"
+    assert len(plan.passes) == 1 + (1 if lookahead else 7) + 6 + 6
+    diag = plan.passes[1].code
+    uniforms = {c: [p.uniform for p in plan.passes if p.code == c] for c in {p.code for p in plan.passes[1:]}}
+    assert len(uniforms) == 3 and len(uniforms[diag]) == (1 if lookahead else 7)
+    assert sorted(len(u) for c, u in uniforms.items() if c != diag) == [6, 6]
+    assert all(len(set(u)) == len(u) for u in uniforms.values())
 
 
 def test_triangular_solve_batched(gpu):

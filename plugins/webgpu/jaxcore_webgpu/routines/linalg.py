@@ -6,7 +6,8 @@ itself; each routine's passes write every output element.
 
 - Cholesky: blocked right-looking, by block columns of NB: the first diagonal block
   (`_chol_diag`), then two passes a block, the panel below it (`_chol_panel`) and the trailing
-  update (`_chol_update`), whose first tile's workgroup factors the next diagonal block. Each
+  update (`_chol_update`), whose first tile's workgroup factors the next diagonal block (a
+  target without `cholesky_lookahead` runs a diagonal pass of its own, three passes a block). Each
   element gets the reference column algorithm's formulas (s = A[i,j] - sum_p L[i,p] L[j,p],
   L[j,j] = sqrt(s_jj), L[i,j] = s / L[j,j]) over the same dependencies, only the subtraction
   order differs, so a non-positive-definite pivot gives NaN in the same places. The block's
@@ -102,8 +103,8 @@ def _tiled_main(wg: int, batch: int, nn: int, body: str) -> str:
 
 
 def _chol_diag(T: str, n: int, batch: int) -> str:
-    """The first diagonal block's pass (`_diag_body` at u.k0, u.kb wide; the later ones are
-    factored by the update pass before them)."""
+    """A diagonal block's pass (`_diag_body` at u.k0, u.kb wide): the first one's, or with no
+    look-ahead every one's."""
     decls, body = _diag_body(T, n, "u.k0", "u.kb")
     return decls + _tiled_main(NB, batch, n * n, body)
 
@@ -227,14 +228,14 @@ def _chol_panel(T: str, n: int, batch: int, rows: int) -> str:
     return decls + _tiled_main(rows, batch, n * n, body)
 
 
-def _chol_update(T: str, n: int, batch: int, kc: int) -> str:
+def _chol_update(T: str, n: int, batch: int, kc: int, lookahead: bool) -> str:
     """A[i,j] -= sum_p L[i,p] L[j,p] over the block's NB columns, for one TILE x TILE tile of the
     trailing lower triangle (tile t of the row-major lower triangle of tiles; above-diagonal
     elements of a diagonal tile are not stored). The block's columns come through workgroup
     memory `kc` at a time as vec4s of 4 rows; each thread keeps a 4 x 4 block of outputs (rows
     4ty.., columns 4tx..) in registers, so a step is two vec4 loads and four vec4 multiply-adds.
-    Tile 0 is the next diagonal block (TILE == NB): its workgroup factors it once updated, as no
-    other tile reads it, which spares a pass and its wait a block."""
+    With `lookahead`, tile 0, the next diagonal block (TILE == NB), is factored by its workgroup
+    once updated (no other tile reads it), which spares a pass and its wait a block."""
     s = TILE // 4 + 1  # vec4 column stride of `li`, `lj` (padded: the load writes across columns)
     v = f"vec4<{T}>"
     xyzw = "xyzw"
@@ -275,18 +276,19 @@ def _chol_update(T: str, n: int, batch: int, kc: int) -> str:
   let e = base + i * {n}u + j;
 {stores}"""
     decls = f"var<workgroup> li: array<{v}, {kc * s}>;\nvar<workgroup> lj: array<{v}, {kc * s}>;\n"
-    ddecls, dbody = _diag_body(T, n, f"u.k0 + {NB}u", f"min({NB}u, {n}u - u.k0 - {NB}u)")
-    body += f"  if (t == 0u) {{\n  {SYNC}\n{dbody}  }}\n"
-    decls += ddecls
+    if lookahead:
+        ddecls, dbody = _diag_body(T, n, f"u.k0 + {NB}u", f"min({NB}u, {n}u - u.k0 - {NB}u)")
+        body += f"  if (t == 0u) {{\n  {SYNC}\n{dbody}  }}\n"
+        decls += ddecls
     return decls + _tiled_main(TILE * TILE // 16, batch, n * n, body)
 
 
 def plan_cholesky(routine: Routine, target: object = None) -> Plan:
     """The first diagonal block (a workgroup per matrix), then per block the panel below it (row
     tiles x batch) and the trailing lower triangle (tiles x batch; tile 0 factors the next
-    diagonal block). Row-major throughout; float32/float64 work
-    in place in the output (the first pass copies the lower triangle, zeros above), float16 in a
-    float32 scratch that a last pass rounds into the output."""
+    diagonal block, or without look-ahead a diagonal pass comes next). Row-major throughout;
+    float32/float64 work in place in the output (the first pass copies the lower triangle, zeros
+    above), float16 in a float32 scratch that a last pass rounds into the output."""
     dtype, (_, n), batch = routine.type.operand(0)
     if n == 0 or batch == 0:
         return Plan(())
@@ -298,13 +300,14 @@ def plan_cholesky(routine: Routine, target: object = None) -> Plan:
     passes = [elementwise_pass([inp(0, ty), Buf("W", T, work)], init_body, total, header([dtype]))]
 
     kc = NB  # block columns per trailing-update step: two TILE x kc tiles in workgroup memory
-    while 2 * kc * (TILE + 4) * byte_width(wd) + _diag_bytes(wd) > WG_STORAGE:
+    lookahead = getattr(target, "cholesky_lookahead", True)
+    while 2 * kc * (TILE + 4) * byte_width(wd) + (_diag_bytes(wd) if lookahead else 0) > WG_STORAGE:
         kc //= 2
     decls = declare([Buf("W", T, work)]) + _CHOL_UNI
     diag, panel, update = (
         decls + _chol_diag(T, n, batch),
         decls + _chol_panel(T, n, batch, PANEL_ROWS),
-        decls + _chol_update(T, n, batch, kc),
+        decls + _chol_update(T, n, batch, kc, lookahead),
     )
 
     def run(code: str, tiles: int, k0: int, kb: int) -> Pass:
@@ -312,7 +315,7 @@ def plan_cholesky(routine: Routine, target: object = None) -> Plan:
 
     for k0 in range(0, n, NB):
         kb = min(NB, n - k0)
-        if k0 == 0:
+        if k0 == 0 or not lookahead:
             passes.append(run(diag, 1, k0, kb))
         m = n - k0 - kb  # rows below the block: none for the last one, so the others are NB wide
         if m:
