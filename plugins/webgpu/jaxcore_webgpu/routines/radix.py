@@ -233,8 +233,9 @@ def _histogram(src: _Side, bufs: list[Buf], rows: _Rows, dtype: DType) -> str:
 @dataclass(frozen=True)
 class _Moved:
     """What a scatter moves through workgroup memory: `elem` (WGSL, of block position q: the key,
-    or Argsort's (digit << 16) | q), `pad` past the block's end (sorts last), `digit` (a format
-    string of `{e}`), and `reread`, Argsort's key and index again at the element's position."""
+    or Argsort's (digit << 16) | q), `pad` past the block's end (sorts last; a format string of
+    `{q}`), `digit` (a format string of `{e}`), and `reread`, Argsort's key and index again at the
+    element's position."""
 
     digit: str
     elem: str
@@ -251,12 +252,13 @@ class _Moved:
         return cls("({e} >> 16u)", elem, "0xff0000u | {q}", again)
 
     def elem_of(self, j: int) -> str:
-        """The element of `_preload`'s key k{j}."""
+        """The element of `_preload`'s key k{j} (Argsort's: its digit and position q{j})."""
         if self.reread:
             return f"(((k{j} >> u.shift) & {DIGITS - 1}u) << 16u) | q{j}"
         return f"k{j}"
 
     def pad_at(self, j: int) -> str:
+        """`pad` at `_preload`'s position q{j}."""
         return self.pad.format(q=f"q{j}")
 
     def write_out(self, rk: int, sorted_at: str, moves: str, store: str) -> str:
