@@ -199,6 +199,11 @@ def _block(rows: _Rows) -> str:
     )
 
 
+# A scatter's thread reads its digit's offset in the row first: the load's latency then passes
+# during the block's sort, not after it.
+_OFFSET = "  let offset = H[hat];\n"
+
+
 def _preload(key: str, rk: int) -> str:
     """WGSL: a thread's rk keys k{j}, at block positions q{j}, all read before any is used, so
     their loads can be in flight together (with a load and its use at a time, an H100's
@@ -278,6 +283,7 @@ def _scatter(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool,
     digit = mv.digit
     body = (
         _block(rows)
+        + _OFFSET
         + _preload(src.key, rows.rk)
         + "".join(
             f"  A[jc_sw(q{j})] = select({mv.pad_at(j)}, {mv.elem_of(j)}, q{j} < nk);\n"
@@ -292,7 +298,7 @@ def _scatter(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool,
         + f"      if (q == 0u || {digit.format(e='A[jc_sw(q - 1u)]')} != d) {{ B[d] = q; }}\n    }}\n  }}\n"
         + "  workgroupBarrier();\n"
         # .. becomes how far its keys move: the digit's offset in the row minus that start
-        + "  B[lid] = H[hat] - B[lid];\n  workgroupBarrier();\n"
+        + "  B[lid] = offset - B[lid];\n  workgroupBarrier();\n"
         + mv.write_out(rows.rk, "A[jc_sw(q)]", "B", out.store)
     )
     code = header([dtype]) + declare(bufs) + _UNI + src.helper + rows.swizzle + _COUNTERS
@@ -334,6 +340,7 @@ def _scatter_match(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort:
     gw = f"g * {DIGITS // 2}u + d / 2u"  # subgroup g's word for digit d
     body = (
         _block(rows)
+        + _OFFSET
         + f"  for (var i = lid; i < {_GROUPS * DIGITS // 2}u; i = i + {RT}u) {{ atomicStore(&G[i], 0u); }}\n"
         + "  if (lid == 0u) { atomicStore(&nsub, 0u); }\n  workgroupBarrier();\n"
         # subgroups numbered as they come, not by lid: WGSL does not say which lids share one
@@ -360,7 +367,7 @@ def _scatter_match(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort:
         )
         + "  workgroupBarrier();\n"
         # .. then how far digit d's keys move: its offset in the row minus where it starts
-        + "  D[lid] = H[hat] - D[lid];\n  workgroupBarrier();\n"
+        + "  D[lid] = offset - D[lid];\n  workgroupBarrier();\n"
         + mv.write_out(rk, "S[q]", "D", out.store)
     )
     code = header([dtype]) + declare(bufs) + _UNI + src.helper + _LANES
