@@ -188,6 +188,14 @@ def _chol_panel(T: str, n: int, batch: int, rows: int) -> str:
     v = f"vec4<{T}>"
     body = f"""  let k0 = u.k0;
   let i = k0 + {NB}u + t * {rows}u + lid;
+  let row = base + i * {n}u + k0;
+  var x: array<{v}, {g4}>;
+  if (i < {n}u) {{  // the row first: its loads are in flight while L_kk comes in
+    for (var g = 0u; g < {g4}u; g = g + 1u) {{
+      let e = row + 4u * g;
+      x[g] = {v}(W[e], W[e + 1u], W[e + 2u], W[e + 3u]);
+    }}
+  }}
   for (var e = lid; e < {g4 * NB}u; e = e + {rows}u) {{
     let r = k0 + 4u * (e / {NB}u); let c = k0 + e % {NB}u;
     lk[e] = {v}(W[base + r * {n}u + c], W[base + (r + 1u) * {n}u + c],
@@ -195,12 +203,6 @@ def _chol_panel(T: str, n: int, batch: int, rows: int) -> str:
   }}
   workgroupBarrier();
   if (i < {n}u) {{
-    let row = base + i * {n}u + k0;
-    var x: array<{v}, {g4}>;
-    for (var g = 0u; g < {g4}u; g = g + 1u) {{
-      let e = row + 4u * g;
-      x[g] = {v}(W[e], W[e + 1u], W[e + 2u], W[e + 3u]);
-    }}
     for (var g = 0u; g < {g4}u; g = g + 1u) {{
       let l = g * {NB}u;
       var y = x[g];
