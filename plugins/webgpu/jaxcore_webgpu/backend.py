@@ -257,6 +257,7 @@ class WebGpuBackend(QueuedBackend):
         fallback, to compare both on one adapter); `JAXCORE_WEBGPU_RADIX_SORT_FROM` sets the row
         length from which Sort/Argsort take the radix sort (0: never), `JAXCORE_WEBGPU_RADIX_MATCH`
         whether its blocks are sorted by subgroup match (default: on a CPU adapter),
+        `JAXCORE_WEBGPU_RADIX_TILES` how many consecutive blocks a workgroup of it takes (default 1),
         `JAXCORE_WEBGPU_CHOLESKY_LOOKAHEAD` whether the Cholesky's update factors the next diagonal
         block (default: on a GPU)."""
         from jaxcore_webgpu.codegen import WgslTarget
@@ -284,6 +285,7 @@ class WebGpuBackend(QueuedBackend):
             radix_sort_from=current_settings().plugin_int("webgpu", "radix_sort_from", radix),
             radix_keys_per_thread=16 if cpu else 8,
             radix_match=match,
+            radix_tiles_per_block=current_settings().plugin_int("webgpu", "radix_tiles", 1, minimum=1),
             cholesky_lookahead=current_settings().plugin_flag(
                 "webgpu", "cholesky_lookahead", default=not cpu
             ),

@@ -75,6 +75,9 @@ class WgslTarget:
     # more: on a CPU adapter (lavapipe: 1M keys 130 against 203 ms), not on a GPU (H100: 16M keys
     # 2.44 against the counting splits' 1.65 ms).
     radix_match: bool = False
+    # Consecutive radix blocks a workgroup of the counting splits' passes takes (radix._tiles): the
+    # offset scans then cover fewer counts, and each workgroup's set-up is spread over its blocks.
+    radix_tiles_per_block: int = 1
     # The blocked Cholesky's update factors the next diagonal block in its first tile's workgroup
     # (routines.linalg): a pass less a block. Off on a CPU adapter, where the update kernel carrying
     # it ran slower (lavapipe 64x512x512: 645 against 576-596 ms).

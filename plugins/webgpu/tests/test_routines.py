@@ -3,6 +3,8 @@ collision-heavy scatters; every output starts as garbage (0xFF bytes: NaN for fl
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -192,6 +194,40 @@ def test_radix_keys_per_thread(gpu, monkeypatch, keys):
     vals, idx = run(gpu, Routines.Argsort, [x], ["float32"])
     _assert_stable_argsort(x, vals, idx)
     gpu._routine_cache.forget(r.key())
+
+
+@pytest.mark.parametrize("tiles", [2, 3])
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_radix_tiles_per_block(gpu, monkeypatch, tiles, dtype):
+    """A workgroup of the counting splits' passes takes several consecutive blocks (counts per
+    workgroup in H, each digit's place in the row carried from block to block): stable, with rows
+    whose blocks do not divide evenly among the workgroups, a partial last block, and a row of
+    fewer blocks than a workgroup takes."""
+    from dataclasses import replace
+
+    from jaxcore_webgpu.routines import plan_routine
+
+    target = replace(
+        gpu.target,
+        radix_sort_from=2048,
+        radix_match=False,
+        radix_keys_per_thread=8,
+        radix_tiles_per_block=tiles,
+    )
+    monkeypatch.setitem(gpu.__dict__, "target", target)
+    for shape in [(3, 5 * 2048 + 77), (2, 2048 * tiles + 1), (1, 3000), (2, 7 * 2048)]:
+        x = _radix_values(dtype, shape)
+        r = Routine.build(Routines.Argsort, [x.shape], [dtype])
+        plan = plan_routine(r, target)
+        wpr = math.ceil(math.ceil(shape[1] / 2048) / tiles)  # workgroups a row (blocks of 2048 keys)
+        assert plan.scratch[-2] == max(16, shape[0] * 256 * wpr * 4)  # H: a count per digit and workgroup
+        gpu._routine_cache.forget(r.key())
+        vals, idx = run(gpu, Routines.Argsort, [x], [dtype])
+        _assert_stable_argsort(x, vals, idx)
+        gpu._routine_cache.forget(r.key())
+        (got,) = run(gpu, Routines.Sort, [x], [dtype])
+        np.testing.assert_array_equal(got, np.sort(x, axis=-1))
+        gpu._routine_cache.forget(Routine.build(Routines.Sort, [x.shape], [dtype]).key())
 
 
 def test_scatter_add_collisions_float32_and_float16(gpu):

@@ -71,11 +71,17 @@ _COUNTERS = (
 class _Rows:
     """What the shaders are cut to: `batch` rows of `n` keys, blocks of RT threads holding `rk`
     keys each, so `rb` keys a block (two block-sized arrays of workgroup memory) and `bpr` blocks
-    a row (none straddles two rows)."""
+    a row (none straddles two rows); a workgroup takes `tiles` consecutive blocks of a row, so a
+    row is `wpr` workgroups (H has a count per digit and workgroup)."""
 
     batch: int
     n: int
     rk: int = RK
+    tiles: int = 1
+
+    @property
+    def wpr(self) -> int:
+        return -(-self.bpr // self.tiles)
 
     @property
     def rb(self) -> int:
@@ -120,17 +126,19 @@ def plan_radix(
     keys_per_thread: int = RK,
     storage: int = 16384,
     match: bool = False,
+    tiles: int = 1,
 ) -> Plan:
     """The passes that sort `batch` rows of `n` values of `dtype` (see the module's docstring):
     `keys_per_thread` 8 or 16, if `storage` bytes of workgroup memory hold its two arrays; with
     `match` (subgroups of at least MIN_LANES lanes), blocks sorted by `_scatter_match` where the storage
-    holds it (RK keys a thread)."""
+    holds it (RK keys a thread); a workgroup of the counting splits' passes takes `tiles`
+    consecutive blocks."""
     match = match and MATCH_STORAGE <= storage
     rk = RK if match else keys_per_thread if 2 * 4 * RT * keys_per_thread <= storage else RK
-    rows = _Rows(batch, n, rk)
-    bpr = rows.bpr
-    nc = -(-DIGITS * bpr // _CHUNK)  # offset-scan chunks per row
-    kb, hb, tb = max(16, batch * n * 4), max(16, batch * DIGITS * bpr * 4), max(16, batch * nc * 4)
+    rows = _Rows(batch, n, rk, 1 if match else max(1, tiles))
+    wpr = rows.wpr  # H's counts per digit and row
+    nc = -(-DIGITS * wpr // _CHUNK)  # offset-scan chunks per row
+    kb, hb, tb = max(16, batch * n * 4), max(16, batch * DIGITS * wpr * 4), max(16, batch * nc * 4)
     ty = wgsl_type(dtype)
     per = 2 if argsort else 1  # scratch buffers a side: keys (and indices), twice; then H and T
     h, tot = Buf("H", "u32", ("scratch", 2 * per)), Buf("T", "u32", ("scratch", 2 * per + 1))
@@ -143,9 +151,9 @@ def plan_radix(
         _Side(tuple(scratch(f"{n_}in", "u32", b) for n_, b in zip("KI", s)), "Kin[{x}]", "Iin[base + pos]")
         for s in sides
     ]
-    blocks = fold(batch * bpr)
-    scan = [Pass(_chunk_sums(batch, bpr, nc), fold(batch * nc), (h.binding, tot.binding))] if nc > 1 else []
-    scan.append(Pass(_offsets(batch, bpr, nc), fold(batch * nc), (h.binding, tot.binding)))
+    blocks = fold(batch * wpr)
+    scan = [Pass(_chunk_sums(batch, wpr, nc), fold(batch * nc), (h.binding, tot.binding))] if nc > 1 else []
+    scan.append(Pass(_offsets(batch, wpr, nc), fold(batch * nc), (h.binding, tot.binding)))
     passes, src = [], first
     for p in range(PASSES):
         shift = u32s(BITS * p)
@@ -188,14 +196,32 @@ def _final(dtype: DType, argsort: bool) -> _Out:
 
 
 def _block(rows: _Rows) -> str:
-    """WGSL: a block's row, its first key `base` (flat) and `b0` (in the row), its key count `nk`."""
+    """WGSL: a block's row, its first key `base` (flat) and `b0` (in the row), its key count `nk`;
+    with several tiles a workgroup, the workgroup's row and `blk` (see `_tiles` for the rest)."""
     n, bpr, rb = rows.n, rows.bpr, rows.rb
+    if rows.tiles > 1:
+        wpr = rows.wpr
+        return (
+            f"  if (wgi >= {rows.batch * wpr}u) {{ return; }}\n"
+            f"  let row = wgi / {wpr}u; let blk = wgi % {wpr}u; let rowbase = row * {n}u;\n"
+            f"  let hat = (row * {DIGITS}u + lid) * {wpr}u + blk;  // this thread's digit's count in H\n"
+        )
     return (
         f"  if (wgi >= {rows.batch * bpr}u) {{ return; }}\n"
         f"  let row = wgi / {bpr}u; let blk = wgi % {bpr}u;\n"
         f"  let b0 = blk * {rb}u; let rowbase = row * {n}u; let base = rowbase + b0;\n"
         f"  let nk = min({rb}u, {n}u - b0);\n"
         f"  let hat = (row * {DIGITS}u + lid) * {bpr}u + blk;  // this thread's digit's count in H\n"
+    )
+
+
+def _tiles(rows: _Rows, body: str) -> str:
+    """WGSL: `body` for each of the workgroup's blocks in turn, with its `b0`, `base` and `nk`."""
+    n, rb, t = rows.n, rows.rb, rows.tiles
+    return (
+        f"  for (var tile = blk * {t}u; tile < min(blk * {t}u + {t}u, {rows.bpr}u); tile = tile + 1u) {{\n"
+        f"  let b0 = tile * {rb}u; let base = rowbase + b0; let nk = min({rb}u, {n}u - b0);\n"
+        f"{body}  }}\n"
     )
 
 
@@ -223,16 +249,15 @@ def _histogram(src: _Side, bufs: list[Buf], rows: _Rows, dtype: DType) -> str:
         f"  if (q{j} < nk) {{ atomicAdd(&cnt[(k{j} >> u.shift) & {DIGITS - 1}u], 1u); }}\n"
         for j in range(rows.rk)
     )
-    body = (
-        _block(rows)
-        + _preload(src.key, rows.rk)
-        + "  atomicStore(&cnt[lid], 0u);\n  workgroupBarrier();\n"
-        + count
-        + "  workgroupBarrier();\n  H[hat] = atomicLoad(&cnt[lid]);"
-    )
+    zero = "  atomicStore(&cnt[lid], 0u);\n  workgroupBarrier();\n"
+    if rows.tiles > 1:  # counted over the workgroup's blocks
+        body = _block(rows) + zero + _tiles(rows, _preload(src.key, rows.rk) + count)
+    else:
+        body = _block(rows) + _preload(src.key, rows.rk) + zero + count
+    body += "  workgroupBarrier();\n  H[hat] = atomicLoad(&cnt[lid]);"
     code = header([dtype]) + declare(bufs) + _UNI + src.helper
     code += f"var<workgroup> cnt: array<atomic<u32>, {DIGITS}>;\n"
-    return code + main(RT, fold(rows.batch * rows.bpr), [b.name for b in bufs], body)
+    return code + main(RT, fold(rows.batch * rows.wpr), [b.name for b in bufs], body)
 
 
 @dataclass(frozen=True)
@@ -281,10 +306,8 @@ def _scatter(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool,
     """Each block sorted by its digit in workgroup memory (A), then written at its offsets."""
     mv = _Moved.of(src, argsort)
     digit = mv.digit
-    body = (
-        _block(rows)
-        + _OFFSET
-        + _preload(src.key, rows.rk)
+    sort = (
+        _preload(src.key, rows.rk)
         + "".join(
             f"  A[jc_sw(q{j})] = select({mv.pad_at(j)}, {mv.elem_of(j)}, q{j} < nk);\n"
             for j in range(rows.rk)
@@ -292,18 +315,53 @@ def _scatter(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool,
         + "  workgroupBarrier();\n"
         + _split("A", "B", digit, 0, rows.rk)
         + _split("B", "A", digit, 4, rows.rk)
-        # where each digit starts in the sorted block (digits absent from it are never read) ..
-        + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
-        + f"    if (q < nk) {{\n      let d = {digit.format(e='A[jc_sw(q)]')};\n"
-        + f"      if (q == 0u || {digit.format(e='A[jc_sw(q - 1u)]')} != d) {{ B[d] = q; }}\n    }}\n  }}\n"
-        + "  workgroupBarrier();\n"
-        # .. becomes how far its keys move: the digit's offset in the row minus that start
-        + "  B[lid] = offset - B[lid];\n  workgroupBarrier();\n"
-        + mv.write_out(rows.rk, "A[jc_sw(q)]", "B", out.store)
     )
+    write = mv.write_out(rows.rk, "A[jc_sw(q)]", "B", out.store)
+    before = digit.format(e="A[jc_sw(q - 1u)]")  # the digit of the key before q
+    if rows.tiles > 1:
+        body = (
+            _block(rows)
+            + "  var offset = H[hat];\n"
+            + _tiles(rows, sort + _moves_tiled(rows, digit) + write + _NEXT)
+        )
+    else:
+        body = (
+            _block(rows)
+            + _OFFSET
+            + sort
+            # where each digit starts in the sorted block (digits absent from it are never read) ..
+            + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
+            + f"    if (q < nk) {{\n      let d = {digit.format(e='A[jc_sw(q)]')};\n"
+            + f"      if (q == 0u || {before} != d) {{ B[d] = q; }}\n    }}\n  }}\n"
+            + "  workgroupBarrier();\n"
+            # .. becomes how far its keys move: the digit's offset in the row minus that start
+            + "  B[lid] = offset - B[lid];\n  workgroupBarrier();\n"
+            + write
+        )
     code = header([dtype]) + declare(bufs) + _UNI + src.helper + rows.swizzle + _COUNTERS
     code += f"var<workgroup> A: array<u32, {rows.rb}>;\nvar<workgroup> B: array<u32, {rows.rb}>;\n"
-    return code + main(RT, fold(rows.batch * rows.bpr), [b.name for b in bufs], body)
+    return code + main(RT, fold(rows.batch * rows.wpr), [b.name for b in bufs], body)
+
+
+_NEXT = "\n  workgroupBarrier();\n"  # a block's write-out read A and B: the next block's sort writes them
+
+
+def _moves_tiled(rows: _Rows, digit: str) -> str:
+    """WGSL, one of a workgroup's blocks sorted in A: where each digit starts (B[d]) and ends
+    (B[DIGITS + d]) in it, both 0 for a digit it lacks; then B[d], how far digit d's keys move,
+    from `offset`, the digit's next place in the row, which moves past them."""
+    at = "A[jc_sw({q})]"
+    d_at = [digit.format(e=at.format(q=q)) for q in ("q", "q - 1u", "q + 1u")]
+    return (
+        f"  B[lid] = 0u; B[{DIGITS}u + lid] = 0u;\n  workgroupBarrier();\n"
+        f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
+        f"    if (q < nk) {{\n      let d = {d_at[0]};\n"
+        f"      if (q == 0u || {d_at[1]} != d) {{ B[d] = q; }}\n"
+        f"      if (q + 1u == nk || {d_at[2]} != d) {{ B[{DIGITS}u + d] = q + 1u; }}\n    }}\n  }}\n"
+        "  workgroupBarrier();\n"
+        f"  let start = B[lid]; let count = B[{DIGITS}u + lid] - start;\n"
+        "  B[lid] = offset - start; offset = offset + count;\n  workgroupBarrier();\n"
+    )
 
 
 MIN_LANES = 8  # the smallest subgroup `_scatter_match` takes: its counts need RT / 8 groups' room
@@ -375,7 +433,7 @@ def _scatter_match(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort:
     code += f"var<workgroup> G: array<atomic<u32>, {_GROUPS * DIGITS // 2}>;\n"
     code += f"var<workgroup> D: array<u32, {DIGITS}>;\nvar<workgroup> nsub: atomic<u32>;\n"
     more = ", @builtin(subgroup_invocation_id) sid: u32, @builtin(subgroup_size) sgs: u32"
-    return code + main(RT, fold(rows.batch * rows.bpr), [b.name for b in bufs], body, more)
+    return code + main(RT, fold(rows.batch * rows.wpr), [b.name for b in bufs], body, more)
 
 
 def _match_round(j: int, rk: int, pad: str, elem: str, digit: str, gw: str, half: str) -> str:

@@ -46,7 +46,8 @@ def plan_sort(routine: Routine, target: object = None) -> Plan:
         keys = getattr(target, "radix_keys_per_thread", 8)
         storage = getattr(target, "max_workgroup_storage", 16384)
         match = getattr(target, "radix_match", False) and getattr(target, "subgroup_size", 0) >= MIN_LANES
-        return plan_radix(dtype, batch, n, argsort, keys, storage, match)
+        tiles = getattr(target, "radix_tiles_per_block", 1)
+        return plan_radix(dtype, batch, n, argsort, keys, storage, match, tiles)
     p = 1 << max(n - 1, 0).bit_length()
     kb = max(16, batch * p * 4)
     work = [scratch("K", "u32", 0), scratch("I", "u32", 1)] if argsort else [scratch("K", "u32", 0)]
