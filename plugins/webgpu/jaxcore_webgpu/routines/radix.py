@@ -9,7 +9,9 @@ two stable 4-bit counting splits in workgroup memory (per-thread counters packed
 one workgroup scan a split), or, where the adapter's subgroups have at least 8 lanes and 25 KB of
 workgroup storage is there, from subgroup match (`_scatter_match`: ballots find the lanes that hold
 one digit, so each key's rank comes from one atomic add by the lowest of them). Every step keeps
-equal digits in input order, so the sort is stable.
+equal digits in input order, so the sort is stable. With the splits, a workgroup may take several
+consecutive blocks (`_tiles`): H then counts per workgroup, and the scatter moves each digit's
+place in the row on from one of its blocks to the next.
 
 The first pass reads the input and makes its keys as it goes; the last one writes the outputs
 (Sort's values from the keys; Argsort's indices, and its values from the keys but where a key is
