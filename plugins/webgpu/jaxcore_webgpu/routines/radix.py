@@ -264,10 +264,10 @@ def _histogram(src: _Side, bufs: list[Buf], rows: _Rows, dtype: DType) -> str:
 
 @dataclass(frozen=True)
 class _Moved:
-    """What a scatter moves through workgroup memory: `elem` (WGSL, of block position q: the key,
-    or Argsort's (digit << 16) | q), `pad` past the block's end (sorts last; a format string of
-    `{q}`), `digit` (a format string of `{e}`), and `reread`, Argsort's key and index again at the
-    element's position."""
+    """What a scatter moves through workgroup memory: `elem` (a format string of the key `{k}` at
+    block position `{q}`: the key, or Argsort's (digit << 16) | q), `pad` past the block's end
+    (sorts last; a format string of `{q}`), `digit` (a format string of `{e}`), and `reread`,
+    Argsort's key and index again at the element's position."""
 
     digit: str
     elem: str
@@ -276,18 +276,15 @@ class _Moved:
 
     @classmethod
     def of(cls, src: _Side, argsort: bool) -> _Moved:
-        key = src.key.format(x="base + q")
         if not argsort:
-            return cls(f"(({{e}} >> u.shift) & {DIGITS - 1}u)", key, "0xffffffffu", "")
+            return cls(f"(({{e}} >> u.shift) & {DIGITS - 1}u)", "{k}", "0xffffffffu", "")
         again = f"    let pos = e & 0xffffu; let k = {src.key.format(x='base + pos')}; let idx = {src.idx};\n"
-        elem = f"((({key} >> u.shift) & {DIGITS - 1}u) << 16u) | q"
+        elem = f"((({{k}} >> u.shift) & {DIGITS - 1}u) << 16u) | {{q}}"
         return cls("({e} >> 16u)", elem, "0xff0000u | {q}", again)
 
     def elem_of(self, j: int) -> str:
-        """The element of `_preload`'s key k{j} (Argsort's: its digit and position q{j})."""
-        if self.reread:
-            return f"(((k{j} >> u.shift) & {DIGITS - 1}u) << 16u) | q{j}"
-        return f"k{j}"
+        """The element of `_preload`'s key k{j} at q{j}."""
+        return self.elem.format(k=f"k{j}", q=f"q{j}")
 
     def pad_at(self, j: int) -> str:
         """`pad` at `_preload`'s position q{j}."""
@@ -319,7 +316,6 @@ def _scatter(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool,
         + _split("B", "A", digit, 4, rows.rk)
     )
     write = mv.write_out(rows.rk, "A[jc_sw(q)]", "B", out.store)
-    before = digit.format(e="A[jc_sw(q - 1u)]")  # the digit of the key before q
     if rows.tiles > 1:
         body = (
             _block(rows)
@@ -332,10 +328,7 @@ def _scatter(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool,
             + _OFFSET
             + sort
             # where each digit starts in the sorted block (digits absent from it are never read) ..
-            + f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
-            + f"    if (q < nk) {{\n      let d = {digit.format(e='A[jc_sw(q)]')};\n"
-            + f"      if (q == 0u || {before} != d) {{ B[d] = q; }}\n    }}\n  }}\n"
-            + "  workgroupBarrier();\n"
+            + _digit_bounds(rows, digit, ends=False)
             # .. becomes how far its keys move: the digit's offset in the row minus that start
             + "  B[lid] = offset - B[lid];\n  workgroupBarrier();\n"
             + write
@@ -348,20 +341,27 @@ def _scatter(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort: bool,
 _NEXT = "\n  workgroupBarrier();\n"  # a block's write-out read A and B: the next block's sort writes them
 
 
+def _digit_bounds(rows: _Rows, digit: str, ends: bool) -> str:
+    """WGSL: where each digit starts in the block sorted in A (B[d]), and with `ends` where it
+    ends (B[DIGITS + d]); a digit the block lacks is left as it was."""
+    d_at = [digit.format(e=f"A[jc_sw({q})]") for q in ("q", "q - 1u", "q + 1u")]
+    end = f"      if (q + 1u == nk || {d_at[2]} != d) {{ B[{DIGITS}u + d] = q + 1u; }}\n" if ends else ""
+    return (
+        f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
+        f"    if (q < nk) {{\n      let d = {d_at[0]};\n"
+        f"      if (q == 0u || {d_at[1]} != d) {{ B[d] = q; }}\n{end}    }}\n  }}\n"
+        "  workgroupBarrier();\n"
+    )
+
+
 def _moves_tiled(rows: _Rows, digit: str) -> str:
     """WGSL, one of a workgroup's blocks sorted in A: where each digit starts (B[d]) and ends
     (B[DIGITS + d]) in it, both 0 for a digit it lacks; then B[d], how far digit d's keys move,
     from `offset`, the digit's next place in the row, which moves past them."""
-    at = "A[jc_sw({q})]"
-    d_at = [digit.format(e=at.format(q=q)) for q in ("q", "q - 1u", "q + 1u")]
     return (
         f"  B[lid] = 0u; B[{DIGITS}u + lid] = 0u;\n  workgroupBarrier();\n"
-        f"  for (var i = 0u; i < {rows.rk}u; i = i + 1u) {{\n    let q = i * {RT}u + lid;\n"
-        f"    if (q < nk) {{\n      let d = {d_at[0]};\n"
-        f"      if (q == 0u || {d_at[1]} != d) {{ B[d] = q; }}\n"
-        f"      if (q + 1u == nk || {d_at[2]} != d) {{ B[{DIGITS}u + d] = q + 1u; }}\n    }}\n  }}\n"
-        "  workgroupBarrier();\n"
-        f"  let start = B[lid]; let count = B[{DIGITS}u + lid] - start;\n"
+        + _digit_bounds(rows, digit, ends=True)
+        + f"  let start = B[lid]; let count = B[{DIGITS}u + lid] - start;\n"
         "  B[lid] = offset - start; offset = offset + count;\n  workgroupBarrier();\n"
     )
 
@@ -394,7 +394,8 @@ def _scatter_match(src: _Side, out: _Out, bufs: list[Buf], rows: _Rows, argsort:
     digits comes out in order. A scan over subgroups, then over digits, places every key in the
     sorted block (S) with no counting splits. Needs subgroups of at least MIN_LANES lanes."""
     mv = _Moved.of(src, argsort)
-    digit, elem, pad = mv.digit, mv.elem, mv.pad
+    digit, pad = mv.digit, mv.pad
+    elem = mv.elem.format(k=src.key.format(x="base + q"), q="q")
     rk = rows.rk
     half = "((d & 1u) << 4u)"  # the shift of digit d's u16 in its word of G
     gw = f"g * {DIGITS // 2}u + d / 2u"  # subgroup g's word for digit d
