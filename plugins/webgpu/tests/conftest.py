@@ -28,3 +28,19 @@ def gpu():
     backend = WebGpuBackend(dev)
     yield backend
     backend.close()
+
+
+@pytest.fixture
+def retarget(gpu, monkeypatch):
+    """`retarget(**changes)`: the rest of the test runs on `gpu` with its WgslTarget so changed
+    (given back afterwards); routine plans made before or under the change are dropped, so none
+    planned for one target is run on another."""
+    from dataclasses import replace
+
+    def apply(**changes):
+        monkeypatch.setitem(gpu.__dict__, "target", replace(gpu.target, **changes))
+        gpu._routine_cache.clear()
+        return gpu.target
+
+    yield apply
+    gpu._routine_cache.clear()

@@ -401,19 +401,15 @@ def test_fft_runs_in_chromium(gpu, tmp_path: Path) -> None:
     reason="needs chromium and playwright (apt-get install chromium; pip install playwright)",
 )
 @pytest.mark.parametrize("tiles", [1, 3])
-def test_radix_sort_runs_in_chromium(gpu, tmp_path: Path, monkeypatch, request, tiles: int) -> None:
+def test_radix_sort_runs_in_chromium(gpu, tmp_path: Path, retarget, tiles: int) -> None:
     """The radix sort's passes (vector selects, workgroup scans, a bank swizzle, 16 KB of
     workgroup memory; one block a workgroup, or a loop over three) pass Tint, and Sort and stable
     Argsort match numpy in the browser."""
-    from dataclasses import replace
-
     import numpy as np
 
     from jaxcore.routine import Routine, Routines
 
-    monkeypatch.setitem(gpu.__dict__, "target", replace(gpu.target, radix_tiles_per_block=tiles))
-    gpu._routine_cache.clear()
-    request.addfinalizer(gpu._routine_cache.clear)  # no plan of this target outlives the test
+    retarget(radix_tiles_per_block=tiles)
 
     n = max(gpu.target.radix_sort_from, 8192) + 77  # several blocks, a partial last one
     x = np.random.default_rng(5).integers(-50, 50, (2, n)).astype(np.float32) / 4

@@ -121,22 +121,17 @@ def _radix_values(dtype: str, shape: tuple[int, int]) -> np.ndarray:
 
 
 @pytest.fixture(params=["split", "match"])
-def radix_path(request, gpu, monkeypatch):
+def radix_path(request, gpu, retarget):
     """The radix sort's blocks sorted by counting splits, or by subgroup match where the adapter's
     subgroups have 8 lanes or more, whichever the adapter would take by itself."""
-    from dataclasses import replace
-
     from jaxcore_webgpu.device import subgroup_lanes
 
     match = request.param == "match"
     lanes = subgroup_lanes(gpu.gpu.device) if gpu.target.has_subgroups else 0
     if match and lanes < 8:
         pytest.skip(f"subgroups of 8 lanes or more needed (this adapter's: {lanes})")
-    target = replace(gpu.target, radix_match=match, subgroup_size=lanes)
-    monkeypatch.setitem(gpu.__dict__, "target", target)
-    gpu._routine_cache.clear()
-    yield request.param
-    gpu._routine_cache.clear()
+    retarget(radix_match=match, subgroup_size=lanes)
+    return request.param
 
 
 @pytest.mark.parametrize("shape", RADIX_SHAPES)
@@ -169,20 +164,17 @@ def test_radix_sort(gpu, radix_path, dtype, shape):
 
 
 @pytest.mark.parametrize("keys", [8, 16])
-def test_radix_keys_per_thread(gpu, monkeypatch, keys):
+def test_radix_keys_per_thread(gpu, retarget, keys):
     """A radix block's threads hold 8 keys (16 KB of workgroup storage) or 16 (32 KB: a CPU
     adapter's choice), and a browser's 16 KB gets 8 whatever the device asked for. Either sorts
     stably, several blocks and rows at once."""
-    from dataclasses import replace
-
     from jaxcore_webgpu.export import _workgroup_bytes
     from jaxcore_webgpu.routines import plan_routine
 
     storage = 2 * 4 * 256 * keys
     if storage > gpu.target.max_workgroup_storage:
         pytest.skip(f"the adapter has {gpu.target.max_workgroup_storage} bytes of workgroup storage")
-    target = replace(gpu.target, radix_keys_per_thread=keys, radix_sort_from=4096, radix_match=False)
-    monkeypatch.setitem(gpu.__dict__, "target", target)
+    target = retarget(radix_keys_per_thread=keys, radix_sort_from=4096, radix_match=False)
     x = _radix_values("float32", (3, 3 * 4096 + 5))
     r = Routine.build(Routines.Argsort, [x.shape], ["float32"])
 
@@ -190,44 +182,32 @@ def test_radix_keys_per_thread(gpu, monkeypatch, keys):
         return max(_workgroup_bytes(p.code) for p in plan_routine(r, t).passes)
 
     assert (most(target), most(target.browser())) == (storage, 16384)
-    gpu._routine_cache.forget(r.key())
     vals, idx = run(gpu, Routines.Argsort, [x], ["float32"])
     _assert_stable_argsort(x, vals, idx)
-    gpu._routine_cache.forget(r.key())
 
 
 @pytest.mark.parametrize("tiles", [2, 3])
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
-def test_radix_tiles_per_block(gpu, monkeypatch, tiles, dtype):
+def test_radix_tiles_per_block(gpu, retarget, tiles, dtype):
     """A workgroup of the counting splits' passes takes several consecutive blocks (counts per
     workgroup in H, each digit's place in the row carried from block to block): stable, with rows
     whose blocks do not divide evenly among the workgroups, a partial last block, and a row of
     fewer blocks than a workgroup takes."""
-    from dataclasses import replace
-
     from jaxcore_webgpu.routines import plan_routine
 
-    target = replace(
-        gpu.target,
-        radix_sort_from=2048,
-        radix_match=False,
-        radix_keys_per_thread=8,
-        radix_tiles_per_block=tiles,
+    target = retarget(
+        radix_sort_from=2048, radix_match=False, radix_keys_per_thread=8, radix_tiles_per_block=tiles
     )
-    monkeypatch.setitem(gpu.__dict__, "target", target)
     for shape in [(3, 5 * 2048 + 77), (2, 2048 * tiles + 1), (1, 3000), (2, 7 * 2048)]:
         x = _radix_values(dtype, shape)
         r = Routine.build(Routines.Argsort, [x.shape], [dtype])
         plan = plan_routine(r, target)
         wpr = math.ceil(math.ceil(shape[1] / 2048) / tiles)  # workgroups a row (blocks of 2048 keys)
         assert plan.scratch[-2] == max(16, shape[0] * 256 * wpr * 4)  # H: a count per digit and workgroup
-        gpu._routine_cache.forget(r.key())
         vals, idx = run(gpu, Routines.Argsort, [x], [dtype])
         _assert_stable_argsort(x, vals, idx)
-        gpu._routine_cache.forget(r.key())
         (got,) = run(gpu, Routines.Sort, [x], [dtype])
         np.testing.assert_array_equal(got, np.sort(x, axis=-1))
-        gpu._routine_cache.forget(Routine.build(Routines.Sort, [x.shape], [dtype]).key())
 
 
 def test_scatter_add_collisions_float32_and_float16(gpu):
@@ -296,17 +276,11 @@ def test_scatter_update_last_wins_2d(gpu):
 
 
 @pytest.fixture(params=["lookahead", "diagonal-passes"])
-def cholesky_path(request, gpu, monkeypatch):
+def cholesky_path(request, retarget):
     """The blocked Cholesky with each diagonal block factored by the update before it, or by a
     pass of its own, whichever the adapter would take by itself."""
-    from dataclasses import replace
-
-    monkeypatch.setitem(
-        gpu.__dict__, "target", replace(gpu.target, cholesky_lookahead=request.param == "lookahead")
-    )
-    gpu._routine_cache.clear()
-    yield request.param
-    gpu._routine_cache.clear()
+    retarget(cholesky_lookahead=request.param == "lookahead")
+    return request.param
 
 
 def test_cholesky_wider_than_a_workgroup(gpu, cholesky_path):
@@ -558,11 +532,9 @@ def test_float64_sort_is_undeclared(gpu):
 
 
 @pytest.mark.parametrize("argsort", [False, True])
-def test_sort_small_workgroups_take_four_distances_per_pass(gpu, monkeypatch, argsort):
+def test_sort_small_workgroups_take_four_distances_per_pass(gpu, retarget, argsort):
     """An adapter with 32-thread workgroups: 64-key blocks, so most stages run as 4-level global passes."""
-    import dataclasses
-
-    monkeypatch.setitem(gpu.__dict__, "target", dataclasses.replace(gpu.target, max_workgroup_size=32))
+    retarget(max_workgroup_size=32)
     x = RNG.integers(0, 50, (2, 3001)).astype(np.float32)
     x[:, ::13] = np.nan
     if argsort:
